@@ -1,0 +1,113 @@
+#include "common/config/process_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/config/yaml_reader.h"
+
+namespace dflash::config {
+namespace {
+
+absl::StatusOr<YAML::Node> LoadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open config file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  YAML::Node root;
+  RETURN_IF_ERROR(ParseYamlText(ss.str(), path, &root));
+  return root;
+}
+
+void CheckAddress(ConfigErrors* e, absl::string_view field, const std::string& address) {
+  auto port = ParseHostPort(address);
+  if (!port.ok()) e->Add(field, port.status().message());
+}
+
+void CheckLogLevel(ConfigErrors* e, const std::string& level) {
+  CheckOneOf(e, "log_level", level, {"debug", "info", "warning", "error"});
+}
+
+}  // namespace
+
+absl::StatusOr<int> ParseHostPort(const std::string& address) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must be host:port (e.g. 127.0.0.1:7070), got '", address, "'"));
+  }
+  int port;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port must be an integer in [0, 65535], got '", address, "'"));
+  }
+  return port;
+}
+
+absl::Status LoadCoordinatorConfigFile(const std::string& path, CoordinatorConfig* c) {
+  ASSIGN_OR_RETURN(YAML::Node root, LoadFile(path));
+  ConfigErrors e;
+  MapReader m(root, "", &e);
+  m.Get("listen", &c->listen);
+  m.Get("metrics_listen", &c->metrics_listen);
+  m.Get("state_dir", &c->state_dir);
+  m.Get("worker_timeout_ms", &c->worker_timeout_ms);
+  m.Get("heartbeat_interval_ms", &c->heartbeat_interval_ms);
+  m.Get("worker_rpc_timeout_ms", &c->worker_rpc_timeout_ms);
+  m.Get("log_level", &c->log_level);
+  m.Get("log_file", &c->log_file);
+  m.Finish();
+  return e.ToStatus(path);
+}
+
+absl::Status LoadWorkerConfigFile(const std::string& path, WorkerConfig* c) {
+  ASSIGN_OR_RETURN(YAML::Node root, LoadFile(path));
+  ConfigErrors e;
+  MapReader m(root, "", &e);
+  m.Get("role", &c->role);
+  m.Get("coordinator", &c->coordinator);
+  m.Get("listen", &c->listen);
+  m.Get("advertise_host", &c->advertise_host);
+  m.Get("metrics_listen", &c->metrics_listen);
+  m.Get("gpu", &c->gpu);
+  m.Get("name", &c->name);
+  m.Get("log_level", &c->log_level);
+  m.Get("log_file", &c->log_file);
+  m.Finish();
+  return e.ToStatus(path);
+}
+
+absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
+  ConfigErrors e;
+  CheckAddress(&e, "listen", c.listen);
+  CheckAddress(&e, "metrics_listen", c.metrics_listen);
+  if (c.state_dir.empty()) e.Add("state_dir", "must not be empty");
+  CheckRange(&e, "worker_timeout_ms", c.worker_timeout_ms, 100, 3'600'000);
+  CheckRange(&e, "heartbeat_interval_ms", c.heartbeat_interval_ms, 10, 600'000);
+  if (c.heartbeat_interval_ms * 2 > c.worker_timeout_ms) {
+    e.Add("heartbeat_interval_ms",
+          absl::StrCat("must be at most half of worker_timeout_ms (", c.worker_timeout_ms,
+                       ") so one lost heartbeat does not mark a worker down, got ",
+                       c.heartbeat_interval_ms));
+  }
+  CheckRange(&e, "worker_rpc_timeout_ms", c.worker_rpc_timeout_ms, 100, 3'600'000);
+  CheckLogLevel(&e, c.log_level);
+  return e.ToStatus("");
+}
+
+absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
+  ConfigErrors e;
+  if (c.role.empty()) e.Add("role", "required field is missing (target or drafter)");
+  else CheckOneOf(&e, "role", c.role, {"target", "drafter"});
+  CheckAddress(&e, "coordinator", c.coordinator);
+  CheckAddress(&e, "listen", c.listen);
+  CheckAddress(&e, "metrics_listen", c.metrics_listen);
+  if (c.advertise_host.empty()) e.Add("advertise_host", "must not be empty");
+  CheckRange(&e, "gpu", c.gpu, -1, 1023);
+  CheckLogLevel(&e, c.log_level);
+  return e.ToStatus("");
+}
+
+}  // namespace dflash::config

@@ -1,0 +1,46 @@
+// Configuration of each long-lived process (coordinator, workers): a YAML file and/or flags.
+// Precedence: built-in defaults < --config file < explicit flags. Documented in docs/cli.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace dflash::config {
+
+struct CoordinatorConfig {
+  std::string listen = "127.0.0.1:7070";          // gRPC for dflashctl and workers
+  std::string metrics_listen = "127.0.0.1:9470";  // Prometheus /metrics
+  std::string state_dir = "dflash-state";         // SQLite run store, run directories
+  int64_t worker_timeout_ms = 10000;              // silent this long => worker down
+  int64_t heartbeat_interval_ms = 1000;           // told to workers at registration
+  int64_t worker_rpc_timeout_ms = 30000;          // deadline of control RPCs to workers
+  std::string log_level = "info";
+  std::string log_file;
+};
+
+struct WorkerConfig {
+  std::string role;                               // target|drafter
+  std::string coordinator = "127.0.0.1:7070";
+  std::string listen = "127.0.0.1:0";             // control gRPC; port 0 = chosen by the OS
+  std::string advertise_host = "127.0.0.1";       // host the coordinator dials back
+  std::string metrics_listen = "127.0.0.1:0";
+  int64_t gpu = -1;                               // -1 = CPU
+  std::string name;                               // empty = <role>-<hostname>-<gpu|cpu>
+  std::string log_level = "info";
+  std::string log_file;
+};
+
+// Reads a config file into `out` (fields absent from the file keep their value).
+absl::Status LoadCoordinatorConfigFile(const std::string& path, CoordinatorConfig* out);
+absl::Status LoadWorkerConfigFile(const std::string& path, WorkerConfig* out);
+
+// Range and cross-field checks after flags were applied; errors name the field.
+absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c);
+absl::Status ValidateWorkerConfig(const WorkerConfig& c);
+
+// "host:port" with a port in [0, 65535]; returns the port.
+absl::StatusOr<int> ParseHostPort(const std::string& address);
+
+}  // namespace dflash::config

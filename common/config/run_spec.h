@@ -1,0 +1,109 @@
+// run.yaml: the typed, validated, immutable description of one training run.
+// Every field is documented in docs/run-spec.md; keep the two in step.
+// Flow: YAML text -> RunSpec (defaults filled) -> Normalize (paths, auto values) -> Validate.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dflash::config {
+
+struct TargetSpec {
+  std::string path;                                // HF checkpoint dir, or builtin:NAME
+  std::optional<std::vector<int64_t>> layer_ids;   // nullopt = auto (method.md §2)
+  std::string dtype = "bfloat16";                  // bfloat16|float16|float32
+};
+
+struct DrafterSpec {
+  int64_t layers = 5;
+  int64_t block_size = 16;
+  std::optional<int64_t> mask_token_id;            // nullopt = auto (tokenizer's mask token)
+  std::string init_from;                           // empty = random init
+};
+
+struct DataSpec {
+  std::string train;                               // JSONL file, or builtin:NAME
+  std::string format = "chat";                     // chat|pretokenized|text
+  std::string tokenizer = "auto";                  // auto = the target's tokenizer.json
+  std::string chat_template = "auto";              // auto|chatml|llama3
+  int64_t max_length = 4096;
+};
+
+struct BatchingSpec {
+  int64_t token_budget = 8192;
+  int64_t max_anchors = 512;
+  int64_t grad_accum = 1;
+};
+
+struct OptimSpec {
+  double lr = 6.0e-4;
+  double warmup_ratio = 0.04;
+  std::string schedule = "cosine";                 // cosine|linear|constant
+  double epochs = 6.0;
+  int64_t max_steps = 0;                           // 0 = derived from epochs
+  double clip = 1.0;                               // 0 disables clipping
+  double weight_decay = 0.0;
+  std::vector<double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+};
+
+struct LossSpec {
+  std::optional<double> gamma;                     // nullopt = auto from block_size
+};
+
+struct PlacementSpec {
+  std::optional<int64_t> pairs;                    // nullopt = auto: every idle pair
+  std::string transport = "auto";                  // auto|nccl|cuda_ipc|host
+};
+
+struct CheckpointSpec {
+  int64_t every_steps = 1000;
+  int64_t keep = 3;
+};
+
+struct EvalSpec {
+  int64_t every_steps = 0;                         // 0 = no evaluation during training
+  std::string prompts;
+  int64_t max_new_tokens = 256;
+};
+
+struct RunSpec {
+  std::string name;
+  int64_t seed = 0;
+  TargetSpec target;
+  DrafterSpec drafter;
+  DataSpec data;
+  BatchingSpec batching;
+  OptimSpec optim;
+  LossSpec loss;
+  PlacementSpec placement;
+  CheckpointSpec checkpoint;
+  EvalSpec eval;
+};
+
+struct RunSpecOptions {
+  // Relative paths in the file are resolved against this directory (the run.yaml's folder).
+  std::string base_dir;
+  // Check that every path names something that exists (the coordinator and dflashctl do).
+  bool check_paths = true;
+};
+
+// Parses, normalizes and validates. The error lists every problem, one "field.path: reason" a line.
+absl::StatusOr<RunSpec> ParseRunSpec(absl::string_view yaml_text, absl::string_view source_name,
+                                     const RunSpecOptions& options);
+
+// The resolved spec as YAML with every field present; ParseRunSpec(EmitRunSpec(s)) == s.
+std::string EmitRunSpec(const RunSpec& spec);
+
+// Names accepted after "builtin:" for target.path and data.train (the embedded CPU demo).
+const std::vector<std::string>& BuiltinTargets();
+const std::vector<std::string>& BuiltinDatasets();
+
+// Default for loss.gamma given the block size (method.md §3): 7 for 16, 5 for 10, 4 for 8.
+std::optional<double> DefaultGamma(int64_t block_size);
+
+}  // namespace dflash::config

@@ -1,0 +1,38 @@
+// What a worker knows about the device it owns: name, memory, and LibTorch allocator counters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace dflash::device {
+
+struct DeviceMemory {
+  std::string kind;            // "cpu" or "cuda"
+  int index = -1;              // GPU ordinal, -1 for cpu
+  std::string name;
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+  int compute_capability = 0;  // major*10+minor
+};
+
+// gpu < 0 reads host memory (/proc/meminfo); gpu >= 0 asks the CUDA runtime. Fails with a message
+// naming the GPU when it does not exist or the build has no CUDA.
+absl::StatusOr<DeviceMemory> Probe(int gpu);
+
+// Number of CUDA devices visible to this process (0 without CUDA or without a driver).
+int CudaDeviceCount();
+
+// Resident set size of this process, from /proc/self/statm.
+uint64_t HostRssBytes();
+
+// LibTorch CUDA caching allocator counters for `gpu` (all zero for gpu < 0 or without CUDA).
+struct AllocatorStats {
+  uint64_t allocated_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  uint64_t peak_allocated_bytes = 0;
+};
+AllocatorStats TorchAllocatorStats(int gpu);
+
+}  // namespace dflash::device

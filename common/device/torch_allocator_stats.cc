@@ -1,0 +1,26 @@
+// Compiled only with LibTorch. Kept in its own file so that one translation unit pays for the
+// c10 headers.
+#include "common/device/device_probe.h"
+
+#ifdef DFLASH_HAVE_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace dflash::device {
+
+AllocatorStats TorchAllocatorStats(int gpu) {
+  AllocatorStats out;
+#ifdef DFLASH_HAVE_TORCH_CUDA
+  if (gpu < 0 || gpu >= static_cast<int>(c10::cuda::device_count())) return out;
+  using c10::CachingAllocator::StatType;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(gpu);
+  const auto agg = static_cast<size_t>(StatType::AGGREGATE);
+  out.allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[agg].current);
+  out.reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[agg].current);
+  out.peak_allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[agg].peak);
+#endif
+  return out;
+}
+
+}  // namespace dflash::device

@@ -1,0 +1,326 @@
+#include "services/coordinator/coordinator.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/config/run_spec.h"
+#include "services/coordinator/run_state.h"
+
+namespace dflash::coordinator {
+namespace {
+
+std::string NewRunId(const std::string& name) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  static std::mutex rng_mu;
+  std::lock_guard<std::mutex> lock(rng_mu);
+  char suffix[16];
+  std::snprintf(suffix, sizeof(suffix), "%06llx",
+                static_cast<unsigned long long>(rng() & 0xffffff));
+  return absl::StrCat(name, "-", suffix);
+}
+
+std::string RoleName(v1::WorkerRole role) {
+  return role == v1::WORKER_ROLE_TARGET ? "target" : role == v1::WORKER_ROLE_DRAFTER ? "drafter"
+                                                                                     : "unknown";
+}
+
+}  // namespace
+
+Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<RunStore> store,
+                         const Clock* clock, WorkerControl* workers,
+                         metrics::MetricsServer* metrics)
+    : options_(options),
+      clock_(clock),
+      workers_(workers),
+      metrics_(metrics),
+      store_(std::move(store)),
+      registry_(clock, options.worker_timeout_ms) {}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    const CoordinatorOptions& options, std::unique_ptr<RunStore> store, const Clock* clock,
+    WorkerControl* workers, metrics::MetricsServer* metrics) {
+  std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store), clock, workers, metrics));
+  RETURN_IF_ERROR(c->Recover());
+  return c;
+}
+
+absl::Status Coordinator::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto runs, store_->ListRuns());
+  int recovered = 0;
+  for (const auto& run : runs) {
+    if (run.state() == v1::RUN_STATE_STARTING || run.state() == v1::RUN_STATE_RUNNING) {
+      RETURN_IF_ERROR(TransitionLocked(
+          run.run_id(), run.state(), v1::RUN_STATE_PAUSED,
+          absl::StrCat("coordinator restarted while the run was ", StateName(run.state()))));
+    }
+    if (!IsTerminal(run.state())) ++recovered;
+  }
+  LOG(INFO) << "run store holds " << runs.size() << " run(s), " << recovered << " not finished";
+  UpdateGaugesLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::TransitionLocked(const std::string& run_id, v1::RunState from,
+                                           v1::RunState to, const std::string& message) {
+  ASSIGN_OR_RETURN(v1::RunEvent event,
+                   store_->Transition(run_id, from, to, message, clock_->NowUnixMs()));
+  LOG_RUN(INFO, run_id, event.step())
+      << StateName(from) << " -> " << StateName(to) << (message.empty() ? "" : ": ") << message;
+  if (metrics_) {
+    metrics_->Counter("dflash_coordinator_run_transitions_total")
+        .Add({{"state", StateName(to)}})
+        .Increment();
+  }
+  if (IsTerminal(to) || to == v1::RUN_STATE_PAUSED) registry_.ReleaseRun(run_id);
+  events_cv_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml,
+                                                     const std::string& source_name,
+                                                     bool dry_run) {
+  config::RunSpecOptions opts;
+  opts.check_paths = true;
+  ASSIGN_OR_RETURN(config::RunSpec spec,
+                   config::ParseRunSpec(run_yaml, source_name.empty() ? "run.yaml" : source_name,
+                                        opts));
+  v1::RunStatus run;
+  run.set_name(spec.name);
+  run.set_state(v1::RUN_STATE_QUEUED);
+  run.set_resolved_config_yaml(config::EmitRunSpec(spec));
+  if (dry_run) return run;
+  run.set_run_id(NewRunId(spec.name));
+  run.set_message("waiting for an idle target/drafter pair");
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = clock_->NowUnixMs();
+  RETURN_IF_ERROR(store_->CreateRun(run, run_yaml, now));
+  LOG_RUN(INFO, run.run_id(), -1) << "submitted (" << source_name << "), queued";
+  if (metrics_) {
+    metrics_->Counter("dflash_coordinator_run_transitions_total")
+        .Add({{"state", "queued"}})
+        .Increment();
+  }
+  events_cv_.notify_all();
+  UpdateGaugesLocked();
+  return store_->GetRun(run.run_id());
+}
+
+absl::StatusOr<v1::RunStatus> Coordinator::GetRun(const std::string& run_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_->GetRun(run_id);
+}
+
+absl::StatusOr<std::vector<v1::RunStatus>> Coordinator::ListRuns() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_->ListRuns();
+}
+
+absl::StatusOr<v1::RunStatus> Coordinator::CancelRun(const std::string& run_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(v1::RunStatus run, store_->GetRun(run_id));
+  if (IsTerminal(run.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", run_id, " already ended (", StateName(run.state()), ")"));
+  }
+  RETURN_IF_ERROR(TransitionLocked(run_id, run.state(), v1::RUN_STATE_CANCELLED,
+                                   "cancelled by user"));
+  UpdateGaugesLocked();
+  return store_->GetRun(run_id);
+}
+
+absl::StatusOr<std::vector<v1::RunEvent>> Coordinator::WaitForEvents(
+    const std::string& run_id, int64_t after_seq, std::chrono::milliseconds max_wait,
+    bool* terminal) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + max_wait;
+  while (true) {
+    ASSIGN_OR_RETURN(auto events, store_->EventsAfter(run_id, after_seq));
+    ASSIGN_OR_RETURN(v1::RunStatus run, store_->GetRun(run_id));
+    *terminal = IsTerminal(run.state());
+    if (!events.empty() || *terminal) return events;
+    if (events_cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      ASSIGN_OR_RETURN(events, store_->EventsAfter(run_id, after_seq));
+      return events;
+    }
+  }
+}
+
+std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return registry_.List();
+}
+
+absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::WorkerInfo& worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(std::string id, registry_.Register(worker));
+  UpdateGaugesLocked();
+  v1::RegisterResponse resp;
+  resp.set_worker_id(id);
+  resp.set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  return resp;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(registry_.Heartbeat(req.worker_id(), req.device()));
+  if (metrics_) metrics_->Counter("dflash_coordinator_heartbeats_total").Add({}).Increment();
+  ASSIGN_OR_RETURN(v1::WorkerInfo w, registry_.Get(req.worker_id()));
+  v1::HeartbeatResponse resp;
+  resp.set_assigned_run_id(w.run_id());
+  return resp;
+}
+
+void Coordinator::Tick() {
+  std::vector<Placement> placements;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const v1::WorkerInfo& w : registry_.Sweep()) {
+      if (w.run_id().empty()) continue;
+      auto run = store_->GetRun(w.run_id());
+      if (!run.ok() || IsTerminal(run->state()) || run->state() == v1::RUN_STATE_PAUSED) continue;
+      absl::Status s = TransitionLocked(
+          w.run_id(), run->state(), v1::RUN_STATE_PAUSED,
+          absl::StrCat(RoleName(w.role()), " worker ", w.worker_id(), " (", w.name(),
+                       ") missed heartbeats for more than ", registry_.timeout_ms(), " ms"));
+      if (!s.ok()) LOG_RUN(ERROR, w.run_id(), -1) << "cannot pause: " << s;
+    }
+    placements = PlaceQueuedRunsLocked();
+    UpdateGaugesLocked();
+  }
+  for (const Placement& p : placements) StartRun(p);
+}
+
+std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
+  std::vector<Placement> placements;
+  auto runs = store_->ListRuns();
+  if (!runs.ok()) {
+    LOG(ERROR) << "cannot list runs: " << runs.status();
+    return placements;
+  }
+  for (const v1::RunStatus& run : *runs) {
+    if (run.state() != v1::RUN_STATE_QUEUED) continue;
+    auto targets = registry_.IdleWorkers(v1::WORKER_ROLE_TARGET);
+    auto drafters = registry_.IdleWorkers(v1::WORKER_ROLE_DRAFTER);
+    auto spec = config::ParseRunSpec(run.resolved_config_yaml(), run.run_id(),
+                                     config::RunSpecOptions{"", /*check_paths=*/false});
+    if (!spec.ok()) {
+      TransitionLocked(run.run_id(), run.state(), v1::RUN_STATE_FAILED,
+                       absl::StrCat("stored config no longer parses: ", spec.status().message()))
+          .IgnoreError();
+      continue;
+    }
+    size_t available = std::min(targets.size(), drafters.size());
+    size_t wanted = spec->placement.pairs ? static_cast<size_t>(*spec->placement.pairs) : available;
+    if (available == 0 || wanted > available) continue;  // stays queued until workers free up
+    Placement p;
+    p.run_id = run.run_id();
+    p.resolved_yaml = run.resolved_config_yaml();
+    std::vector<std::string> ids;
+    std::vector<std::string> described;
+    for (size_t i = 0; i < wanted; ++i) {
+      p.pairs.emplace_back(targets[i], drafters[i]);
+      registry_.Assign(targets[i].worker_id(), run.run_id()).IgnoreError();
+      registry_.Assign(drafters[i].worker_id(), run.run_id()).IgnoreError();
+      ids.push_back(targets[i].worker_id());
+      ids.push_back(drafters[i].worker_id());
+      described.push_back(absl::StrCat(targets[i].name(), "+", drafters[i].name()));
+    }
+    absl::Status s = store_->SetWorkers(run.run_id(), ids, clock_->NowUnixMs());
+    if (s.ok()) {
+      s = TransitionLocked(run.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+                           absl::StrCat("placed on ", wanted, " pair(s): ",
+                                        absl::StrJoin(described, ", ")));
+    }
+    if (!s.ok()) {
+      LOG_RUN(ERROR, run.run_id(), -1) << "placement failed: " << s;
+      registry_.ReleaseRun(run.run_id());
+      continue;
+    }
+    placements.push_back(std::move(p));
+  }
+  return placements;
+}
+
+void Coordinator::StartRun(const Placement& p) {
+  // Control RPCs run without the lock: a slow worker must not stall heartbeats of the others.
+  absl::Status status;
+  std::vector<std::string> echoes;
+  for (const auto& [target, drafter] : p.pairs) {
+    for (const auto& [self, peer] : {std::make_pair(target, drafter), std::make_pair(drafter, target)}) {
+      v1::PrepareRunRequest req;
+      req.set_run_id(p.run_id);
+      req.set_resolved_config_yaml(p.resolved_yaml);
+      req.set_peer_worker_id(peer.worker_id());
+      auto resp = workers_->PrepareRun(self, req);
+      if (!resp.ok()) {
+        status = resp.status();
+        break;
+      }
+      echoes.push_back(absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
+    }
+    if (!status.ok()) break;
+  }
+  std::vector<v1::WorkerInfo> to_release;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The run may have been cancelled or paused while the RPCs ran; then it is no longer ours.
+    auto run = store_->GetRun(p.run_id);
+    if (run.ok() && run->state() == v1::RUN_STATE_STARTING) {
+      const std::string message =
+          status.ok()
+              ? absl::StrCat("workers prepared (", absl::StrJoin(echoes, "; "),
+                             "); the training step pipeline is not built yet, so nothing was "
+                             "trained")
+              : absl::StrCat("preparing workers failed: ", status.message());
+      TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_FAILED, message)
+          .IgnoreError();
+    }
+    UpdateGaugesLocked();
+  }
+  for (const auto& [target, drafter] : p.pairs) {
+    for (const auto& w : {target, drafter}) {
+      absl::Status s = workers_->ReleaseRun(w, p.run_id);
+      if (!s.ok()) LOG_RUN(WARNING, p.run_id, -1) << "release: " << s;
+    }
+  }
+}
+
+void Coordinator::UpdateGaugesLocked() {
+  if (!metrics_) return;
+  auto& workers = metrics_->Gauge("dflash_coordinator_workers");
+  auto& up = metrics_->Gauge("dflash_coordinator_worker_up");
+  auto& last = metrics_->Gauge("dflash_coordinator_worker_last_heartbeat_seconds");
+  std::map<std::pair<std::string, std::string>, int> counts;
+  for (const char* role : {"target", "drafter"}) {
+    for (const char* health : {"up", "down"}) counts[{role, health}] = 0;
+  }
+  for (const auto& w : registry_.List()) {
+    const bool is_up = w.health() == v1::WORKER_HEALTH_UP;
+    const std::string role = RoleName(w.role());
+    counts[{role, is_up ? "up" : "down"}]++;
+    up.Add({{"worker", w.name()}, {"role", role}}).Set(is_up ? 1 : 0);
+    last.Add({{"worker", w.name()}, {"role", role}}).Set(w.last_heartbeat_unix_ms() / 1000.0);
+  }
+  for (const auto& [key, n] : counts) {
+    workers.Add({{"role", key.first}, {"health", key.second}}).Set(n);
+  }
+  auto runs = store_->ListRuns();
+  if (!runs.ok()) return;
+  std::map<std::string, int> by_state;
+  for (int s = v1::RUN_STATE_QUEUED; s <= v1::RUN_STATE_DONE; ++s) {
+    by_state[StateName(static_cast<v1::RunState>(s))] = 0;
+  }
+  auto& step = metrics_->Gauge("dflash_coordinator_run_step");
+  for (const auto& r : *runs) {
+    by_state[StateName(r.state())]++;
+    step.Add({{"run", r.run_id()}}).Set(static_cast<double>(r.step()));
+  }
+  auto& run_gauge = metrics_->Gauge("dflash_coordinator_runs");
+  for (const auto& [state, n] : by_state) run_gauge.Add({{"state", state}}).Set(n);
+}
+
+}  // namespace dflash::coordinator

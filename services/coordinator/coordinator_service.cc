@@ -1,0 +1,86 @@
+#include "services/coordinator/coordinator_service.h"
+
+#include "common/rpc/grpc_status.h"
+
+namespace dflash::coordinator {
+
+grpc::Status CoordinatorService::SubmitRun(grpc::ServerContext*, const v1::SubmitRunRequest* req,
+                                           v1::SubmitRunResponse* resp) {
+  auto run = c_->SubmitRun(req->run_yaml(), req->source_name(), req->dry_run());
+  if (!run.ok()) return ToGrpcStatus(run.status());
+  *resp->mutable_run() = *std::move(run);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::GetRun(grpc::ServerContext*, const v1::GetRunRequest* req,
+                                        v1::GetRunResponse* resp) {
+  auto run = c_->GetRun(req->run_id());
+  if (!run.ok()) return ToGrpcStatus(run.status());
+  *resp->mutable_run() = *std::move(run);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ListRuns(grpc::ServerContext*, const v1::ListRunsRequest*,
+                                          v1::ListRunsResponse* resp) {
+  auto runs = c_->ListRuns();
+  if (!runs.ok()) return ToGrpcStatus(runs.status());
+  for (auto& r : *runs) *resp->add_runs() = std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CancelRun(grpc::ServerContext*, const v1::CancelRunRequest* req,
+                                           v1::CancelRunResponse* resp) {
+  auto run = c_->CancelRun(req->run_id());
+  if (!run.ok()) return ToGrpcStatus(run.status());
+  *resp->mutable_run() = *std::move(run);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::WatchRun(grpc::ServerContext* ctx,
+                                          const v1::WatchRunRequest* req,
+                                          grpc::ServerWriter<v1::RunEvent>* writer) {
+  int64_t after = req->after_seq();
+  // Wakes at least every 500 ms to notice a client that went away.
+  constexpr std::chrono::milliseconds kPoll{500};
+  while (!ctx->IsCancelled()) {
+    bool terminal = false;
+    auto events = c_->WaitForEvents(req->run_id(), after, kPoll, &terminal);
+    if (!events.ok()) return ToGrpcStatus(events.status());
+    for (const auto& e : *events) {
+      if (!writer->Write(e)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+      after = e.seq();
+    }
+    if (terminal && events->empty()) return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the watch");
+}
+
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                                             v1::ListWorkersResponse* resp) {
+  for (auto& w : c_->ListWorkers()) *resp->add_workers() = std::move(w);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::PlanRun(grpc::ServerContext*, const v1::PlanRunRequest*,
+                                         v1::PlanRunResponse*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "PlanRun: the memory planner is not built yet");
+}
+
+grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+                                       v1::RegisterResponse* resp) {
+  auto r = c_->Register(req->worker());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                                        v1::HeartbeatResponse* resp) {
+  auto r = c_->Heartbeat(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *std::move(r);
+  return grpc::Status::OK;
+}
+
+}  // namespace dflash::coordinator

@@ -1,0 +1,45 @@
+// gRPC front ends of the coordinator: they turn requests into Coordinator calls and Status into
+// grpc::Status, nothing more.
+#pragma once
+
+#include "dflash/v1/coordinator.grpc.pb.h"
+#include "dflash/v1/registry.grpc.pb.h"
+#include "services/coordinator/coordinator.h"
+
+namespace dflash::coordinator {
+
+class CoordinatorService final : public v1::Coordinator::Service {
+ public:
+  explicit CoordinatorService(Coordinator* c) : c_(c) {}
+  grpc::Status SubmitRun(grpc::ServerContext*, const v1::SubmitRunRequest*,
+                         v1::SubmitRunResponse*) override;
+  grpc::Status GetRun(grpc::ServerContext*, const v1::GetRunRequest*,
+                      v1::GetRunResponse*) override;
+  grpc::Status ListRuns(grpc::ServerContext*, const v1::ListRunsRequest*,
+                        v1::ListRunsResponse*) override;
+  grpc::Status CancelRun(grpc::ServerContext*, const v1::CancelRunRequest*,
+                         v1::CancelRunResponse*) override;
+  grpc::Status WatchRun(grpc::ServerContext*, const v1::WatchRunRequest*,
+                        grpc::ServerWriter<v1::RunEvent>*) override;
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                           v1::ListWorkersResponse*) override;
+  grpc::Status PlanRun(grpc::ServerContext*, const v1::PlanRunRequest*,
+                       v1::PlanRunResponse*) override;
+
+ private:
+  Coordinator* c_;
+};
+
+class RegistryService final : public v1::Registry::Service {
+ public:
+  explicit RegistryService(Coordinator* c) : c_(c) {}
+  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*,
+                        v1::RegisterResponse*) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
+                         v1::HeartbeatResponse*) override;
+
+ private:
+  Coordinator* c_;
+};
+
+}  // namespace dflash::coordinator

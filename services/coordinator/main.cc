@@ -1,0 +1,133 @@
+// dflash-coordinator: owns runs, the worker registry and placement. See services/coordinator/README.md.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <condition_variable>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "common/base/logging.h"
+#include "common/config/process_config.h"
+#include "common/metrics/catalogue.h"
+#include "common/rpc/process.h"
+#include "services/coordinator/coordinator.h"
+#include "services/coordinator/coordinator_service.h"
+
+namespace {
+
+using dflash::config::CoordinatorConfig;
+
+int Fail(const std::string& what, const absl::Status& s) {
+  std::cerr << "dflash-coordinator: " << what << ": " << s.message() << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dflash::BlockTerminationSignals();
+  CLI::App app{"dflash coordinator: runs, worker registry, placement"};
+  std::string config_file, ready_file;
+  CoordinatorConfig flags;
+  app.add_option("--config", config_file, "YAML config file (flags override it)");
+  auto* o_listen = app.add_option("--listen", flags.listen, "gRPC host:port");
+  auto* o_metrics = app.add_option("--metrics_listen", flags.metrics_listen, "/metrics host:port");
+  auto* o_state = app.add_option("--state_dir", flags.state_dir, "run store and run directories");
+  auto* o_timeout = app.add_option("--worker_timeout_ms", flags.worker_timeout_ms,
+                                   "a worker silent this long is marked down");
+  auto* o_hb = app.add_option("--heartbeat_interval_ms", flags.heartbeat_interval_ms,
+                              "heartbeat period told to workers");
+  auto* o_rpc = app.add_option("--worker_rpc_timeout_ms", flags.worker_rpc_timeout_ms,
+                               "deadline of control RPCs to workers");
+  auto* o_level = app.add_option("--log_level", flags.log_level, "debug|info|warning|error");
+  auto* o_log = app.add_option("--log_file", flags.log_file, "also append logs here");
+  app.add_option("--ready_file", ready_file,
+                 "write {\"grpc_port\":..,\"metrics_port\":..} here once serving");
+  CLI11_PARSE(app, argc, argv);
+
+  CoordinatorConfig cfg;
+  if (!config_file.empty()) {
+    if (auto s = dflash::config::LoadCoordinatorConfigFile(config_file, &cfg); !s.ok()) {
+      return Fail("config", s);
+    }
+  }
+  if (*o_listen) cfg.listen = flags.listen;
+  if (*o_metrics) cfg.metrics_listen = flags.metrics_listen;
+  if (*o_state) cfg.state_dir = flags.state_dir;
+  if (*o_timeout) cfg.worker_timeout_ms = flags.worker_timeout_ms;
+  if (*o_hb) cfg.heartbeat_interval_ms = flags.heartbeat_interval_ms;
+  if (*o_rpc) cfg.worker_rpc_timeout_ms = flags.worker_rpc_timeout_ms;
+  if (*o_level) cfg.log_level = flags.log_level;
+  if (*o_log) cfg.log_file = flags.log_file;
+  if (auto s = dflash::config::ValidateCoordinatorConfig(cfg); !s.ok()) return Fail("config", s);
+
+  dflash::SetLogProcessName("coordinator");
+  dflash::LogLevel level;
+  dflash::ParseLogLevel(cfg.log_level, &level);
+  dflash::SetLogMinLevel(level);
+  if (!dflash::SetLogFile(cfg.log_file)) {
+    return Fail("log_file", absl::UnavailableError("cannot open " + cfg.log_file));
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.state_dir, ec);
+  if (ec) return Fail("state_dir", absl::UnavailableError(cfg.state_dir + ": " + ec.message()));
+  auto store = dflash::coordinator::RunStore::Open(cfg.state_dir + "/runs.sqlite");
+  if (!store.ok()) return Fail("run store", store.status());
+  auto metrics = dflash::metrics::MetricsServer::Create("coordinator", cfg.metrics_listen);
+  if (!metrics.ok()) return Fail("metrics", metrics.status());
+
+  dflash::coordinator::GrpcWorkerControl worker_control(cfg.worker_rpc_timeout_ms);
+  dflash::coordinator::CoordinatorOptions options;
+  options.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
+  options.worker_timeout_ms = cfg.worker_timeout_ms;
+  auto coordinator = dflash::coordinator::Coordinator::Create(
+      options, *std::move(store), dflash::RealClock::Get(), &worker_control, metrics->get());
+  if (!coordinator.ok()) return Fail("recovery", coordinator.status());
+
+  dflash::coordinator::CoordinatorService user_api(coordinator->get());
+  dflash::coordinator::RegistryService registry_api(coordinator->get());
+  int port = 0;
+  auto server = dflash::StartGrpcServer(cfg.listen, {&user_api, &registry_api}, &port);
+  if (!server.ok()) return Fail("listen", server.status());
+
+  // The tick thread sweeps heartbeats and places runs. Its period bounds how late a dead worker
+  // is noticed: at most worker_timeout + tick.
+  std::mutex tick_mu;
+  std::condition_variable tick_cv;
+  bool stopping = false;
+  const auto tick = std::chrono::milliseconds(std::max<int64_t>(10, cfg.heartbeat_interval_ms / 4));
+  std::thread ticker([&] {
+    std::unique_lock<std::mutex> lock(tick_mu);
+    while (!tick_cv.wait_for(lock, tick, [&] { return stopping; })) {
+      lock.unlock();
+      (*coordinator)->Tick();
+      lock.lock();
+    }
+  });
+
+  LOG(INFO) << "serving gRPC on " << dflash::WithPort(cfg.listen, port) << ", /metrics on "
+            << dflash::WithPort(cfg.metrics_listen, (*metrics)->port()) << ", state in "
+            << cfg.state_dir;
+  if (!ready_file.empty()) {
+    nlohmann::json ready = {{"grpc_port", port},
+                            {"metrics_port", (*metrics)->port()},
+                            {"pid", static_cast<int64_t>(getpid())}};
+    if (auto s = dflash::WriteFileAtomically(ready_file, ready.dump()); !s.ok()) {
+      return Fail("ready_file", s);
+    }
+  }
+
+  int sig = dflash::WaitForTerminationSignal();
+  LOG(INFO) << "signal " << sig << ": shutting down";
+  {
+    std::lock_guard<std::mutex> lock(tick_mu);
+    stopping = true;
+  }
+  tick_cv.notify_all();
+  ticker.join();
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  LOG(INFO) << "stopped";
+  return 0;
+}

@@ -1,0 +1,265 @@
+#include "services/coordinator/run_store.h"
+
+#include <sqlite3.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/base/status.h"
+#include "services/coordinator/run_state.h"
+
+namespace dflash::coordinator {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  state INTEGER NOT NULL,
+  message TEXT NOT NULL DEFAULT '',
+  step INTEGER NOT NULL DEFAULT 0,
+  total_steps INTEGER NOT NULL DEFAULT 0,
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  worker_ids TEXT NOT NULL DEFAULT '',
+  resolved_yaml TEXT NOT NULL,
+  source_yaml TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS run_events (
+  run_id TEXT NOT NULL REFERENCES runs(run_id),
+  seq INTEGER NOT NULL,
+  unix_ms INTEGER NOT NULL,
+  from_state INTEGER NOT NULL,
+  to_state INTEGER NOT NULL,
+  message TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  PRIMARY KEY (run_id, seq)
+);
+)sql";
+
+// RAII prepared statement with bind helpers; errors carry the SQL error text.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  absl::Status status() const {
+    if (rc_ == SQLITE_OK) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+  }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  // Returns true while a row is available.
+  absl::StatusOr<bool> Step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return absl::InternalError(absl::StrCat("sqlite step: ", sqlite3_errmsg(db_)));
+  }
+  int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  std::string Text(int col) {
+    const unsigned char* t = sqlite3_column_text(stmt_, col);
+    return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+v1::RunStatus RowToRun(Stmt& s) {
+  v1::RunStatus r;
+  r.set_run_id(s.Text(0));
+  r.set_name(s.Text(1));
+  r.set_state(static_cast<v1::RunState>(s.Int(2)));
+  r.set_message(s.Text(3));
+  r.set_step(s.Int(4));
+  r.set_total_steps(s.Int(5));
+  r.set_created_unix_ms(s.Int(6));
+  r.set_updated_unix_ms(s.Int(7));
+  for (const auto& id : absl::StrSplit(s.Text(8), ',', absl::SkipEmpty())) {
+    r.add_worker_ids(std::string(id));
+  }
+  r.set_resolved_config_yaml(s.Text(9));
+  return r;
+}
+
+constexpr const char* kRunColumns =
+    "run_id, name, state, message, step, total_steps, created_ms, updated_ms, worker_ids, "
+    "resolved_yaml";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("cannot open run store ", path, ": ", msg));
+  }
+  std::unique_ptr<RunStore> store(new RunStore(db));
+  sqlite3_busy_timeout(db, 5000);
+  if (path != ":memory:") RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL;"));
+  // FULL: a committed transition survives power loss, not only a process crash.
+  RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL;"));
+  RETURN_IF_ERROR(store->Exec(kSchema));
+  return store;
+}
+
+RunStore::~RunStore() { sqlite3_close(db_); }
+
+absl::Status RunStore::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("sqlite: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunStore::CreateRun(const v1::RunStatus& run, const std::string& source_yaml,
+                                 int64_t now_ms) {
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  auto body = [&]() -> absl::Status {
+    Stmt ins(db_,
+             "INSERT INTO runs (run_id, name, state, message, created_ms, updated_ms, "
+             "resolved_yaml, source_yaml) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7)");
+    RETURN_IF_ERROR(ins.status());
+    ins.Bind(1, run.run_id()).Bind(2, run.name()).Bind(3, int64_t{v1::RUN_STATE_QUEUED});
+    ins.Bind(4, run.message()).Bind(5, now_ms).Bind(6, run.resolved_config_yaml());
+    ins.Bind(7, source_yaml);
+    RETURN_IF_ERROR(ins.Step().status());
+    Stmt ev(db_,
+            "INSERT INTO run_events (run_id, seq, unix_ms, from_state, to_state, message, step) "
+            "VALUES (?1, 1, ?2, ?3, ?4, ?5, 0)");
+    RETURN_IF_ERROR(ev.status());
+    ev.Bind(1, run.run_id()).Bind(2, now_ms).Bind(3, int64_t{v1::RUN_STATE_UNSPECIFIED});
+    ev.Bind(4, int64_t{v1::RUN_STATE_QUEUED}).Bind(5, run.message());
+    return ev.Step().status();
+  };
+  absl::Status s = body();
+  if (!s.ok()) {
+    Exec("ROLLBACK;").IgnoreError();
+    return s;
+  }
+  return Exec("COMMIT;");
+}
+
+absl::StatusOr<v1::RunEvent> RunStore::Transition(const std::string& run_id, v1::RunState from,
+                                                  v1::RunState to, const std::string& message,
+                                                  int64_t now_ms) {
+  if (!IsAllowedTransition(from, to)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run ", run_id, ": transition ", StateName(from), " -> ", StateName(to), " not allowed"));
+  }
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  v1::RunEvent event;
+  auto body = [&]() -> absl::Status {
+    Stmt cur(db_,
+             "SELECT state, step, (SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = "
+             "?1) FROM runs WHERE run_id = ?1");
+    RETURN_IF_ERROR(cur.status());
+    cur.Bind(1, run_id);
+    ASSIGN_OR_RETURN(bool found, cur.Step());
+    if (!found) return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
+    auto state = static_cast<v1::RunState>(cur.Int(0));
+    if (state != from) {
+      return absl::FailedPreconditionError(absl::StrCat("run ", run_id, " is ", StateName(state),
+                                                        ", not ", StateName(from)));
+    }
+    event.set_seq(cur.Int(2) + 1);
+    event.set_run_id(run_id);
+    event.set_unix_ms(now_ms);
+    event.set_from_state(from);
+    event.set_to_state(to);
+    event.set_message(message);
+    event.set_step(cur.Int(1));
+    Stmt up(db_, "UPDATE runs SET state = ?2, message = ?3, updated_ms = ?4 WHERE run_id = ?1");
+    RETURN_IF_ERROR(up.status());
+    up.Bind(1, run_id).Bind(2, int64_t{to}).Bind(3, message).Bind(4, now_ms);
+    RETURN_IF_ERROR(up.Step().status());
+    Stmt ev(db_,
+            "INSERT INTO run_events (run_id, seq, unix_ms, from_state, to_state, message, step) "
+            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+    RETURN_IF_ERROR(ev.status());
+    ev.Bind(1, run_id).Bind(2, event.seq()).Bind(3, now_ms).Bind(4, int64_t{from});
+    ev.Bind(5, int64_t{to}).Bind(6, message).Bind(7, event.step());
+    return ev.Step().status();
+  };
+  absl::Status s = body();
+  if (!s.ok()) {
+    Exec("ROLLBACK;").IgnoreError();
+    return s;
+  }
+  RETURN_IF_ERROR(Exec("COMMIT;"));
+  return event;
+}
+
+absl::Status RunStore::SetWorkers(const std::string& run_id,
+                                  const std::vector<std::string>& worker_ids, int64_t now_ms) {
+  Stmt up(db_, "UPDATE runs SET worker_ids = ?2, updated_ms = ?3 WHERE run_id = ?1");
+  RETURN_IF_ERROR(up.status());
+  up.Bind(1, run_id).Bind(2, absl::StrJoin(worker_ids, ",")).Bind(3, now_ms);
+  RETURN_IF_ERROR(up.Step().status());
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RunStatus> RunStore::GetRun(const std::string& run_id) {
+  Stmt s(db_, absl::StrCat("SELECT ", kRunColumns, " FROM runs WHERE run_id = ?1").c_str());
+  RETURN_IF_ERROR(s.status());
+  s.Bind(1, run_id);
+  ASSIGN_OR_RETURN(bool found, s.Step());
+  if (!found) return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
+  return RowToRun(s);
+}
+
+absl::StatusOr<std::vector<v1::RunStatus>> RunStore::ListRuns() {
+  Stmt s(db_, absl::StrCat("SELECT ", kRunColumns, " FROM runs ORDER BY created_ms, run_id").c_str());
+  RETURN_IF_ERROR(s.status());
+  std::vector<v1::RunStatus> runs;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    runs.push_back(RowToRun(s));
+  }
+  return runs;
+}
+
+absl::StatusOr<std::vector<v1::RunEvent>> RunStore::EventsAfter(const std::string& run_id,
+                                                                int64_t after_seq) {
+  Stmt s(db_,
+         "SELECT seq, unix_ms, from_state, to_state, message, step FROM run_events "
+         "WHERE run_id = ?1 AND seq > ?2 ORDER BY seq");
+  RETURN_IF_ERROR(s.status());
+  s.Bind(1, run_id).Bind(2, after_seq);
+  std::vector<v1::RunEvent> events;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    v1::RunEvent e;
+    e.set_seq(s.Int(0));
+    e.set_run_id(run_id);
+    e.set_unix_ms(s.Int(1));
+    e.set_from_state(static_cast<v1::RunState>(s.Int(2)));
+    e.set_to_state(static_cast<v1::RunState>(s.Int(3)));
+    e.set_message(s.Text(4));
+    e.set_step(s.Int(5));
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+}  // namespace dflash::coordinator

@@ -1,0 +1,50 @@
+// Durable run state in SQLite (WAL): the runs table and an append-only log of every transition.
+// A transition is one transaction that checks the expected current state, so two writers can never
+// both move a run out of the same state.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dflash/v1/common.pb.h"
+
+struct sqlite3;
+
+namespace dflash::coordinator {
+
+class RunStore {
+ public:
+  // Opens (creating if needed) the database file; ":memory:" for tests.
+  static absl::StatusOr<std::unique_ptr<RunStore>> Open(const std::string& path);
+  ~RunStore();
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+
+  // Inserts a new run in state QUEUED and its first event. run.run_id must be unique.
+  absl::Status CreateRun(const v1::RunStatus& run, const std::string& source_yaml, int64_t now_ms);
+
+  // Moves the run from `from` to `to`, recording `message`; fails with FAILED_PRECONDITION when the
+  // run is not in `from` or the transition is not allowed. Returns the event written.
+  absl::StatusOr<v1::RunEvent> Transition(const std::string& run_id, v1::RunState from,
+                                          v1::RunState to, const std::string& message,
+                                          int64_t now_ms);
+
+  absl::Status SetWorkers(const std::string& run_id, const std::vector<std::string>& worker_ids,
+                          int64_t now_ms);
+
+  absl::StatusOr<v1::RunStatus> GetRun(const std::string& run_id);
+  // All runs, oldest first.
+  absl::StatusOr<std::vector<v1::RunStatus>> ListRuns();
+  // Events of a run with seq > after_seq, in order.
+  absl::StatusOr<std::vector<v1::RunEvent>> EventsAfter(const std::string& run_id,
+                                                        int64_t after_seq);
+
+ private:
+  explicit RunStore(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const std::string& sql);
+  sqlite3* db_;
+};
+
+}  // namespace dflash::coordinator

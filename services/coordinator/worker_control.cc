@@ -1,0 +1,76 @@
+#include "services/coordinator/worker_control.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/rpc/grpc_status.h"
+#include "dflash/v1/worker.grpc.pb.h"
+
+namespace dflash::coordinator {
+
+struct GrpcWorkerControl::Stubs {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::TargetWorker::Stub> target;
+  std::unique_ptr<v1::DrafterWorker::Stub> drafter;
+};
+
+GrpcWorkerControl::GrpcWorkerControl(int64_t rpc_timeout_ms) : rpc_timeout_ms_(rpc_timeout_ms) {}
+GrpcWorkerControl::~GrpcWorkerControl() = default;
+
+GrpcWorkerControl::Stubs* GrpcWorkerControl::GetStubs(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = stubs_[address];
+  if (!slot) {
+    slot = std::make_unique<Stubs>();
+    slot->channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    slot->target = v1::TargetWorker::NewStub(slot->channel);
+    slot->drafter = v1::DrafterWorker::NewStub(slot->channel);
+  }
+  return slot.get();
+}
+
+namespace {
+
+void SetDeadline(grpc::ClientContext* ctx, int64_t timeout_ms) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+}
+
+absl::Status Annotated(const grpc::Status& s, const v1::WorkerInfo& w, const char* rpc) {
+  return Annotate(FromGrpcStatus(s),
+                  absl::StrCat(rpc, " on worker ", w.worker_id(), " (", w.name(), ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::PrepareRunResponse> GrpcWorkerControl::PrepareRun(
+    const v1::WorkerInfo& worker, const v1::PrepareRunRequest& req) {
+  Stubs* stubs = GetStubs(worker.control_address());
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, rpc_timeout_ms_);
+  v1::PrepareRunResponse resp;
+  grpc::Status s = worker.role() == v1::WORKER_ROLE_TARGET
+                       ? stubs->target->PrepareRun(&ctx, req, &resp)
+                       : stubs->drafter->PrepareRun(&ctx, req, &resp);
+  if (!s.ok()) return Annotated(s, worker, "PrepareRun");
+  return resp;
+}
+
+absl::Status GrpcWorkerControl::ReleaseRun(const v1::WorkerInfo& worker,
+                                           const std::string& run_id) {
+  Stubs* stubs = GetStubs(worker.control_address());
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, rpc_timeout_ms_);
+  v1::ReleaseRunRequest req;
+  req.set_run_id(run_id);
+  v1::ReleaseRunResponse resp;
+  grpc::Status s = worker.role() == v1::WORKER_ROLE_TARGET
+                       ? stubs->target->ReleaseRun(&ctx, req, &resp)
+                       : stubs->drafter->ReleaseRun(&ctx, req, &resp);
+  if (!s.ok()) return Annotated(s, worker, "ReleaseRun");
+  return absl::OkStatus();
+}
+
+}  // namespace dflash::coordinator

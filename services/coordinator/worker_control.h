@@ -1,0 +1,42 @@
+// How the coordinator talks to a worker's control service. An interface so that the coordinator's
+// logic is tested with a fake (tests/unit/fake_worker_control.h) and run with gRPC.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dflash/v1/common.pb.h"
+#include "dflash/v1/worker.pb.h"
+
+namespace dflash::coordinator {
+
+class WorkerControl {
+ public:
+  virtual ~WorkerControl() = default;
+  virtual absl::StatusOr<v1::PrepareRunResponse> PrepareRun(const v1::WorkerInfo& worker,
+                                                            const v1::PrepareRunRequest& req) = 0;
+  virtual absl::Status ReleaseRun(const v1::WorkerInfo& worker, const std::string& run_id) = 0;
+};
+
+// gRPC implementation; one channel per worker address, every call with a deadline.
+class GrpcWorkerControl : public WorkerControl {
+ public:
+  explicit GrpcWorkerControl(int64_t rpc_timeout_ms);
+  ~GrpcWorkerControl() override;
+  absl::StatusOr<v1::PrepareRunResponse> PrepareRun(const v1::WorkerInfo& worker,
+                                                    const v1::PrepareRunRequest& req) override;
+  absl::Status ReleaseRun(const v1::WorkerInfo& worker, const std::string& run_id) override;
+
+ private:
+  struct Stubs;
+  Stubs* GetStubs(const std::string& address);
+
+  int64_t rpc_timeout_ms_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Stubs>> stubs_;
+};
+
+}  // namespace dflash::coordinator

@@ -1,0 +1,49 @@
+// Workers known to the coordinator. Not thread-safe: the Coordinator serializes access.
+// Registrations live in memory only: after a coordinator restart, a worker's next heartbeat gets
+// NOT_FOUND and the worker registers again.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/clock.h"
+#include "dflash/v1/common.pb.h"
+
+namespace dflash::coordinator {
+
+class WorkerRegistry {
+ public:
+  WorkerRegistry(const Clock* clock, int64_t timeout_ms) : clock_(clock), timeout_ms_(timeout_ms) {}
+
+  // Registers a worker. A worker that registers again under the same name (it restarted) keeps
+  // its id; its old assignment is dropped, since the new process holds no run state.
+  absl::StatusOr<std::string> Register(const v1::WorkerInfo& info);
+
+  // Records a heartbeat; NOT_FOUND for an unknown id. A down worker that heartbeats is up again.
+  absl::Status Heartbeat(const std::string& worker_id, const v1::DeviceInfo& device);
+
+  // Marks every worker silent for longer than the timeout as down; returns those that just went
+  // down (each reported once).
+  std::vector<v1::WorkerInfo> Sweep();
+
+  // Idle (no run) and up workers of a role, in registration order.
+  std::vector<v1::WorkerInfo> IdleWorkers(v1::WorkerRole role) const;
+  absl::Status Assign(const std::string& worker_id, const std::string& run_id);
+  // Clears the assignment of every worker holding run_id.
+  void ReleaseRun(const std::string& run_id);
+
+  absl::StatusOr<v1::WorkerInfo> Get(const std::string& worker_id) const;
+  std::vector<v1::WorkerInfo> List() const;
+  int64_t timeout_ms() const { return timeout_ms_; }
+
+ private:
+  const Clock* clock_;
+  int64_t timeout_ms_;
+  int64_t next_id_ = 1;
+  std::map<std::string, v1::WorkerInfo> workers_;  // by worker_id
+  std::vector<std::string> order_;                 // registration order
+};
+
+}  // namespace dflash::coordinator

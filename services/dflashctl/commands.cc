@@ -1,0 +1,206 @@
+#include "services/dflashctl/commands.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/config/run_spec.h"
+#include "services/coordinator/run_state.h"
+#include "services/dflashctl/output.h"
+
+namespace dflash::ctl {
+namespace {
+
+namespace fs = std::filesystem;
+
+void SetDeadline(grpc::ClientContext* ctx, int64_t ms) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+}  // namespace
+
+Commands::Commands(GlobalOptions opts) : opts_(std::move(opts)) {
+  stub_ = v1::Coordinator::NewStub(
+      grpc::CreateChannel(opts_.coordinator, grpc::InsecureChannelCredentials()));
+}
+
+int Commands::RpcError(const grpc::Status& s, const std::string& what) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      std::cerr << "dflashctl: cannot reach coordinator at " << opts_.coordinator << " (" << what
+                << "): " << s.error_message()
+                << "\n  start it, or point --coordinator / DFLASH_COORDINATOR at it\n";
+      return kUnreachable;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      std::cerr << "dflashctl: " << what << " rejected:\n" << s.error_message() << "\n";
+      return kInvalidConfig;
+    default:
+      std::cerr << "dflashctl: " << what << ": " << s.error_message() << "\n";
+      return kError;
+  }
+}
+
+int Commands::Submit(const std::string& path, bool detach, bool dry_run) {
+  std::string text;
+  if (!ReadFile(path, &text)) {
+    std::cerr << "dflashctl: cannot read " << path << "\n";
+    return kInvalidConfig;
+  }
+  // Validate locally first: the user sees every problem before anything is sent.
+  config::RunSpecOptions opts;
+  opts.base_dir = fs::absolute(path).parent_path().string();
+  auto spec = config::ParseRunSpec(text, path, opts);
+  if (!spec.ok()) {
+    std::cerr << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
+    return kInvalidConfig;
+  }
+  const std::string resolved = config::EmitRunSpec(*spec);
+  if (!opts_.json) std::cout << "# resolved config of " << path << "\n" << resolved << std::flush;
+
+  v1::SubmitRunRequest req;
+  req.set_run_yaml(resolved);
+  req.set_source_name(path);
+  req.set_dry_run(dry_run);
+  v1::SubmitRunResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, opts_.timeout_ms);
+  grpc::Status s = stub_->SubmitRun(&ctx, req, &resp);
+  if (!s.ok()) return RpcError(s, "submit");
+  if (dry_run) {
+    if (opts_.json) std::cout << ToJson(resp.run()) << "\n";
+    else std::cout << "# dry run: the coordinator accepted the config; nothing was queued\n";
+    return kOk;
+  }
+  if (!opts_.json) std::cout << "submitted run " << resp.run().run_id() << "\n" << std::flush;
+  if (detach) {
+    if (opts_.json) std::cout << ToJson(resp.run()) << "\n";
+    return kOk;
+  }
+  return Follow(resp.run().run_id());
+}
+
+int Commands::Follow(const std::string& run_id) {
+  // Watches until the run ends; a dropped stream is resumed from the last event seen.
+  int64_t after = 0;
+  int attempts = 0;
+  while (true) {
+    grpc::ClientContext ctx;
+    v1::WatchRunRequest req;
+    req.set_run_id(run_id);
+    req.set_after_seq(after);
+    auto reader = stub_->WatchRun(&ctx, req);
+    v1::RunEvent e;
+    while (reader->Read(&e)) {
+      after = e.seq();
+      attempts = 0;
+      if (opts_.json) std::cout << ToJson(e) << "\n" << std::flush;
+      else std::cout << EventLine(e) << "\n" << std::flush;
+    }
+    grpc::Status s = reader->Finish();
+    if (s.ok()) break;
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || ++attempts > 5) {
+      return RpcError(s, "watch");
+    }
+    std::cerr << "dflashctl: lost the coordinator; reconnecting (" << attempts << "/5)\n";
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // back off before reconnecting
+  }
+  v1::GetRunRequest req;
+  req.set_run_id(run_id);
+  v1::GetRunResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, opts_.timeout_ms);
+  grpc::Status s = stub_->GetRun(&ctx, req, &resp);
+  if (!s.ok()) return RpcError(s, "status");
+  if (!opts_.json) {
+    std::cout << "run " << run_id << " ended: " << coordinator::StateName(resp.run().state())
+              << "\n";
+  }
+  return resp.run().state() == v1::RUN_STATE_DONE ? kOk : kRunFailed;
+}
+
+int Commands::Status(const std::string& run_id) {
+  v1::GetRunRequest req;
+  req.set_run_id(run_id);
+  v1::GetRunResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, opts_.timeout_ms);
+  grpc::Status s = stub_->GetRun(&ctx, req, &resp);
+  if (!s.ok()) return RpcError(s, "status " + run_id);
+  std::cout << (opts_.json ? ToJson(resp.run()) + "\n" : RunDetails(resp.run()));
+  return kOk;
+}
+
+int Commands::List() {
+  v1::ListRunsResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, opts_.timeout_ms);
+  grpc::Status s = stub_->ListRuns(&ctx, v1::ListRunsRequest(), &resp);
+  if (!s.ok()) return RpcError(s, "list");
+  if (opts_.json) {
+    std::cout << ToJson(resp) << "\n";
+  } else {
+    std::cout << RunsTable({resp.runs().begin(), resp.runs().end()});
+  }
+  return kOk;
+}
+
+int Commands::Cancel(const std::string& run_id) {
+  v1::CancelRunRequest req;
+  req.set_run_id(run_id);
+  v1::CancelRunResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, opts_.timeout_ms);
+  grpc::Status s = stub_->CancelRun(&ctx, req, &resp);
+  if (!s.ok()) return RpcError(s, "cancel " + run_id);
+  std::cout << (opts_.json ? ToJson(resp.run()) + "\n"
+                           : absl::StrCat("run ", run_id, " cancelled\n"));
+  return kOk;
+}
+
+int Commands::Workers() {
+  v1::ListWorkersResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, opts_.timeout_ms);
+  grpc::Status s = stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
+  if (!s.ok()) return RpcError(s, "workers");
+  if (opts_.json) {
+    std::cout << ToJson(resp) << "\n";
+  } else {
+    std::cout << WorkersTable({resp.workers().begin(), resp.workers().end()});
+  }
+  return kOk;
+}
+
+int Commands::Plan(const std::string& path) {
+  std::string text;
+  if (!ReadFile(path, &text)) {
+    std::cerr << "dflashctl: cannot read " << path << "\n";
+    return kInvalidConfig;
+  }
+  v1::PlanRunRequest req;
+  req.set_run_yaml(text);
+  v1::PlanRunResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, opts_.timeout_ms);
+  grpc::Status s = stub_->PlanRun(&ctx, req, &resp);
+  if (!s.ok()) return RpcError(s, "plan");
+  std::cout << resp.table();
+  return kOk;
+}
+
+}  // namespace dflash::ctl

@@ -1,0 +1,46 @@
+// dflashctl subcommands. Each returns a process exit code (see ExitCode).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dflash/v1/coordinator.grpc.pb.h"
+
+namespace dflash::ctl {
+
+// Distinct exit codes so scripts can tell failures apart (documented in docs/cli.md).
+enum ExitCode : int {
+  kOk = 0,
+  kError = 1,              // any other error (run not found, server-side failure)
+  kUsage = 2,              // bad command line
+  kInvalidConfig = 3,      // run.yaml rejected (locally or by the coordinator)
+  kUnreachable = 4,        // coordinator cannot be reached
+  kRunFailed = 5,          // a followed run ended failed or cancelled
+};
+
+struct GlobalOptions {
+  std::string coordinator;  // host:port
+  bool json = false;        // --output json
+  int64_t timeout_ms = 10000;
+};
+
+class Commands {
+ public:
+  explicit Commands(GlobalOptions opts);
+  int Submit(const std::string& path, bool detach, bool dry_run);
+  int Status(const std::string& run_id);
+  int List();
+  int Cancel(const std::string& run_id);
+  int Workers();
+  int Plan(const std::string& path);
+
+ private:
+  int Follow(const std::string& run_id);
+  // Maps an RPC failure to an exit code and prints it.
+  int RpcError(const grpc::Status& s, const std::string& what);
+
+  GlobalOptions opts_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+}  // namespace dflash::ctl

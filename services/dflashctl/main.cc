@@ -1,0 +1,55 @@
+// dflashctl: the user's command line for the dflash coordinator. See docs/cli.md.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "services/dflashctl/commands.h"
+
+int main(int argc, char** argv) {
+  using dflash::ctl::ExitCode;
+  CLI::App app{"dflashctl: submit and watch DFlash drafter training runs"};
+  app.require_subcommand(1);
+  dflash::ctl::GlobalOptions g;
+  const char* env = std::getenv("DFLASH_COORDINATOR");
+  g.coordinator = env && *env ? env : "127.0.0.1:7070";
+  std::string output = "table";
+  app.add_option("--coordinator", g.coordinator,
+                 "coordinator host:port (env DFLASH_COORDINATOR, default 127.0.0.1:7070)");
+  app.add_option("-o,--output", output, "table|json")->check(CLI::IsMember({"table", "json"}));
+  app.add_option("--timeout_ms", g.timeout_ms, "deadline of each request");
+
+  std::string path, run_id;
+  bool detach = false, dry_run = false;
+  auto* submit = app.add_subcommand("submit", "validate run.yaml, submit it and follow the run");
+  submit->add_option("run_yaml", path, "path to run.yaml")->required();
+  submit->add_flag("--detach", detach, "return once queued instead of following");
+  submit->add_flag("--dry_run", dry_run, "validate and resolve on the coordinator; queue nothing");
+  auto* status = app.add_subcommand("status", "show one run with its resolved config");
+  status->add_option("run_id", run_id, "run id")->required();
+  auto* list = app.add_subcommand("list", "list runs");
+  auto* cancel = app.add_subcommand("cancel", "cancel a run");
+  cancel->add_option("run_id", run_id, "run id")->required();
+  auto* workers = app.add_subcommand("workers", "list registered workers");
+  auto* plan = app.add_subcommand("plan", "predicted memory per worker (not built yet)");
+  plan->add_option("run_yaml", path, "path to run.yaml")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return ExitCode::kUsage;
+  }
+  g.json = output == "json";
+  dflash::ctl::Commands cmd(g);
+  if (*submit) return cmd.Submit(path, detach, dry_run);
+  if (*status) return cmd.Status(run_id);
+  if (*list) return cmd.List();
+  if (*cancel) return cmd.Cancel(run_id);
+  if (*workers) return cmd.Workers();
+  if (*plan) return cmd.Plan(path);
+  return ExitCode::kUsage;
+}

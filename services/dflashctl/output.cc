@@ -1,0 +1,128 @@
+#include "services/dflashctl/output.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <ctime>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/coordinator/run_state.h"
+
+namespace dflash::ctl {
+namespace {
+
+std::string Time(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm;
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Left-aligned columns sized to their widest cell.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string Role(v1::WorkerRole r) {
+  return r == v1::WORKER_ROLE_TARGET ? "target" : r == v1::WORKER_ROLE_DRAFTER ? "drafter" : "?";
+}
+
+}  // namespace
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+std::string RunsTable(const std::vector<v1::RunStatus>& runs) {
+  std::vector<std::vector<std::string>> rows = {{"RUN", "NAME", "STATE", "STEP", "CREATED", "MESSAGE"}};
+  for (const auto& r : runs) {
+    std::string msg = r.message();
+    if (msg.size() > 60) msg = msg.substr(0, 57) + "...";
+    rows.push_back({r.run_id(), r.name(), coordinator::StateName(r.state()),
+                    r.total_steps() > 0 ? absl::StrCat(r.step(), "/", r.total_steps())
+                                        : absl::StrCat(r.step()),
+                    Time(r.created_unix_ms()), msg});
+  }
+  return Table(rows);
+}
+
+std::string RunDetails(const v1::RunStatus& r) {
+  std::ostringstream out;
+  out << "run:      " << r.run_id() << "\n"
+      << "name:     " << r.name() << "\n"
+      << "state:    " << coordinator::StateName(r.state()) << "\n"
+      << "message:  " << r.message() << "\n"
+      << "step:     " << r.step() << (r.total_steps() ? absl::StrCat("/", r.total_steps()) : "")
+      << "\n"
+      << "created:  " << Time(r.created_unix_ms()) << "\n"
+      << "updated:  " << Time(r.updated_unix_ms()) << "\n"
+      << "workers:  ";
+  for (int i = 0; i < r.worker_ids_size(); ++i) out << (i ? ", " : "") << r.worker_ids(i);
+  out << (r.worker_ids_size() ? "" : "-") << "\n";
+  out << "resolved config:\n";
+  std::istringstream cfg(r.resolved_config_yaml());
+  for (std::string line; std::getline(cfg, line);) out << "  " << line << "\n";
+  return out.str();
+}
+
+std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "NAME", "ROLE", "HEALTH", "DEVICE", "MEMORY FREE/TOTAL", "RUN", "ADDRESS", "LAST HEARTBEAT"}};
+  for (const auto& w : workers) {
+    const auto& d = w.device();
+    std::string device = d.kind() == "cuda" ? absl::StrCat("cuda:", d.index(), " ", d.name()) : d.kind();
+    rows.push_back({w.worker_id(), w.name(), Role(w.role()),
+                    w.health() == v1::WORKER_HEALTH_UP ? "up" : "down", device,
+                    absl::StrCat(FormatBytes(d.free_bytes()), " / ", FormatBytes(d.total_bytes())),
+                    w.run_id().empty() ? "-" : w.run_id(), w.control_address(),
+                    Time(w.last_heartbeat_unix_ms())});
+  }
+  return Table(rows);
+}
+
+std::string EventLine(const v1::RunEvent& e) {
+  std::string from = e.from_state() == v1::RUN_STATE_UNSPECIFIED
+                         ? std::string("submitted")
+                         : coordinator::StateName(e.from_state());
+  return absl::StrCat("[", Time(e.unix_ms()), "] ", from, " -> ",
+                      coordinator::StateName(e.to_state()),
+                      e.message().empty() ? "" : absl::StrCat(": ", e.message()));
+}
+
+}  // namespace dflash::ctl

@@ -1,0 +1,213 @@
+#include "services/worker_common/worker_core.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/device/device_probe.h"
+#include "common/rpc/grpc_status.h"
+
+namespace dflash::worker {
+namespace {
+
+std::string RoleLabel(const v1::WorkerInfo& w) {
+  return w.role() == v1::WORKER_ROLE_TARGET ? "target" : "drafter";
+}
+
+}  // namespace
+
+WorkerCore::WorkerCore(v1::WorkerInfo self, SettingsEcho echo, metrics::MetricsServer* metrics)
+    : self_(std::move(self)), echo_(std::move(echo)), metrics_(metrics) {}
+
+absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareRunRequest& req) {
+  if (req.run_id().empty()) return absl::InvalidArgumentError("run_id: must not be empty");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!run_id_.empty() && run_id_ != req.run_id()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", self_.name(), " already holds run ", run_id_));
+    }
+  }
+  // The worker parses the resolved config itself: paths must exist where the worker runs.
+  auto spec = config::ParseRunSpec(req.resolved_config_yaml(), absl::StrCat("run ", req.run_id()),
+                                   config::RunSpecOptions{"", /*check_paths=*/true});
+  if (!spec.ok()) return spec.status();
+  v1::PrepareRunResponse resp;
+  for (const auto& [k, v] : echo_(*spec)) (*resp.mutable_applied())[k] = v;
+  std::lock_guard<std::mutex> lock(mu_);
+  run_id_ = req.run_id();
+  step_ = 0;
+  LOG_RUN(INFO, run_id_, -1) << "prepared (peer " << req.peer_worker_id() << "), applying "
+                             << resp.applied_size() << " settings";
+  return resp;
+}
+
+absl::Status WorkerCore::ReleaseRun(const std::string& run_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (run_id_ == run_id && !run_id.empty()) {
+    LOG_RUN(INFO, run_id_, step_) << "released";
+    run_id_.clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RunStepResponse> WorkerCore::RunStep(const v1::RunStepRequest& req) {
+  return absl::UnimplementedError("RunStep: the training step pipeline is not built yet");
+}
+
+v1::WorkerStatusResponse WorkerCore::Status() {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::WorkerStatusResponse resp;
+  *resp.mutable_worker() = self_;
+  resp.set_run_id(run_id_);
+  resp.set_step(step_);
+  return resp;
+}
+
+void WorkerCore::ReconcileAssignment(const std::string& assigned_run_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!run_id_.empty() && run_id_ != assigned_run_id) {
+    LOG_RUN(WARNING, run_id_, step_) << "coordinator no longer assigns this run to me "
+                                     << "(assigned: '" << assigned_run_id << "'); dropping it";
+    run_id_.clear();
+  }
+}
+
+void WorkerCore::SetWorkerId(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  self_.set_worker_id(id);
+}
+
+void WorkerCore::SetControlAddress(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  self_.set_control_address(address);
+}
+
+v1::WorkerInfo WorkerCore::Info() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return self_;
+}
+
+v1::DeviceInfo WorkerCore::ReadDevice() {
+  v1::DeviceInfo d;
+  int gpu;
+  std::string name, role;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gpu = self_.device().index();
+    d = self_.device();
+    name = self_.name();
+    role = RoleLabel(self_);
+  }
+  auto probe = device::Probe(gpu);
+  if (probe.ok()) {
+    d.set_total_bytes(probe->total_bytes);
+    d.set_free_bytes(probe->free_bytes);
+  }
+  if (metrics_) {
+    const std::string gpu_label = gpu < 0 ? "cpu" : std::to_string(gpu);
+    prometheus::Labels l = {{"worker", name}, {"role", role}, {"gpu", gpu_label}};
+    metrics_->Gauge("dflash_worker_gpu_memory_total_bytes").Add(l).Set(d.total_bytes());
+    metrics_->Gauge("dflash_worker_gpu_memory_used_bytes").Add(l).Set(d.total_bytes() - d.free_bytes());
+    const auto alloc = device::TorchAllocatorStats(gpu);
+    metrics_->Gauge("dflash_worker_gpu_memory_allocated_bytes").Add(l).Set(alloc.allocated_bytes);
+    metrics_->Gauge("dflash_worker_gpu_memory_reserved_bytes").Add(l).Set(alloc.reserved_bytes);
+    metrics_->Gauge("dflash_worker_gpu_memory_peak_bytes").Add(l).Set(alloc.peak_allocated_bytes);
+    prometheus::Labels wl = {{"worker", name}, {"role", role}};
+    metrics_->Gauge("dflash_worker_host_rss_bytes").Add(wl).Set(device::HostRssBytes());
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_->Gauge("dflash_worker_step").Add({{"worker", name}, {"role", role}, {"run", run_id_}})
+        .Set(static_cast<double>(step_));
+  }
+  return d;
+}
+
+CoordinatorLink::CoordinatorLink(const std::string& coordinator_address, WorkerCore* core,
+                                 metrics::MetricsServer* metrics)
+    : address_(coordinator_address), core_(core), metrics_(metrics) {
+  stub_ = v1::Registry::NewStub(
+      grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()));
+}
+
+CoordinatorLink::~CoordinatorLink() { Stop(); }
+
+void CoordinatorLink::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void CoordinatorLink::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool CoordinatorLink::WaitMs(int64_t ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return !cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return stopping_; });
+}
+
+bool CoordinatorLink::RegisterOnce() {
+  v1::RegisterRequest req;
+  *req.mutable_worker() = core_->Info();
+  *req.mutable_worker()->mutable_device() = core_->ReadDevice();
+  v1::RegisterResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Status s = stub_->Register(&ctx, req, &resp);
+  if (!s.ok()) {
+    LOG(WARNING) << "register with coordinator " << address_ << " failed: " << s.error_message();
+    return false;
+  }
+  worker_id_ = resp.worker_id();
+  interval_ms_ = std::max<int64_t>(10, resp.heartbeat_interval_ms());
+  core_->SetWorkerId(worker_id_);
+  LOG(INFO) << "registered with coordinator " << address_ << " as " << worker_id_
+            << " (heartbeat every " << interval_ms_ << " ms)";
+  return true;
+}
+
+void CoordinatorLink::Loop() {
+  const std::string name = core_->Info().name();
+  const std::string role = RoleLabel(core_->Info());
+  auto& registered = metrics_->Gauge("dflash_worker_registered").Add({{"worker", name}, {"role", role}});
+  auto& beats = metrics_->Counter("dflash_worker_heartbeats_total").Add({{"worker", name}, {"role", role}});
+  auto& failures =
+      metrics_->Counter("dflash_worker_heartbeat_failures_total").Add({{"worker", name}, {"role", role}});
+  int64_t backoff_ms = 100;
+  while (true) {
+    if (worker_id_.empty()) {
+      registered.Set(0);
+      if (!RegisterOnce()) {
+        if (!WaitMs(backoff_ms)) return;
+        backoff_ms = std::min<int64_t>(backoff_ms * 2, 5000);
+        continue;
+      }
+      backoff_ms = 100;
+      registered.Set(1);
+    }
+    if (!WaitMs(interval_ms_)) return;
+    v1::HeartbeatRequest req;
+    req.set_worker_id(worker_id_);
+    *req.mutable_device() = core_->ReadDevice();
+    req.set_run_id(core_->Status().run_id());
+    v1::HeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(interval_ms_ * 2));
+    grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+    if (s.ok()) {
+      beats.Increment();
+      core_->ReconcileAssignment(resp.assigned_run_id());
+    } else {
+      failures.Increment();
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+        LOG(WARNING) << "coordinator does not know " << worker_id_ << " (restarted?); registering again";
+        worker_id_.clear();
+      } else {
+        LOG(WARNING) << "heartbeat failed: " << s.error_message();
+      }
+    }
+  }
+}
+
+}  // namespace dflash::worker

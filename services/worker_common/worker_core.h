@@ -1,0 +1,81 @@
+// State and control logic shared by target and drafter workers: the run a worker holds, the
+// settings it applies, and the registration/heartbeat loop with the coordinator.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "common/config/run_spec.h"
+#include "common/metrics/catalogue.h"
+#include "dflash/v1/registry.grpc.pb.h"
+#include "dflash/v1/worker.pb.h"
+
+namespace dflash::worker {
+
+// Role-specific part: which resolved settings this role applies, as "field.path" -> value.
+using SettingsEcho = std::function<std::map<std::string, std::string>(const config::RunSpec&)>;
+
+class WorkerCore {
+ public:
+  WorkerCore(v1::WorkerInfo self, SettingsEcho echo, metrics::MetricsServer* metrics);
+
+  // Control RPCs (called by the gRPC adapter).
+  absl::StatusOr<v1::PrepareRunResponse> PrepareRun(const v1::PrepareRunRequest& req);
+  absl::Status ReleaseRun(const std::string& run_id);
+  absl::StatusOr<v1::RunStepResponse> RunStep(const v1::RunStepRequest& req);
+  v1::WorkerStatusResponse Status();
+
+  // Coordinator says which run this worker holds (heartbeat reply); drops any other.
+  void ReconcileAssignment(const std::string& assigned_run_id);
+
+  void SetWorkerId(const std::string& id);
+  void SetControlAddress(const std::string& address);
+  v1::WorkerInfo Info();
+  // Fresh device reading, also pushed to the metrics.
+  v1::DeviceInfo ReadDevice();
+
+ private:
+  std::mutex mu_;
+  v1::WorkerInfo self_;
+  SettingsEcho echo_;
+  metrics::MetricsServer* metrics_;
+  std::string run_id_;
+  int64_t step_ = 0;
+};
+
+// Registers with the coordinator (retrying with backoff until it answers) and heartbeats every
+// interval on its own thread; re-registers when the coordinator forgot it (restart).
+class CoordinatorLink {
+ public:
+  CoordinatorLink(const std::string& coordinator_address, WorkerCore* core,
+                  metrics::MetricsServer* metrics);
+  ~CoordinatorLink();
+  void Start();
+  void Stop();
+
+ private:
+  void Loop();
+  bool RegisterOnce();
+  // Sleeps up to `ms` unless stopped; returns false when stopping.
+  bool WaitMs(int64_t ms);
+
+  std::string address_;
+  WorkerCore* core_;
+  metrics::MetricsServer* metrics_;
+  std::unique_ptr<v1::Registry::Stub> stub_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::string worker_id_;
+  int64_t interval_ms_ = 1000;
+};
+
+}  // namespace dflash::worker

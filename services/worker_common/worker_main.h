@@ -1,0 +1,12 @@
+// The main() of a worker process, shared by both roles: flags/config, registration, control
+// service, /metrics, clean shutdown on SIGTERM.
+#pragma once
+
+#include "dflash/v1/common.pb.h"
+#include "services/worker_common/worker_core.h"
+
+namespace dflash::worker {
+
+int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, SettingsEcho echo);
+
+}  // namespace dflash::worker

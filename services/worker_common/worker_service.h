@@ -1,0 +1,44 @@
+// gRPC adapter of a worker's control service. TargetWorker and DrafterWorker share the control
+// RPCs, so one template adapts either generated base class to a WorkerCore.
+#pragma once
+
+#include "common/rpc/grpc_status.h"
+#include "dflash/v1/worker.grpc.pb.h"
+#include "services/worker_common/worker_core.h"
+
+namespace dflash::worker {
+
+template <typename ServiceBase>
+class WorkerControlService final : public ServiceBase {
+ public:
+  explicit WorkerControlService(WorkerCore* core) : core_(core) {}
+
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::WorkerStatusRequest*,
+                         v1::WorkerStatusResponse* resp) override {
+    *resp = core_->Status();
+    return grpc::Status::OK;
+  }
+  grpc::Status PrepareRun(grpc::ServerContext*, const v1::PrepareRunRequest* req,
+                          v1::PrepareRunResponse* resp) override {
+    auto r = core_->PrepareRun(*req);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *resp = *std::move(r);
+    return grpc::Status::OK;
+  }
+  grpc::Status ReleaseRun(grpc::ServerContext*, const v1::ReleaseRunRequest* req,
+                          v1::ReleaseRunResponse*) override {
+    return ToGrpcStatus(core_->ReleaseRun(req->run_id()));
+  }
+  grpc::Status RunStep(grpc::ServerContext*, const v1::RunStepRequest* req,
+                       v1::RunStepResponse* resp) override {
+    auto r = core_->RunStep(*req);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *resp = *std::move(r);
+    return grpc::Status::OK;
+  }
+
+ private:
+  WorkerCore* core_;
+};
+
+}  // namespace dflash::worker
