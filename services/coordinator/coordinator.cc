@@ -22,6 +22,14 @@ std::string NewRunId(const std::string& name) {
   return absl::StrCat(name, "-", suffix);
 }
 
+// Four hex digits that tell this coordinator process apart from earlier ones.
+std::string NewIncarnation() {
+  std::mt19937 rng{std::random_device{}()};
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "%04x", static_cast<unsigned>(rng() & 0xffff));
+  return buf;
+}
+
 std::string RoleName(v1::WorkerRole role) {
   return role == v1::WORKER_ROLE_TARGET ? "target" : role == v1::WORKER_ROLE_DRAFTER ? "drafter"
                                                                                      : "unknown";
@@ -37,7 +45,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<RunS
       workers_(workers),
       metrics_(metrics),
       store_(std::move(store)),
-      registry_(clock, options.worker_timeout_ms) {}
+      registry_(clock, options.worker_timeout_ms, NewIncarnation()) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const CoordinatorOptions& options, std::unique_ptr<RunStore> store, const Clock* clock,
@@ -92,7 +100,11 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   run.set_name(spec.name);
   run.set_state(v1::RUN_STATE_QUEUED);
   run.set_resolved_config_yaml(config::EmitRunSpec(spec));
-  if (dry_run) return run;
+  if (dry_run) {
+    run.set_state(v1::RUN_STATE_UNSPECIFIED);  // nothing was queued
+    run.set_message("dry run: valid; nothing was queued");
+    return run;
+  }
   run.set_run_id(NewRunId(spec.name));
   run.set_message("waiting for an idle target/drafter pair");
   std::lock_guard<std::mutex> lock(mu_);

@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/rpc/channel.h"
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -25,7 +27,7 @@ GrpcWorkerControl::Stubs* GrpcWorkerControl::GetStubs(const std::string& address
   auto& slot = stubs_[address];
   if (!slot) {
     slot = std::make_unique<Stubs>();
-    slot->channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    slot->channel = CreateChannel(address);
     slot->target = v1::TargetWorker::NewStub(slot->channel);
     slot->drafter = v1::DrafterWorker::NewStub(slot->channel);
   }

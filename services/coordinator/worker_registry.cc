@@ -23,7 +23,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::WorkerInfo& info)
                                                  "' is registered with another role"));
   }
   if (id.empty()) {
-    id = absl::StrCat("w", next_id_++);
+    id = absl::StrCat("w", next_id_++, "-", incarnation_);
     order_.push_back(id);
   }
   v1::WorkerInfo& w = workers_[id];

@@ -15,7 +15,11 @@ namespace dflash::coordinator {
 
 class WorkerRegistry {
  public:
-  WorkerRegistry(const Clock* clock, int64_t timeout_ms) : clock_(clock), timeout_ms_(timeout_ms) {}
+  // `incarnation` distinguishes this coordinator process from earlier ones: worker ids are
+  // "w<N>-<incarnation>", so a worker still holding an id from before a restart is never taken
+  // for another worker that registered since.
+  WorkerRegistry(const Clock* clock, int64_t timeout_ms, std::string incarnation)
+      : clock_(clock), timeout_ms_(timeout_ms), incarnation_(std::move(incarnation)) {}
 
   // Registers a worker. A worker that registers again under the same name (it restarted) keeps
   // its id; its old assignment is dropped, since the new process holds no run state.
@@ -41,6 +45,7 @@ class WorkerRegistry {
  private:
   const Clock* clock_;
   int64_t timeout_ms_;
+  std::string incarnation_;
   int64_t next_id_ = 1;
   std::map<std::string, v1::WorkerInfo> workers_;  // by worker_id
   std::vector<std::string> order_;                 // registration order

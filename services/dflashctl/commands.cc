@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/rpc/channel.h"
+
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -35,7 +37,7 @@ bool ReadFile(const std::string& path, std::string* out) {
 
 Commands::Commands(GlobalOptions opts) : opts_(std::move(opts)) {
   stub_ = v1::Coordinator::NewStub(
-      grpc::CreateChannel(opts_.coordinator, grpc::InsecureChannelCredentials()));
+      CreateChannel(opts_.coordinator));
 }
 
 int Commands::RpcError(const grpc::Status& s, const std::string& what) {

@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   using dflash::ctl::ExitCode;
   CLI::App app{"dflashctl: submit and watch DFlash drafter training runs"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags may follow the subcommand: dflashctl workers --output json
   dflash::ctl::GlobalOptions g;
   const char* env = std::getenv("DFLASH_COORDINATOR");
   g.coordinator = env && *env ? env : "127.0.0.1:7070";

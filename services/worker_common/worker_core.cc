@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/rpc/channel.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/device/device_probe.h"
@@ -116,8 +118,7 @@ v1::DeviceInfo WorkerCore::ReadDevice() {
     prometheus::Labels wl = {{"worker", name}, {"role", role}};
     metrics_->Gauge("dflash_worker_host_rss_bytes").Add(wl).Set(device::HostRssBytes());
     std::lock_guard<std::mutex> lock(mu_);
-    metrics_->Gauge("dflash_worker_step").Add({{"worker", name}, {"role", role}, {"run", run_id_}})
-        .Set(static_cast<double>(step_));
+    metrics_->Gauge("dflash_worker_step").Add(wl).Set(static_cast<double>(step_));
   }
   return d;
 }
@@ -126,7 +127,7 @@ CoordinatorLink::CoordinatorLink(const std::string& coordinator_address, WorkerC
                                  metrics::MetricsServer* metrics)
     : address_(coordinator_address), core_(core), metrics_(metrics) {
   stub_ = v1::Registry::NewStub(
-      grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()));
+      CreateChannel(coordinator_address));
 }
 
 CoordinatorLink::~CoordinatorLink() { Stop(); }

@@ -1,0 +1,222 @@
+// The coordinator's logic with a fake clock and fake workers: no threads, no sockets, no sleeps.
+#include "services/coordinator/coordinator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/unit/fake_worker_control.h"
+
+namespace dflash::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kRunYaml[] = R"(
+name: unit
+target: {path: "builtin:tiny-qwen3"}
+data: {train: "builtin:tiny-chat", max_length: 256}
+batching: {token_budget: 1024}
+)";
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(":memory:"); }
+
+  void Reopen(const std::string& path) {
+    coordinator_.reset();
+    auto store = RunStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    CoordinatorOptions opts;
+    opts.heartbeat_interval_ms = 100;
+    opts.worker_timeout_ms = 1000;
+    auto c = Coordinator::Create(opts, *std::move(store), &clock_, &workers_, nullptr);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = *std::move(c);
+  }
+
+  std::string AddWorker(const std::string& name, v1::WorkerRole role) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address("127.0.0.1:1");
+    return coordinator_->Register(w)->worker_id();
+  }
+
+  void Beat(const std::string& id) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(id);
+    ASSERT_TRUE(coordinator_->Heartbeat(req).ok());
+  }
+
+  std::vector<v1::RunState> History(const std::string& run_id) {
+    bool terminal;
+    auto events = coordinator_->WaitForEvents(run_id, 0, std::chrono::milliseconds(0), &terminal);
+    std::vector<v1::RunState> states;
+    for (const auto& e : *events) states.push_back(e.to_state());
+    return states;
+  }
+
+  FakeClock clock_;
+  FakeWorkerControl workers_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, SubmitValidatesAndStoresResolvedConfig) {
+  auto bad = coordinator_->SubmitRun("name: x\nbatching: {token_budget: 0}\n", "bad.yaml", false);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("bad.yaml: target: required"));
+  auto run = coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->state(), v1::RUN_STATE_QUEUED);
+  EXPECT_THAT(run->run_id(), ::testing::StartsWith("unit-"));
+  EXPECT_THAT(run->resolved_config_yaml(), HasSubstr("gamma: 7.0"));
+  auto dry = coordinator_->SubmitRun(kRunYaml, "run.yaml", true);
+  ASSERT_TRUE(dry.ok());
+  EXPECT_EQ(dry->run_id(), "");
+  EXPECT_EQ(coordinator_->ListRuns()->size(), 1u);
+}
+
+TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  std::string t = AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_QUEUED);  // no drafter yet
+  std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  coordinator_->Tick();
+  EXPECT_THAT(workers_.prepared, ::testing::ElementsAre(t + ":" + run.run_id(), d + ":" + run.run_id()));
+  auto after = *coordinator_->GetRun(run.run_id());
+  // The step pipeline does not exist yet: the run says so instead of pretending to train.
+  EXPECT_EQ(after.state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(after.message(), HasSubstr("training step pipeline is not built yet"));
+  EXPECT_THAT(History(run.run_id()),
+              ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+                                     v1::RUN_STATE_FAILED));
+  EXPECT_EQ(workers_.released.size(), 2u);
+  for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
+}
+
+TEST_F(CoordinatorTest, WorkerRefusingTheConfigFailsTheRunWithItsReason) {
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  workers_.prepare_errors[d] = absl::InvalidArgumentError("data.train: path does not exist: /x");
+  coordinator_->Tick();
+  auto after = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(after.state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(after.message(), HasSubstr("data.train: path does not exist: /x"));
+}
+
+TEST_F(CoordinatorTest, SilentWorkerIsMarkedDownAfterTheTimeoutAndBlocksPlacement) {
+  std::string t = AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  clock_.AdvanceMs(999);
+  Beat(d);
+  clock_.AdvanceMs(1);
+  // Placement would happen now if both were idle and up; take the run out of the way first.
+  ASSERT_TRUE(coordinator_->CancelRun(run.run_id()).ok());
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->ListWorkers()[0].health(), v1::WORKER_HEALTH_UP);  // 1000 ms: not yet
+  clock_.AdvanceMs(1);
+  coordinator_->Tick();
+  auto workers = coordinator_->ListWorkers();
+  EXPECT_EQ(workers[0].health(), v1::WORKER_HEALTH_DOWN);  // silent 1001 ms > 1000 ms
+  EXPECT_EQ(workers[1].health(), v1::WORKER_HEALTH_UP);
+  // With the only target down, a new run cannot be placed and stays queued.
+  auto next = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetRun(next.run_id())->state(), v1::RUN_STATE_QUEUED);
+  EXPECT_TRUE(workers_.prepared.empty());
+  // The target comes back: the run is placed.
+  Beat(t);
+  Beat(d);
+  coordinator_->Tick();
+  EXPECT_EQ(workers_.prepared.size(), 2u);
+}
+
+TEST_F(CoordinatorTest, WorkerLostWhileStartingPausesTheRun) {
+  std::string t = AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  // While the coordinator waits on the drafter's PrepareRun, the target falls silent.
+  workers_.on_prepare = [&](const v1::WorkerInfo& w) {
+    if (w.worker_id() != d) return;
+    clock_.AdvanceMs(1500);
+    Beat(d);
+    coordinator_->Tick();
+  };
+  coordinator_->Tick();
+  auto after = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(after.state(), v1::RUN_STATE_PAUSED);
+  EXPECT_THAT(after.message(), HasSubstr("target worker " + t + " (t0) missed heartbeats"));
+  EXPECT_THAT(History(run.run_id()),
+              ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+                                     v1::RUN_STATE_PAUSED));
+  for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
+}
+
+TEST_F(CoordinatorTest, CancelIsFinalAndRecorded) {
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  auto cancelled = coordinator_->CancelRun(run.run_id());
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), v1::RUN_STATE_CANCELLED);
+  EXPECT_EQ(coordinator_->CancelRun(run.run_id()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->CancelRun("nope").status().code(), absl::StatusCode::kNotFound);
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  coordinator_->Tick();
+  EXPECT_TRUE(workers_.prepared.empty());  // a cancelled run is never placed
+}
+
+TEST_F(CoordinatorTest, WaitForEventsReturnsHistoryAndReportsTerminal) {
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  bool terminal = true;
+  auto events = coordinator_->WaitForEvents(run.run_id(), 0, std::chrono::milliseconds(0), &terminal);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->size(), 1u);
+  EXPECT_FALSE(terminal);
+  coordinator_->CancelRun(run.run_id()).IgnoreError();
+  events = coordinator_->WaitForEvents(run.run_id(), 1, std::chrono::milliseconds(0), &terminal);
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].to_state(), v1::RUN_STATE_CANCELLED);
+  EXPECT_TRUE(terminal);
+  EXPECT_EQ(coordinator_->WaitForEvents("nope", 0, std::chrono::milliseconds(0), &terminal)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, HeartbeatFromUnknownWorkerAsksItToRegisterAgain) {
+  v1::HeartbeatRequest req;
+  req.set_worker_id("w42");
+  EXPECT_EQ(coordinator_->Heartbeat(req).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, RestartPausesInterruptedRunsAndKeepsQueuedOnes) {
+  char tmpl[] = "/tmp/dflash-coord-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/runs.sqlite";
+  Reopen(path);
+  auto queued = *coordinator_->SubmitRun(kRunYaml, "a.yaml", false);
+  auto interrupted = *coordinator_->SubmitRun(kRunYaml, "b.yaml", false);
+  {
+    // Put the second run into `starting` directly in the store, as a crash mid-start leaves it.
+    auto store = *RunStore::Open(path);
+    ASSERT_TRUE(store->Transition(interrupted.run_id(), v1::RUN_STATE_QUEUED,
+                                  v1::RUN_STATE_STARTING, "placed", 5)
+                    .ok());
+  }
+  Reopen(path);
+  EXPECT_EQ(coordinator_->GetRun(queued.run_id())->state(), v1::RUN_STATE_QUEUED);
+  auto paused = *coordinator_->GetRun(interrupted.run_id());
+  EXPECT_EQ(paused.state(), v1::RUN_STATE_PAUSED);
+  EXPECT_THAT(paused.message(), HasSubstr("coordinator restarted while the run was starting"));
+  EXPECT_TRUE(coordinator_->ListWorkers().empty());  // registrations are not persisted
+  std::filesystem::remove_all(tmpl);
+}
+
+}  // namespace
+}  // namespace dflash::coordinator
