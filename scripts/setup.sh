@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs everything dflash needs on Debian 12, idempotently (a second run is a fast no-op):
+#   - Debian packages: compilers, CMake, Ninja, ccache, gRPC/protobuf, abseil, yaml-cpp,
+#     prometheus-cpp, libmicrohttpd, GoogleTest/GMock, SQLite, nlohmann-json, CLI11;
+#   - LibTorch from the PyPI wheel torch==2.11.0, in a virtual environment OUTSIDE the source tree
+#     ($DFLASH_VENV, default ~/.local/share/dflash/venv).
+# If you already have LibTorch, set Torch_DIR (or CMAKE_PREFIX_PATH) to it and the wheel is skipped.
+# CUDA 13 and NCCL are used from /usr/local/cuda when present (DFLASH_WITH_CUDA defaults to ON then).
+set -euo pipefail
+
+TORCH_VERSION=2.11.0
+DFLASH_VENV=${DFLASH_VENV:-$HOME/.local/share/dflash/venv}
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else log "need root (or sudo) to run: $*"; exit 1; fi
+}
+
+DEBS=(
+  build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libyaml-cpp-dev prometheus-cpp-dev libmicrohttpd-dev libgtest-dev libgmock-dev
+  libsqlite3-dev nlohmann-json3-dev libcli11-dev
+)
+
+missing=()
+for p in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  log "Debian packages: all present"
+fi
+
+# LibTorch: a user-provided one wins.
+if [ -n "${Torch_DIR:-}" ] && [ -f "${Torch_DIR}/TorchConfig.cmake" ]; then
+  log "LibTorch: using Torch_DIR=${Torch_DIR}"
+elif [ -n "${CMAKE_PREFIX_PATH:-}" ] && \
+     find ${CMAKE_PREFIX_PATH//:/ } -maxdepth 4 -name TorchConfig.cmake 2>/dev/null | grep -q .; then
+  log "LibTorch: found through CMAKE_PREFIX_PATH"
+else
+  have=$("$DFLASH_VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
+  if [ "$have" = "$TORCH_VERSION" ]; then
+    log "LibTorch: torch $have already in $DFLASH_VENV"
+  else
+    log "LibTorch: installing torch==$TORCH_VERSION into $DFLASH_VENV (a few GB, once)"
+    python3 -m venv "$DFLASH_VENV"
+    "$DFLASH_VENV/bin/pip" install -q --upgrade pip
+    "$DFLASH_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+  fi
+fi
+
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  log "CUDA: $(/usr/local/cuda/bin/nvcc --version | tail -n 2 | head -n 1)"
+  [ -f /usr/local/cuda/include/nccl.h ] && log "NCCL: /usr/local/cuda/include/nccl.h" || log "NCCL: not under /usr/local/cuda"
+else
+  log "CUDA: no nvcc under /usr/local/cuda; building without CUDA (DFLASH_WITH_CUDA=OFF)"
+fi
+log "done"
