@@ -34,12 +34,18 @@ void CheckLogLevel(ConfigErrors* e, const std::string& level) {
 
 absl::StatusOr<int> ParseHostPort(const std::string& address) {
   size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
+  const std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  // An IPv6 host must be bracketed ([::1]:7070); a bare colon in the host is ambiguous.
+  const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  if (host.empty() || (host.find(':') != std::string::npos && !bracketed)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("must be host:port (e.g. 127.0.0.1:7070), got '", address, "'"));
+        absl::StrCat("must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got '", address, "'"));
   }
-  int port;
-  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+  const std::string digits = address.substr(colon + 1);
+  int port = -1;
+  const bool all_digits = !digits.empty() && digits.size() <= 5 &&
+                          digits.find_first_not_of("0123456789") == std::string::npos;
+  if (!all_digits || !absl::SimpleAtoi(digits, &port) || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("port must be an integer in [0, 65535], got '", address, "'"));
   }
@@ -86,7 +92,9 @@ absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
   if (c.state_dir.empty()) e.Add("state_dir", "must not be empty");
   CheckRange(&e, "worker_timeout_ms", c.worker_timeout_ms, 100, 3'600'000);
   CheckRange(&e, "heartbeat_interval_ms", c.heartbeat_interval_ms, 10, 600'000);
-  if (c.heartbeat_interval_ms * 2 > c.worker_timeout_ms) {
+  const bool in_range = c.heartbeat_interval_ms >= 10 && c.heartbeat_interval_ms <= 600'000 &&
+                        c.worker_timeout_ms >= 100 && c.worker_timeout_ms <= 3'600'000;
+  if (in_range && c.heartbeat_interval_ms * 2 > c.worker_timeout_ms) {
     e.Add("heartbeat_interval_ms",
           absl::StrCat("must be at most half of worker_timeout_ms (", c.worker_timeout_ms,
                        ") so one lost heartbeat does not mark a worker down, got ",

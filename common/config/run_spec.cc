@@ -209,8 +209,11 @@ std::string Num(double v) {
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof(buf), v);
   std::string s(buf, r.ptr);
-  // Keep YAML readers from taking "6" as an integer where a float is meant.
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  // Keep YAML readers from taking "6" as an integer, and YAML 1.1 readers (which want a dot in
+  // the mantissa) from taking "6e-04" as a string: emit "6.0" and "6.0e-04".
+  const size_t e = s.find_first_of("eE");
+  const std::string mantissa = s.substr(0, e);
+  if (mantissa.find('.') == std::string::npos) s.insert(e == std::string::npos ? s.size() : e, ".0");
   return s;
 }
 

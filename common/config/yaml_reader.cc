@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -77,6 +78,19 @@ MapReader::MapReader(const YAML::Node& node, std::string path, ConfigErrors* err
     errors_->Add(path_.empty() ? "(document)" : path_,
                  absl::StrCat("must be a mapping of fields, got ", Describe(node_)));
     valid_ = false;
+    return;
+  }
+  // yaml-cpp keeps repeated keys; a strict reader refuses them instead of taking one silently.
+  if (!node_.IsMap()) return;
+  std::map<std::string, int> first_line;
+  for (const auto& kv : node_) {
+    if (!kv.first.IsScalar()) continue;
+    const int line = kv.first.Mark().line + 1;
+    auto [it, inserted] = first_line.emplace(kv.first.Scalar(), line);
+    if (!inserted) {
+      errors_->Add(FieldPath(kv.first.Scalar()),
+                   absl::StrCat("duplicate field (line ", line, "; first on line ", it->second, ")"));
+    }
   }
 }
 
@@ -246,11 +260,26 @@ void MapReader::GetAutoIntList(absl::string_view key, std::optional<std::vector<
 
 void MapReader::Require(absl::string_view key) {
   if (!valid_) return;
-  if (!Has(key)) errors_->Add(FieldPath(key), "required field is missing");
+  if (!Has(key)) {
+    errors_->Add(FieldPath(key), "required field is missing");
+    return;
+  }
+  for (const auto& kv : node_) {
+    if (kv.first.IsScalar() && kv.first.Scalar() == key && kv.second.IsScalar() &&
+        kv.second.Scalar().empty()) {
+      errors_->Add(FieldPath(key), "required field is empty");
+      return;
+    }
+  }
 }
 
 MapReader MapReader::Child(absl::string_view key) {
   YAML::Node n = Lookup(key);
+  if (!valid_) {
+    MapReader silent(YAML::Node(), FieldPath(key), errors_);
+    silent.valid_ = false;
+    return silent;
+  }
   return MapReader(n, FieldPath(key), errors_);
 }
 
@@ -280,7 +309,13 @@ void MapReader::Finish() {
 
 absl::Status ParseYamlText(absl::string_view text, absl::string_view source, YAML::Node* out) {
   try {
-    *out = YAML::Load(std::string(text));
+    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    if (docs.size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source.empty() ? "yaml" : source, ": holds ", docs.size(),
+                       " YAML documents (separated by ---); it must hold exactly one"));
+    }
+    *out = docs.empty() ? YAML::Node() : docs.front();
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(source.empty() ? "yaml" : source, ":",
                                                    e.mark.line + 1, ":", e.mark.column + 1,

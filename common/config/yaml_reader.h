@@ -51,9 +51,10 @@ class MapReader {
   void GetAutoInt(absl::string_view key, std::optional<int64_t>* out);
   void GetAutoDouble(absl::string_view key, std::optional<double>* out);
   void GetAutoIntList(absl::string_view key, std::optional<std::vector<int64_t>>* out);
-  // Reports an error unless the key is present (and not null).
+  // Reports an error unless the key is present, not null and not the empty string.
   void Require(absl::string_view key);
-  // The child mapping; marks the key known.
+  // The child mapping; marks the key known. The child of a reader whose node was not a mapping
+  // reports nothing (its parent already did).
   MapReader Child(absl::string_view key);
   // Reports every key that was never read as unknown. Call after all Gets.
   void Finish();

@@ -235,7 +235,7 @@ TEST(ValidateCoordinatorConfigTest, ListenWithoutPort) {
   CoordinatorConfig c;
   c.listen = "localhost";
   EXPECT_THAT(ValidateCoordinatorConfig(c).message(),
-              HasSubstr("listen: must be host:port (e.g. 127.0.0.1:7070), got 'localhost'"));
+              HasSubstr("listen: must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got 'localhost'"));
 }
 
 TEST(ValidateCoordinatorConfigTest, ListenPortOutOfRange) {
@@ -249,7 +249,7 @@ TEST(ValidateCoordinatorConfigTest, MetricsListenWithoutHost) {
   CoordinatorConfig c;
   c.metrics_listen = ":9470";
   EXPECT_THAT(ValidateCoordinatorConfig(c).message(),
-              HasSubstr("metrics_listen: must be host:port (e.g. 127.0.0.1:7070), got ':9470'"));
+              HasSubstr("metrics_listen: must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got ':9470'"));
 }
 
 TEST(ValidateCoordinatorConfigTest, RangesAndEnums) {
@@ -335,7 +335,7 @@ TEST(ValidateWorkerConfigTest, AddressesAndHost) {
   w.log_level = "trace";
   EXPECT_THAT(
       ValidateWorkerConfig(w).message(),
-      AllOf(HasSubstr("coordinator: must be host:port (e.g. 127.0.0.1:7070), got 'nowhere'"),
+      AllOf(HasSubstr("coordinator: must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got 'nowhere'"),
             HasSubstr("listen: port must be an integer in [0, 65535], got '0.0.0.0:-1'"),
             HasSubstr("metrics_listen: port must be an integer in [0, 65535], got '0.0.0.0:http'"),
             HasSubstr("advertise_host: must not be empty"),
@@ -367,7 +367,7 @@ TEST(ParseHostPortTest, MissingColonOrHost) {
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(
         p.status().message(),
-        HasSubstr(absl::StrCat("must be host:port (e.g. 127.0.0.1:7070), got '", address, "'")));
+        HasSubstr(absl::StrCat("must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got '", address, "'")));
   }
 }
 
@@ -381,6 +381,22 @@ TEST(ParseHostPortTest, BadPort) {
         p.status().message(),
         HasSubstr(absl::StrCat("port must be an integer in [0, 65535], got '", address, "'")));
   }
+}
+
+TEST(ParseHostPortStrictTest, RefusesAmbiguousHostsAndLoosePorts) {
+  for (const char* bad : {"::1", "host: 80", "host:+80", "host:123456", "host:"}) {
+    EXPECT_FALSE(ParseHostPort(bad).ok()) << bad;
+  }
+  EXPECT_EQ(*ParseHostPort("[::1]:7070"), 7070);
+  EXPECT_EQ(*ParseHostPort("0.0.0.0:0"), 0);
+}
+
+TEST(ValidateCoordinatorConfigStrictTest, HugeValuesDoNotOverflowTheCrossCheck) {
+  CoordinatorConfig c;
+  c.heartbeat_interval_ms = INT64_MAX;
+  absl::Status s = ValidateCoordinatorConfig(c);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("heartbeat_interval_ms: must be <= 600000"));
+  EXPECT_THAT(std::string(s.message()), Not(HasSubstr("at most half")));
 }
 
 }  // namespace

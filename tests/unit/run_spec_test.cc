@@ -707,5 +707,41 @@ TEST(RunSpecEmitTest, DemoConfigParsesAndRoundTrips) {
   ExpectRoundTrip(text, options);
 }
 
+// Strictness beyond types and ranges: nothing a user wrote is silently dropped or taken twice.
+TEST(RunSpecStrict, RepeatedKeysAreRefusedWithBothLines) {
+  EXPECT_THAT(ErrorOf(Minimal("batching:\n  token_budget: 9000\n  token_budget: 0\n")),
+              HasSubstr("run.yaml: batching.token_budget: duplicate field (line 6; first on line 5)"));
+  EXPECT_THAT(ErrorOf(Minimal("data: {train: \"builtin:tiny-chat\"}\n")),
+              HasSubstr("run.yaml: data: duplicate field"));
+}
+
+TEST(RunSpecStrict, SecondYamlDocumentIsRefused) {
+  EXPECT_THAT(ErrorOf(Minimal("---\nname: other\n")),
+              HasSubstr("run.yaml: holds 2 YAML documents (separated by ---); it must hold exactly one"));
+}
+
+TEST(RunSpecStrict, EmptyRequiredStringsAreRefused) {
+  EXPECT_THAT(ErrorOf(absl::StrCat("name: \"\"\n", kTarget, kData)),
+              HasSubstr("run.yaml: name: required field is empty"));
+  EXPECT_THAT(ErrorOf(WithTarget("path: \"\"")),
+              HasSubstr("run.yaml: target.path: required field is empty"));
+  EXPECT_THAT(ErrorOf(WithData("train: \"\"")),
+              HasSubstr("run.yaml: data.train: required field is empty"));
+}
+
+TEST(RunSpecStrict, NonMappingDocumentReportsOnlyThat) {
+  EXPECT_THAT(Lines(ErrorOf("- a\n- b\n")),
+              ElementsAre("run.yaml: (document): must be a mapping of fields, got a list"));
+}
+
+TEST(RunSpecEmit, FloatsCarryADotForYaml11Readers) {
+  auto spec = Parse(Minimal("optim: {lr: 6.0e-4, eps: 1.0e-8, epochs: 6}\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string text = EmitRunSpec(*spec);
+  EXPECT_THAT(text, HasSubstr("lr: 6.0e-04\n"));
+  EXPECT_THAT(text, HasSubstr("eps: 1.0e-08\n"));
+  EXPECT_THAT(text, HasSubstr("epochs: 6.0\n"));
+}
+
 }  // namespace
 }  // namespace dflash::config
