@@ -14,7 +14,14 @@ AllocatorStats TorchAllocatorStats(int gpu) {
 #ifdef DFLASH_HAVE_TORCH_CUDA
   if (gpu < 0 || gpu >= static_cast<int>(c10::cuda::device_count())) return out;
   using c10::CachingAllocator::StatType;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(gpu);
+  c10::CachingDeviceAllocator::DeviceStats stats;
+  try {
+    stats = c10::cuda::CUDACachingAllocator::getDeviceStats(gpu);
+  } catch (const c10::Error&) {
+    // LibTorch initializes its allocator lazily, on the first CUDA tensor; before that it rejects
+    // the device ("Invalid device argument") and, truthfully, nothing is allocated.
+    return out;
+  }
   const auto agg = static_cast<size_t>(StatType::AGGREGATE);
   out.allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[agg].current);
   out.reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[agg].current);
