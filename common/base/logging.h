@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace dflash {
@@ -42,14 +43,13 @@ bool LogEnabled(LogLevel level);
 #define DFLASH_LOG_LEVEL_WARNING ::dflash::LogLevel::kWarning
 #define DFLASH_LOG_LEVEL_ERROR ::dflash::LogLevel::kError
 
-#define LOG(level)                                        \
+#define LOG(level)                                       \
   if (!::dflash::LogEnabled(DFLASH_LOG_LEVEL_##level)) { \
-  } else                                                  \
+  } else                                                 \
     ::dflash::LogMessage(DFLASH_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 // LOG_RUN(INFO, run_id, step) << ...; step < 0 is omitted.
-#define LOG_RUN(level, run_id, step)                                                      \
-  if (!::dflash::LogEnabled(DFLASH_LOG_LEVEL_##level)) {                                 \
-  } else                                                                                  \
-    ::dflash::LogMessage(DFLASH_LOG_LEVEL_##level, __FILE__, __LINE__, (run_id), (step)) \
-        .stream()
+#define LOG_RUN(level, run_id, step)                     \
+  if (!::dflash::LogEnabled(DFLASH_LOG_LEVEL_##level)) { \
+  } else                                                 \
+    ::dflash::LogMessage(DFLASH_LOG_LEVEL_##level, __FILE__, __LINE__, (run_id), (step)).stream()

@@ -12,14 +12,14 @@
 #define DFLASH_STATUS_CONCAT(a, b) DFLASH_STATUS_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function when `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status _dflash_status = (expr);    \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status _dflash_status = (expr);          \
     if (!_dflash_status.ok()) return _dflash_status; \
   } while (0)
 
 // ASSIGN_OR_RETURN(auto x, MakeX()): assigns the value of a StatusOr or returns its error.
-#define ASSIGN_OR_RETURN(lhs, rexpr)                                                      \
+#define ASSIGN_OR_RETURN(lhs, rexpr) \
   DFLASH_ASSIGN_OR_RETURN_IMPL(DFLASH_STATUS_CONCAT(_dflash_statusor_, __LINE__), lhs, rexpr)
 #define DFLASH_ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
   auto tmp = (rexpr);                                 \

@@ -107,8 +107,10 @@ absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
 
 absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
   ConfigErrors e;
-  if (c.role.empty()) e.Add("role", "required field is missing (target or drafter)");
-  else CheckOneOf(&e, "role", c.role, {"target", "drafter"});
+  if (c.role.empty())
+    e.Add("role", "required field is missing (target or drafter)");
+  else
+    CheckOneOf(&e, "role", c.role, {"target", "drafter"});
   CheckAddress(&e, "coordinator", c.coordinator);
   CheckAddress(&e, "listen", c.listen);
   CheckAddress(&e, "metrics_listen", c.metrics_listen);

@@ -21,13 +21,13 @@ struct CoordinatorConfig {
 };
 
 struct WorkerConfig {
-  std::string role;                               // target|drafter
+  std::string role;  // target|drafter
   std::string coordinator = "127.0.0.1:7070";
-  std::string listen = "127.0.0.1:0";             // control gRPC; port 0 = chosen by the OS
-  std::string advertise_host = "127.0.0.1";       // host the coordinator dials back
+  std::string listen = "127.0.0.1:0";        // control gRPC; port 0 = chosen by the OS
+  std::string advertise_host = "127.0.0.1";  // host the coordinator dials back
   std::string metrics_listen = "127.0.0.1:0";
-  int64_t gpu = -1;                               // -1 = CPU
-  std::string name;                               // empty = <role>-<hostname>-<gpu|cpu>
+  int64_t gpu = -1;  // -1 = CPU
+  std::string name;  // empty = <role>-<hostname>-<gpu|cpu>
   std::string log_level = "info";
   std::string log_file;
 };

@@ -99,8 +99,8 @@ void NormalizePath(const RunSpecOptions& opt, ConfigErrors* errors, absl::string
     if (builtins == nullptr) {
       errors->Add(field, "builtin: names are not accepted here");
     } else if (std::find(builtins->begin(), builtins->end(), name) == builtins->end()) {
-      errors->Add(field, absl::StrCat("unknown builtin '", name, "' (known: ",
-                                      absl::StrJoin(*builtins, ", "), ")"));
+      errors->Add(field, absl::StrCat("unknown builtin '", name,
+                                      "' (known: ", absl::StrJoin(*builtins, ", "), ")"));
     }
     return;
   }
@@ -134,7 +134,8 @@ void Validate(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
     }
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] < 0) {
-        e->Add(absl::StrCat("target.layer_ids[", i, "]"), absl::StrCat("must be >= 0, got ", ids[i]));
+        e->Add(absl::StrCat("target.layer_ids[", i, "]"),
+               absl::StrCat("must be >= 0, got ", ids[i]));
       } else if (i > 0 && ids[i] <= ids[i - 1]) {
         e->Add(absl::StrCat("target.layer_ids[", i, "]"),
                absl::StrCat("must be strictly increasing, got ", ids[i], " after ", ids[i - 1]));
@@ -192,7 +193,8 @@ void Validate(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   }
 
   if (s->placement.pairs) CheckRange(e, "placement.pairs", *s->placement.pairs, 1, 1024);
-  CheckOneOf(e, "placement.transport", s->placement.transport, {"auto", "nccl", "cuda_ipc", "host"});
+  CheckOneOf(e, "placement.transport", s->placement.transport,
+             {"auto", "nccl", "cuda_ipc", "host"});
 
   CheckMin(e, "checkpoint.every_steps", s->checkpoint.every_steps, 1);
   CheckRange(e, "checkpoint.keep", s->checkpoint.keep, 1, 1000);
@@ -213,7 +215,8 @@ std::string Num(double v) {
   // the mantissa) from taking "6e-04" as a string: emit "6.0" and "6.0e-04".
   const size_t e = s.find_first_of("eE");
   const std::string mantissa = s.substr(0, e);
-  if (mantissa.find('.') == std::string::npos) s.insert(e == std::string::npos ? s.size() : e, ".0");
+  if (mantissa.find('.') == std::string::npos)
+    s.insert(e == std::string::npos ? s.size() : e, ".0");
   return s;
 }
 
@@ -231,10 +234,14 @@ const std::vector<std::string>& BuiltinDatasets() {
 
 std::optional<double> DefaultGamma(int64_t block_size) {
   switch (block_size) {
-    case 16: return 7.0;
-    case 10: return 5.0;
-    case 8: return 4.0;
-    default: return std::nullopt;
+    case 16:
+      return 7.0;
+    case 10:
+      return 5.0;
+    case 8:
+      return 4.0;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -322,7 +329,10 @@ std::string EmitRunSpec(const RunSpec& s) {
   out << YAML::Key << "block_size" << YAML::Value << s.drafter.block_size;
   out << YAML::Key << "mask_token_id" << YAML::Value << auto_or(s.drafter.mask_token_id);
   out << YAML::Key << "init_from" << YAML::Value;
-  if (s.drafter.init_from.empty()) out << YAML::Null; else out << s.drafter.init_from;
+  if (s.drafter.init_from.empty())
+    out << YAML::Null;
+  else
+    out << s.drafter.init_from;
   out << YAML::EndMap;
   out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "train" << YAML::Value << s.data.train;
@@ -358,7 +368,10 @@ std::string EmitRunSpec(const RunSpec& s) {
   out << YAML::Key << "eval" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "every_steps" << YAML::Value << s.eval.every_steps;
   out << YAML::Key << "prompts" << YAML::Value;
-  if (s.eval.prompts.empty()) out << YAML::Null; else out << s.eval.prompts;
+  if (s.eval.prompts.empty())
+    out << YAML::Null;
+  else
+    out << s.eval.prompts;
   out << YAML::Key << "max_new_tokens" << YAML::Value << s.eval.max_new_tokens << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

@@ -13,23 +13,23 @@
 namespace dflash::config {
 
 struct TargetSpec {
-  std::string path;                                // HF checkpoint dir, or builtin:NAME
-  std::optional<std::vector<int64_t>> layer_ids;   // nullopt = auto (method.md §2)
-  std::string dtype = "bfloat16";                  // bfloat16|float16|float32
+  std::string path;                               // HF checkpoint dir, or builtin:NAME
+  std::optional<std::vector<int64_t>> layer_ids;  // nullopt = auto (method.md §2)
+  std::string dtype = "bfloat16";                 // bfloat16|float16|float32
 };
 
 struct DrafterSpec {
   int64_t layers = 5;
   int64_t block_size = 16;
-  std::optional<int64_t> mask_token_id;            // nullopt = auto (tokenizer's mask token)
-  std::string init_from;                           // empty = random init
+  std::optional<int64_t> mask_token_id;  // nullopt = auto (tokenizer's mask token)
+  std::string init_from;                 // empty = random init
 };
 
 struct DataSpec {
-  std::string train;                               // JSONL file, or builtin:NAME
-  std::string format = "chat";                     // chat|pretokenized|text
-  std::string tokenizer = "auto";                  // auto = the target's tokenizer.json
-  std::string chat_template = "auto";              // auto|chatml|llama3
+  std::string train;                   // JSONL file, or builtin:NAME
+  std::string format = "chat";         // chat|pretokenized|text
+  std::string tokenizer = "auto";      // auto = the target's tokenizer.json
+  std::string chat_template = "auto";  // auto|chatml|llama3
   int64_t max_length = 4096;
 };
 
@@ -42,22 +42,22 @@ struct BatchingSpec {
 struct OptimSpec {
   double lr = 6.0e-4;
   double warmup_ratio = 0.04;
-  std::string schedule = "cosine";                 // cosine|linear|constant
+  std::string schedule = "cosine";  // cosine|linear|constant
   double epochs = 6.0;
-  int64_t max_steps = 0;                           // 0 = derived from epochs
-  double clip = 1.0;                               // 0 disables clipping
+  int64_t max_steps = 0;  // 0 = derived from epochs
+  double clip = 1.0;      // 0 disables clipping
   double weight_decay = 0.0;
   std::vector<double> betas = {0.9, 0.999};
   double eps = 1e-8;
 };
 
 struct LossSpec {
-  std::optional<double> gamma;                     // nullopt = auto from block_size
+  std::optional<double> gamma;  // nullopt = auto from block_size
 };
 
 struct PlacementSpec {
-  std::optional<int64_t> pairs;                    // nullopt = auto: every idle pair
-  std::string transport = "auto";                  // auto|nccl|cuda_ipc|host
+  std::optional<int64_t> pairs;    // nullopt = auto: every idle pair
+  std::string transport = "auto";  // auto|nccl|cuda_ipc|host
 };
 
 struct CheckpointSpec {
@@ -66,7 +66,7 @@ struct CheckpointSpec {
 };
 
 struct EvalSpec {
-  int64_t every_steps = 0;                         // 0 = no evaluation during training
+  int64_t every_steps = 0;  // 0 = no evaluation during training
   std::string prompts;
   int64_t max_new_tokens = 256;
 };

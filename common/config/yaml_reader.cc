@@ -30,11 +30,16 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
 
 std::string Describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Scalar: return absl::StrCat("'", node.Scalar(), "'");
-    default: return "nothing";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar:
+      return absl::StrCat("'", node.Scalar(), "'");
+    default:
+      return "nothing";
   }
 }
 
@@ -88,8 +93,8 @@ MapReader::MapReader(const YAML::Node& node, std::string path, ConfigErrors* err
     const int line = kv.first.Mark().line + 1;
     auto [it, inserted] = first_line.emplace(kv.first.Scalar(), line);
     if (!inserted) {
-      errors_->Add(FieldPath(kv.first.Scalar()),
-                   absl::StrCat("duplicate field (line ", line, "; first on line ", it->second, ")"));
+      errors_->Add(FieldPath(kv.first.Scalar()), absl::StrCat("duplicate field (line ", line,
+                                                              "; first on line ", it->second, ")"));
     }
   }
 }
@@ -235,7 +240,8 @@ void MapReader::GetAutoDouble(absl::string_view key, std::optional<double>* out)
   }
   double v;
   if (!absl::SimpleAtod(n.Scalar(), &v) || !std::isfinite(v)) {
-    errors_->Add(FieldPath(key), absl::StrCat("must be 'auto' or a finite number, got ", Describe(n)));
+    errors_->Add(FieldPath(key),
+                 absl::StrCat("must be 'auto' or a finite number, got ", Describe(n)));
     return;
   }
   *out = v;
@@ -301,9 +307,9 @@ void MapReader::Finish() {
         hint = k;
       }
     }
-    errors_->Add(FieldPath(key), hint.empty() ? "unknown field"
-                                              : absl::StrCat("unknown field (did you mean '",
-                                                             hint, "'?)"));
+    errors_->Add(FieldPath(key), hint.empty()
+                                     ? "unknown field"
+                                     : absl::StrCat("unknown field (did you mean '", hint, "'?)"));
   }
 }
 
@@ -330,8 +336,10 @@ void CheckMin(ConfigErrors* errors, absl::string_view path, int64_t value, int64
 
 void CheckRange(ConfigErrors* errors, absl::string_view path, int64_t value, int64_t min,
                 int64_t max) {
-  if (value < min) errors->Add(path, absl::StrCat("must be >= ", min, ", got ", value));
-  else if (value > max) errors->Add(path, absl::StrCat("must be <= ", max, ", got ", value));
+  if (value < min)
+    errors->Add(path, absl::StrCat("must be >= ", min, ", got ", value));
+  else if (value > max)
+    errors->Add(path, absl::StrCat("must be <= ", max, ", got ", value));
 }
 
 void CheckRange(ConfigErrors* errors, absl::string_view path, double value, double min, double max,
@@ -346,8 +354,8 @@ void CheckRange(ConfigErrors* errors, absl::string_view path, double value, doub
 void CheckOneOf(ConfigErrors* errors, absl::string_view path, const std::string& value,
                 const std::vector<std::string>& allowed) {
   if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
-  errors->Add(path, absl::StrCat("must be one of ", absl::StrJoin(allowed, "|"), ", got '", value,
-                                 "'"));
+  errors->Add(path,
+              absl::StrCat("must be one of ", absl::StrJoin(allowed, "|"), ", got '", value, "'"));
 }
 
 }  // namespace dflash::config

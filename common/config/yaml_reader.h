@@ -10,10 +10,10 @@
 #include <optional>
 #include <set>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace dflash::config {
 

@@ -62,8 +62,8 @@ absl::StatusOr<DeviceMemory> Probe(int gpu) {
   m.name = name;
   return m;
 #else
-  return absl::FailedPreconditionError(
-      absl::StrCat("gpu ", gpu, " requested but dflash was built without CUDA (DFLASH_WITH_CUDA=OFF)"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "gpu ", gpu, " requested but dflash was built without CUDA (DFLASH_WITH_CUDA=OFF)"));
 #endif
 }
 

@@ -9,8 +9,8 @@
 namespace dflash::device {
 
 struct DeviceMemory {
-  std::string kind;            // "cpu" or "cuda"
-  int index = -1;              // GPU ordinal, -1 for cpu
+  std::string kind;  // "cpu" or "cuda"
+  int index = -1;    // GPU ordinal, -1 for cpu
   std::string name;
   uint64_t total_bytes = 0;
   uint64_t free_bytes = 0;

@@ -3,14 +3,14 @@
 // gpu, state, health}. A unit test asserts that every entry here is exported by its component.
 #pragma once
 
-#include <memory>
-#include <string>
-#include <vector>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 

@@ -27,8 +27,8 @@ struct HttpExposerAccess {
     } else {
       body = self->render_();
     }
-    MHD_Response* resp = MHD_create_response_from_buffer(body.size(), body.data(),
-                                                         MHD_RESPMEM_MUST_COPY);
+    MHD_Response* resp =
+        MHD_create_response_from_buffer(body.size(), body.data(), MHD_RESPMEM_MUST_COPY);
     MHD_add_response_header(resp, "Content-Type",
                             is_metrics ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain");
     MHD_Result r = MHD_queue_response(conn, code, resp);
@@ -57,10 +57,10 @@ absl::StatusOr<std::unique_ptr<HttpExposer>> HttpExposer::Start(
   }
   std::unique_ptr<HttpExposer> ex(new HttpExposer());
   ex->render_ = std::move(render);
-  ex->daemon_ = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
-      &HttpExposerAccess::Handle, ex.get(), MHD_OPTION_SOCK_ADDR, &addr,
-      MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+  ex->daemon_ =
+      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
+                       &HttpExposerAccess::Handle, ex.get(), MHD_OPTION_SOCK_ADDR, &addr,
+                       MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
   if (ex->daemon_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address, " (port in use?)"));
   }

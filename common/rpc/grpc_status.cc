@@ -36,7 +36,8 @@ constexpr CodePair kCodes[] = {
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   for (const auto& p : kCodes) {
-    if (p.absl_code == status.code()) return grpc::Status(p.grpc_code, std::string(status.message()));
+    if (p.absl_code == status.code())
+      return grpc::Status(p.grpc_code, std::string(status.message()));
   }
   return grpc::Status(grpc::StatusCode::UNKNOWN, std::string(status.message()));
 }
@@ -44,7 +45,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   for (const auto& p : kCodes) {
-    if (p.grpc_code == status.error_code()) return absl::Status(p.absl_code, status.error_message());
+    if (p.grpc_code == status.error_code())
+      return absl::Status(p.absl_code, status.error_message());
   }
   return absl::UnknownError(status.error_message());
 }

@@ -31,8 +31,9 @@ std::string NewIncarnation() {
 }
 
 std::string RoleName(v1::WorkerRole role) {
-  return role == v1::WORKER_ROLE_TARGET ? "target" : role == v1::WORKER_ROLE_DRAFTER ? "drafter"
-                                                                                     : "unknown";
+  return role == v1::WORKER_ROLE_TARGET    ? "target"
+         : role == v1::WORKER_ROLE_DRAFTER ? "drafter"
+                                           : "unknown";
 }
 
 }  // namespace
@@ -47,10 +48,13 @@ Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<RunS
       store_(std::move(store)),
       registry_(clock, options.worker_timeout_ms, NewIncarnation()) {}
 
-absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
-    const CoordinatorOptions& options, std::unique_ptr<RunStore> store, const Clock* clock,
-    WorkerControl* workers, metrics::MetricsServer* metrics) {
-  std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store), clock, workers, metrics));
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options,
+                                                                 std::unique_ptr<RunStore> store,
+                                                                 const Clock* clock,
+                                                                 WorkerControl* workers,
+                                                                 metrics::MetricsServer* metrics) {
+  std::unique_ptr<Coordinator> c(
+      new Coordinator(options, std::move(store), clock, workers, metrics));
   RETURN_IF_ERROR(c->Recover());
   return c;
 }
@@ -89,13 +93,12 @@ absl::Status Coordinator::TransitionLocked(const std::string& run_id, v1::RunSta
 }
 
 absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml,
-                                                     const std::string& source_name,
-                                                     bool dry_run) {
+                                                     const std::string& source_name, bool dry_run) {
   config::RunSpecOptions opts;
   opts.check_paths = true;
-  ASSIGN_OR_RETURN(config::RunSpec spec,
-                   config::ParseRunSpec(run_yaml, source_name.empty() ? "run.yaml" : source_name,
-                                        opts));
+  ASSIGN_OR_RETURN(
+      config::RunSpec spec,
+      config::ParseRunSpec(run_yaml, source_name.empty() ? "run.yaml" : source_name, opts));
   v1::RunStatus run;
   run.set_name(spec.name);
   run.set_state(v1::RUN_STATE_QUEUED);
@@ -138,8 +141,8 @@ absl::StatusOr<v1::RunStatus> Coordinator::CancelRun(const std::string& run_id) 
     return absl::FailedPreconditionError(
         absl::StrCat("run ", run_id, " already ended (", StateName(run.state()), ")"));
   }
-  RETURN_IF_ERROR(TransitionLocked(run_id, run.state(), v1::RUN_STATE_CANCELLED,
-                                   "cancelled by user"));
+  RETURN_IF_ERROR(
+      TransitionLocked(run_id, run.state(), v1::RUN_STATE_CANCELLED, "cancelled by user"));
   UpdateGaugesLocked();
   return store_->GetRun(run_id);
 }
@@ -243,9 +246,9 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
     }
     absl::Status s = store_->SetWorkers(run.run_id(), ids, clock_->NowUnixMs());
     if (s.ok()) {
-      s = TransitionLocked(run.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
-                           absl::StrCat("placed on ", wanted, " pair(s): ",
-                                        absl::StrJoin(described, ", ")));
+      s = TransitionLocked(
+          run.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+          absl::StrCat("placed on ", wanted, " pair(s): ", absl::StrJoin(described, ", ")));
     }
     if (!s.ok()) {
       LOG_RUN(ERROR, run.run_id(), -1) << "placement failed: " << s;
@@ -262,7 +265,8 @@ void Coordinator::StartRun(const Placement& p) {
   absl::Status status;
   std::vector<std::string> echoes;
   for (const auto& [target, drafter] : p.pairs) {
-    for (const auto& [self, peer] : {std::make_pair(target, drafter), std::make_pair(drafter, target)}) {
+    for (const auto& [self, peer] :
+         {std::make_pair(target, drafter), std::make_pair(drafter, target)}) {
       v1::PrepareRunRequest req;
       req.set_run_id(p.run_id);
       req.set_resolved_config_yaml(p.resolved_yaml);

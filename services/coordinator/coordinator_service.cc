@@ -36,8 +36,7 @@ grpc::Status CoordinatorService::CancelRun(grpc::ServerContext*, const v1::Cance
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::WatchRun(grpc::ServerContext* ctx,
-                                          const v1::WatchRunRequest* req,
+grpc::Status CoordinatorService::WatchRun(grpc::ServerContext* ctx, const v1::WatchRunRequest* req,
                                           grpc::ServerWriter<v1::RunEvent>* writer) {
   int64_t after = req->after_seq();
   // Wakes at least every 500 ms to notice a client that went away.

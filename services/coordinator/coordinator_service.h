@@ -13,8 +13,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
   explicit CoordinatorService(Coordinator* c) : c_(c) {}
   grpc::Status SubmitRun(grpc::ServerContext*, const v1::SubmitRunRequest*,
                          v1::SubmitRunResponse*) override;
-  grpc::Status GetRun(grpc::ServerContext*, const v1::GetRunRequest*,
-                      v1::GetRunResponse*) override;
+  grpc::Status GetRun(grpc::ServerContext*, const v1::GetRunRequest*, v1::GetRunResponse*) override;
   grpc::Status ListRuns(grpc::ServerContext*, const v1::ListRunsRequest*,
                         v1::ListRunsResponse*) override;
   grpc::Status CancelRun(grpc::ServerContext*, const v1::CancelRunRequest*,

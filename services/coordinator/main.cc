@@ -1,10 +1,10 @@
-// dflash-coordinator: owns runs, the worker registry and placement. See services/coordinator/README.md.
+// dflash-coordinator: owns runs, the worker registry and placement. See
+// services/coordinator/README.md.
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <condition_variable>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/base/logging.h"

@@ -14,13 +14,16 @@ bool IsAllowedTransition(RunState from, RunState to) {
   if (IsTerminal(from) || from == to) return false;
   if (to == v1::RUN_STATE_FAILED || to == v1::RUN_STATE_CANCELLED) return true;
   switch (from) {
-    case v1::RUN_STATE_QUEUED: return to == v1::RUN_STATE_STARTING;
+    case v1::RUN_STATE_QUEUED:
+      return to == v1::RUN_STATE_STARTING;
     case v1::RUN_STATE_STARTING:
       return to == v1::RUN_STATE_RUNNING || to == v1::RUN_STATE_PAUSED;
-    case v1::RUN_STATE_RUNNING: return to == v1::RUN_STATE_PAUSED || to == v1::RUN_STATE_DONE;
+    case v1::RUN_STATE_RUNNING:
+      return to == v1::RUN_STATE_PAUSED || to == v1::RUN_STATE_DONE;
     case v1::RUN_STATE_PAUSED:
       return to == v1::RUN_STATE_QUEUED || to == v1::RUN_STATE_STARTING;
-    default: return false;
+    default:
+      return false;
   }
 }
 

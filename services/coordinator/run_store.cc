@@ -100,9 +100,9 @@ constexpr const char* kRunColumns =
 
 absl::StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
@@ -176,8 +176,8 @@ absl::StatusOr<v1::RunEvent> RunStore::Transition(const std::string& run_id, v1:
     if (!found) return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
     auto state = static_cast<v1::RunState>(cur.Int(0));
     if (state != from) {
-      return absl::FailedPreconditionError(absl::StrCat("run ", run_id, " is ", StateName(state),
-                                                        ", not ", StateName(from)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("run ", run_id, " is ", StateName(state), ", not ", StateName(from)));
     }
     event.set_seq(cur.Int(2) + 1);
     event.set_run_id(run_id);
@@ -213,7 +213,8 @@ absl::Status RunStore::SetWorkers(const std::string& run_id,
   RETURN_IF_ERROR(up.status());
   up.Bind(1, run_id).Bind(2, absl::StrJoin(worker_ids, ",")).Bind(3, now_ms);
   RETURN_IF_ERROR(up.Step().status());
-  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
+  if (sqlite3_changes(db_) == 0)
+    return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
   return absl::OkStatus();
 }
 
@@ -227,7 +228,8 @@ absl::StatusOr<v1::RunStatus> RunStore::GetRun(const std::string& run_id) {
 }
 
 absl::StatusOr<std::vector<v1::RunStatus>> RunStore::ListRuns() {
-  Stmt s(db_, absl::StrCat("SELECT ", kRunColumns, " FROM runs ORDER BY created_ms, run_id").c_str());
+  Stmt s(db_,
+         absl::StrCat("SELECT ", kRunColumns, " FROM runs ORDER BY created_ms, run_id").c_str());
   RETURN_IF_ERROR(s.status());
   std::vector<v1::RunStatus> runs;
   while (true) {

@@ -2,12 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/rpc/channel.h"
-
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "dflash/v1/worker.grpc.pb.h"
 

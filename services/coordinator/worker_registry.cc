@@ -19,8 +19,8 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::WorkerInfo& info)
     if (w.name() == info.name()) id = wid;
   }
   if (!id.empty() && workers_[id].role() != info.role()) {
-    return absl::AlreadyExistsError(absl::StrCat("worker name '", info.name(),
-                                                 "' is registered with another role"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("worker name '", info.name(), "' is registered with another role"));
   }
   if (id.empty()) {
     id = absl::StrCat("w", next_id_++, "-", incarnation_);
@@ -34,14 +34,13 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::WorkerInfo& info)
   w.clear_run_id();
   w.set_registered_unix_ms(now);
   w.set_last_heartbeat_unix_ms(now);
-  LOG(INFO) << "worker " << id << " (" << info.name() << ", "
-            << v1::WorkerRole_Name(info.role()) << ") registered at " << info.control_address()
+  LOG(INFO) << "worker " << id << " (" << info.name() << ", " << v1::WorkerRole_Name(info.role())
+            << ") registered at " << info.control_address()
             << (previous_run.empty() ? "" : absl::StrCat("; dropped its old run ", previous_run));
   return id;
 }
 
-absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id,
-                                       const v1::DeviceInfo& device) {
+absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, const v1::DeviceInfo& device) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
     return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered"));

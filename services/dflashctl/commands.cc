@@ -2,8 +2,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/rpc/channel.h"
-
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -12,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config/run_spec.h"
+#include "common/rpc/channel.h"
 #include "services/coordinator/run_state.h"
 #include "services/dflashctl/output.h"
 
@@ -36,8 +35,7 @@ bool ReadFile(const std::string& path, std::string* out) {
 }  // namespace
 
 Commands::Commands(GlobalOptions opts) : opts_(std::move(opts)) {
-  stub_ = v1::Coordinator::NewStub(
-      CreateChannel(opts_.coordinator));
+  stub_ = v1::Coordinator::NewStub(CreateChannel(opts_.coordinator));
 }
 
 int Commands::RpcError(const grpc::Status& s, const std::string& what) {
@@ -84,8 +82,10 @@ int Commands::Submit(const std::string& path, bool detach, bool dry_run) {
   grpc::Status s = stub_->SubmitRun(&ctx, req, &resp);
   if (!s.ok()) return RpcError(s, "submit");
   if (dry_run) {
-    if (opts_.json) std::cout << ToJson(resp.run()) << "\n";
-    else std::cout << "# dry run: the coordinator accepted the config; nothing was queued\n";
+    if (opts_.json)
+      std::cout << ToJson(resp.run()) << "\n";
+    else
+      std::cout << "# dry run: the coordinator accepted the config; nothing was queued\n";
     return kOk;
   }
   if (!opts_.json) std::cout << "submitted run " << resp.run().run_id() << "\n" << std::flush;
@@ -110,8 +110,10 @@ int Commands::Follow(const std::string& run_id) {
     while (reader->Read(&e)) {
       after = e.seq();
       attempts = 0;
-      if (opts_.json) std::cout << ToJson(e) << "\n" << std::flush;
-      else std::cout << EventLine(e) << "\n" << std::flush;
+      if (opts_.json)
+        std::cout << ToJson(e) << "\n" << std::flush;
+      else
+        std::cout << EventLine(e) << "\n" << std::flush;
     }
     grpc::Status s = reader->Finish();
     if (s.ok()) break;

@@ -11,11 +11,11 @@ namespace dflash::ctl {
 // Distinct exit codes so scripts can tell failures apart (documented in docs/cli.md).
 enum ExitCode : int {
   kOk = 0,
-  kError = 1,              // any other error (run not found, server-side failure)
-  kUsage = 2,              // bad command line
-  kInvalidConfig = 3,      // run.yaml rejected (locally or by the coordinator)
-  kUnreachable = 4,        // coordinator cannot be reached
-  kRunFailed = 5,          // a followed run ended failed or cancelled
+  kError = 1,          // any other error (run not found, server-side failure)
+  kUsage = 2,          // bad command line
+  kInvalidConfig = 3,  // run.yaml rejected (locally or by the coordinator)
+  kUnreachable = 4,    // coordinator cannot be reached
+  kRunFailed = 5,      // a followed run ended failed or cancelled
 };
 
 struct GlobalOptions {

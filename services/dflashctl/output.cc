@@ -70,7 +70,8 @@ std::string FormatBytes(uint64_t bytes) {
 }
 
 std::string RunsTable(const std::vector<v1::RunStatus>& runs) {
-  std::vector<std::vector<std::string>> rows = {{"RUN", "NAME", "STATE", "STEP", "CREATED", "MESSAGE"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"RUN", "NAME", "STATE", "STEP", "CREATED", "MESSAGE"}};
   for (const auto& r : runs) {
     std::string msg = r.message();
     if (msg.size() > 60) msg = msg.substr(0, 57) + "...";
@@ -102,11 +103,13 @@ std::string RunDetails(const v1::RunStatus& r) {
 }
 
 std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers) {
-  std::vector<std::vector<std::string>> rows = {
-      {"ID", "NAME", "ROLE", "HEALTH", "DEVICE", "MEMORY FREE/TOTAL", "RUN", "ADDRESS", "LAST HEARTBEAT"}};
+  std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "ROLE", "HEALTH", "DEVICE",
+                                                 "MEMORY FREE/TOTAL", "RUN", "ADDRESS",
+                                                 "LAST HEARTBEAT"}};
   for (const auto& w : workers) {
     const auto& d = w.device();
-    std::string device = d.kind() == "cuda" ? absl::StrCat("cuda:", d.index(), " ", d.name()) : d.kind();
+    std::string device =
+        d.kind() == "cuda" ? absl::StrCat("cuda:", d.index(), " ", d.name()) : d.kind();
     rows.push_back({w.worker_id(), w.name(), Role(w.role()),
                     w.health() == v1::WORKER_HEALTH_UP ? "up" : "down", device,
                     absl::StrCat(FormatBytes(d.free_bytes()), " / ", FormatBytes(d.total_bytes())),

@@ -2,11 +2,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/rpc/channel.h"
-
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/device/device_probe.h"
+#include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 
 namespace dflash::worker {
@@ -110,7 +109,9 @@ v1::DeviceInfo WorkerCore::ReadDevice() {
     const std::string gpu_label = gpu < 0 ? "cpu" : std::to_string(gpu);
     prometheus::Labels l = {{"worker", name}, {"role", role}, {"gpu", gpu_label}};
     metrics_->Gauge("dflash_worker_gpu_memory_total_bytes").Add(l).Set(d.total_bytes());
-    metrics_->Gauge("dflash_worker_gpu_memory_used_bytes").Add(l).Set(d.total_bytes() - d.free_bytes());
+    metrics_->Gauge("dflash_worker_gpu_memory_used_bytes")
+        .Add(l)
+        .Set(d.total_bytes() - d.free_bytes());
     const auto alloc = device::TorchAllocatorStats(gpu);
     metrics_->Gauge("dflash_worker_gpu_memory_allocated_bytes").Add(l).Set(alloc.allocated_bytes);
     metrics_->Gauge("dflash_worker_gpu_memory_reserved_bytes").Add(l).Set(alloc.reserved_bytes);
@@ -126,13 +127,14 @@ v1::DeviceInfo WorkerCore::ReadDevice() {
 CoordinatorLink::CoordinatorLink(const std::string& coordinator_address, WorkerCore* core,
                                  metrics::MetricsServer* metrics)
     : address_(coordinator_address), core_(core), metrics_(metrics) {
-  stub_ = v1::Registry::NewStub(
-      CreateChannel(coordinator_address));
+  stub_ = v1::Registry::NewStub(CreateChannel(coordinator_address));
 }
 
 CoordinatorLink::~CoordinatorLink() { Stop(); }
 
-void CoordinatorLink::Start() { thread_ = std::thread([this] { Loop(); }); }
+void CoordinatorLink::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void CoordinatorLink::Stop() {
   {
@@ -171,10 +173,12 @@ bool CoordinatorLink::RegisterOnce() {
 void CoordinatorLink::Loop() {
   const std::string name = core_->Info().name();
   const std::string role = RoleLabel(core_->Info());
-  auto& registered = metrics_->Gauge("dflash_worker_registered").Add({{"worker", name}, {"role", role}});
-  auto& beats = metrics_->Counter("dflash_worker_heartbeats_total").Add({{"worker", name}, {"role", role}});
-  auto& failures =
-      metrics_->Counter("dflash_worker_heartbeat_failures_total").Add({{"worker", name}, {"role", role}});
+  auto& registered =
+      metrics_->Gauge("dflash_worker_registered").Add({{"worker", name}, {"role", role}});
+  auto& beats =
+      metrics_->Counter("dflash_worker_heartbeats_total").Add({{"worker", name}, {"role", role}});
+  auto& failures = metrics_->Counter("dflash_worker_heartbeat_failures_total")
+                       .Add({{"worker", name}, {"role", role}});
   int64_t backoff_ms = 100;
   while (true) {
     if (worker_id_.empty()) {
@@ -194,7 +198,8 @@ void CoordinatorLink::Loop() {
     req.set_run_id(core_->Status().run_id());
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(interval_ms_ * 2));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(interval_ms_ * 2));
     grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
     if (s.ok()) {
       beats.Increment();
@@ -202,7 +207,8 @@ void CoordinatorLink::Loop() {
     } else {
       failures.Increment();
       if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
-        LOG(WARNING) << "coordinator does not know " << worker_id_ << " (restarted?); registering again";
+        LOG(WARNING) << "coordinator does not know " << worker_id_
+                     << " (restarted?); registering again";
         worker_id_.clear();
       } else {
         LOG(WARNING) << "heartbeat failed: " << s.error_message();

@@ -36,7 +36,8 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, SettingsEcho echo)
   config::WorkerConfig f;
   app.add_option("--config", config_file, "YAML config file (flags override it)");
   auto* o_coord = app.add_option("--coordinator", f.coordinator, "coordinator host:port");
-  auto* o_listen = app.add_option("--listen", f.listen, "control gRPC host:port (port 0: OS picks)");
+  auto* o_listen =
+      app.add_option("--listen", f.listen, "control gRPC host:port (port 0: OS picks)");
   auto* o_adv = app.add_option("--advertise_host", f.advertise_host, "host the coordinator dials");
   auto* o_metrics = app.add_option("--metrics_listen", f.metrics_listen, "/metrics host:port");
   auto* o_gpu = app.add_option("--gpu", f.gpu, "GPU ordinal, -1 for CPU");
@@ -74,8 +75,8 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, SettingsEcho echo)
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   if (cfg.name.empty()) {
-    cfg.name = absl::StrCat(cfg.role, "-", host, "-",
-                            cfg.gpu < 0 ? "cpu" : absl::StrCat("gpu", cfg.gpu));
+    cfg.name =
+        absl::StrCat(cfg.role, "-", host, "-", cfg.gpu < 0 ? "cpu" : absl::StrCat("gpu", cfg.gpu));
   }
   SetLogProcessName(absl::StrCat(cfg.role, "-worker[", cfg.name, "]"));
   LogLevel level;

@@ -1,10 +1,10 @@
 // Device probing on the GPU machine; the CPU case runs everywhere. The allocator counters are
 // checked against a known allocation made through LibTorch.
+#include "common/device/device_probe.h"
+
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <gtest/gtest.h>
-
-#include "common/device/device_probe.h"
 
 namespace dflash::device {
 namespace {
@@ -28,7 +28,7 @@ TEST(DeviceProbeGpu, ReportsEveryVisibleGpu) {
 TEST(DeviceProbeGpu, AllocatorStatsFollowATensorsLife) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   const AllocatorStats before = TorchAllocatorStats(0);  // allocator may not exist yet: zeros
-  constexpr int64_t kFloats = 64 << 20;                   // 256 MiB
+  constexpr int64_t kFloats = 64 << 20;                  // 256 MiB
   constexpr uint64_t kBytes = kFloats * 4;
   AllocatorStats during;
   {

@@ -1,5 +1,7 @@
 // The real coordinator, a target worker and a drafter worker on OS-chosen loopback ports, driven
 // through dflashctl as a user would.
+#include "tests/integration/cluster.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/common/http_get.h"
-#include "tests/integration/cluster.h"
 
 namespace dflash::testing {
 namespace {
@@ -29,8 +30,10 @@ class ClusterTest : public ::testing::Test {
   void TearDown() override {
     workers_.clear();
     coordinator_.reset();
-    if (!HasFailure()) std::filesystem::remove_all(dir_);
-    else std::cerr << "logs kept in " << dir_ << "\n";
+    if (!HasFailure())
+      std::filesystem::remove_all(dir_);
+    else
+      std::cerr << "logs kept in " << dir_ << "\n";
   }
 
   // Starts the coordinator; listen = "127.0.0.1:0" picks a port, or pass one to restart on it.
@@ -56,7 +59,8 @@ class ClusterTest : public ::testing::Test {
         BinDir() + "/" + role + "_worker/dflash-" + role + "-worker",
         std::vector<std::string>{"--coordinator", address_, "--name", name, "--ready_file", ready},
         dir_ + "/" + name + ".log"));
-    EXPECT_GT(ReadReadyPort(ready, "grpc_port", ms(30000)), 0) << ReadFile(dir_ + "/" + name + ".log");
+    EXPECT_GT(ReadReadyPort(ready, "grpc_port", ms(30000)), 0)
+        << ReadFile(dir_ + "/" + name + ".log");
     return workers_.back().get();
   }
 
@@ -94,10 +98,12 @@ TEST_F(ClusterTest, WorkersRegisterAndAKilledWorkerIsMarkedDownWithinTheTimeout)
     EXPECT_EQ(w["device"]["kind"], "cpu");
   }
   // Both roles serve /metrics and the coordinator counts their heartbeats.
-  ASSERT_TRUE(WaitFor([&] {
-    return HttpGet(metrics_port_, "/metrics").find("dflash_coordinator_heartbeats_total") !=
-           std::string::npos;
-  }, ms(5000)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return HttpGet(metrics_port_, "/metrics").find("dflash_coordinator_heartbeats_total") !=
+               std::string::npos;
+      },
+      ms(5000)));
 
   target->Signal(SIGKILL);
   const auto killed_at = std::chrono::steady_clock::now();
@@ -107,18 +113,20 @@ TEST_F(ClusterTest, WorkersRegisterAndAKilledWorkerIsMarkedDownWithinTheTimeout)
   // Down no earlier than the timeout minus one heartbeat, no later than timeout + sweep + slack
   // for the dflashctl poll (each poll is a process start, ~50 ms here).
   EXPECT_GE(elapsed.count(), kTimeoutMs - kHeartbeatMs);
-  EXPECT_LE(elapsed.count(), kTimeoutMs + kSweepMs + 400) << "noticed after " << elapsed.count() << " ms";
+  EXPECT_LE(elapsed.count(), kTimeoutMs + kSweepMs + 400)
+      << "noticed after " << elapsed.count() << " ms";
   EXPECT_EQ(Health("d0"), "WORKER_HEALTH_UP");
 }
 
 TEST_F(ClusterTest, SubmittedRunSurvivesACoordinatorRestartAndWorkersRegisterAgain) {
   StartCoordinator();
   const std::string run_yaml = dir_ + "/run.yaml";
-  std::ofstream(run_yaml) << "name: restart-test\n"
-                             "target: {path: \"builtin:tiny-qwen3\"}\n"
-                             "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
-                             "batching: {token_budget: 1024}\n"
-                             "placement: {pairs: 2}\n";  // never placeable with one pair: stays queued
+  std::ofstream(run_yaml)
+      << "name: restart-test\n"
+         "target: {path: \"builtin:tiny-qwen3\"}\n"
+         "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+         "batching: {token_budget: 1024}\n"
+         "placement: {pairs: 2}\n";  // never placeable with one pair: stays queued
   StartWorker("target", "t0");
   StartWorker("drafter", "d0");
   CtlResult submit = RunCtl(address_, {"--output", "json", "submit", run_yaml, "--detach"});
@@ -127,7 +135,7 @@ TEST_F(ClusterTest, SubmittedRunSurvivesACoordinatorRestartAndWorkersRegisterAga
   ASSERT_FALSE(run_id.empty());
 
   coordinator_->Signal(SIGTERM);
-  EXPECT_EQ(coordinator_->Wait(), 0);  // clean shutdown
+  EXPECT_EQ(coordinator_->Wait(), 0);                  // clean shutdown
   EXPECT_EQ(RunCtl(address_, {"list"}).exit_code, 4);  // unreachable while down
   StartCoordinator("127.0.0.1:" + std::to_string(port_));
 
@@ -161,8 +169,9 @@ TEST_F(ClusterTest, DflashctlExitCodes) {
   StartCoordinator();
   EXPECT_EQ(RunCtl(address_, {"frobnicate"}).exit_code, 2);
   const std::string bad = dir_ + "/bad.yaml";
-  std::ofstream(bad) << "name: x\ntarget: {path: /does/not/exist}\ndata: {train: builtin:tiny-chat}\n"
-                        "batching: {token_budget: 0}\n";
+  std::ofstream(bad)
+      << "name: x\ntarget: {path: /does/not/exist}\ndata: {train: builtin:tiny-chat}\n"
+         "batching: {token_budget: 0}\n";
   CtlResult r = RunCtl(address_, {"submit", bad});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_THAT(r.err, HasSubstr("target.path: path does not exist: /does/not/exist"));

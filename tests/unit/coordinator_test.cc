@@ -85,14 +85,15 @@ TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
   EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_QUEUED);  // no drafter yet
   std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
   coordinator_->Tick();
-  EXPECT_THAT(workers_.prepared, ::testing::ElementsAre(t + ":" + run.run_id(), d + ":" + run.run_id()));
+  EXPECT_THAT(workers_.prepared,
+              ::testing::ElementsAre(t + ":" + run.run_id(), d + ":" + run.run_id()));
   auto after = *coordinator_->GetRun(run.run_id());
   // The step pipeline does not exist yet: the run says so instead of pretending to train.
   EXPECT_EQ(after.state(), v1::RUN_STATE_FAILED);
   EXPECT_THAT(after.message(), HasSubstr("training step pipeline is not built yet"));
-  EXPECT_THAT(History(run.run_id()),
-              ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
-                                     v1::RUN_STATE_FAILED));
+  EXPECT_THAT(
+      History(run.run_id()),
+      ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING, v1::RUN_STATE_FAILED));
   EXPECT_EQ(workers_.released.size(), 2u);
   for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
 }
@@ -151,9 +152,9 @@ TEST_F(CoordinatorTest, WorkerLostWhileStartingPausesTheRun) {
   auto after = *coordinator_->GetRun(run.run_id());
   EXPECT_EQ(after.state(), v1::RUN_STATE_PAUSED);
   EXPECT_THAT(after.message(), HasSubstr("target worker " + t + " (t0) missed heartbeats"));
-  EXPECT_THAT(History(run.run_id()),
-              ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
-                                     v1::RUN_STATE_PAUSED));
+  EXPECT_THAT(
+      History(run.run_id()),
+      ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING, v1::RUN_STATE_PAUSED));
   for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
 }
 
@@ -174,7 +175,8 @@ TEST_F(CoordinatorTest, CancelIsFinalAndRecorded) {
 TEST_F(CoordinatorTest, WaitForEventsReturnsHistoryAndReportsTerminal) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   bool terminal = true;
-  auto events = coordinator_->WaitForEvents(run.run_id(), 0, std::chrono::milliseconds(0), &terminal);
+  auto events =
+      coordinator_->WaitForEvents(run.run_id(), 0, std::chrono::milliseconds(0), &terminal);
   ASSERT_TRUE(events.ok());
   EXPECT_EQ(events->size(), 1u);
   EXPECT_FALSE(terminal);
@@ -205,8 +207,9 @@ TEST_F(CoordinatorTest, RestartPausesInterruptedRunsAndKeepsQueuedOnes) {
   {
     // Put the second run into `starting` directly in the store, as a crash mid-start leaves it.
     auto store = *RunStore::Open(path);
-    ASSERT_TRUE(store->Transition(interrupted.run_id(), v1::RUN_STATE_QUEUED,
-                                  v1::RUN_STATE_STARTING, "placed", 5)
+    ASSERT_TRUE(store
+                    ->Transition(interrupted.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+                                 "placed", 5)
                     .ok());
   }
   Reopen(path);

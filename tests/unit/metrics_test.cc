@@ -18,7 +18,8 @@ TEST(MetricsCatalogue, NamesFollowTheConvention) {
     EXPECT_TRUE(seen.insert(def.name).second) << "duplicate " << def.name;
     const std::string n = def.name;
     const bool total = n.size() > 6 && n.substr(n.size() - 6) == "_total";
-    EXPECT_EQ(total, def.type == MetricType::kCounter) << n << ": counters and only counters end in _total";
+    EXPECT_EQ(total, def.type == MetricType::kCounter)
+        << n << ": counters and only counters end in _total";
     EXPECT_EQ(n.rfind(std::string("dflash_") + def.component + "_", 0), 0u) << n;
     EXPECT_GT(std::string(def.help).size(), 10u) << n;
   }
@@ -32,8 +33,10 @@ TEST(MetricsCatalogue, EveryDeclaredMetricIsExported) {
     for (const auto& def : Catalogue()) {
       if (component != def.component) continue;
       // Touch one child so the family has a sample line, as the services do.
-      if (def.type == MetricType::kGauge) (*server)->Gauge(def.name).Add({{"worker", "w"}}).Set(1);
-      else (*server)->Counter(def.name).Add({{"worker", "w"}}).Increment();
+      if (def.type == MetricType::kGauge)
+        (*server)->Gauge(def.name).Add({{"worker", "w"}}).Set(1);
+      else
+        (*server)->Counter(def.name).Add({{"worker", "w"}}).Increment();
     }
     const std::string text = (*server)->Scrape();
     for (const auto& def : Catalogue()) {

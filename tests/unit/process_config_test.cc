@@ -234,8 +234,9 @@ TEST(ValidateCoordinatorConfigTest, HeartbeatExactlyHalfTheTimeoutIsAccepted) {
 TEST(ValidateCoordinatorConfigTest, ListenWithoutPort) {
   CoordinatorConfig c;
   c.listen = "localhost";
-  EXPECT_THAT(ValidateCoordinatorConfig(c).message(),
-              HasSubstr("listen: must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got 'localhost'"));
+  EXPECT_THAT(
+      ValidateCoordinatorConfig(c).message(),
+      HasSubstr("listen: must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got 'localhost'"));
 }
 
 TEST(ValidateCoordinatorConfigTest, ListenPortOutOfRange) {
@@ -248,8 +249,10 @@ TEST(ValidateCoordinatorConfigTest, ListenPortOutOfRange) {
 TEST(ValidateCoordinatorConfigTest, MetricsListenWithoutHost) {
   CoordinatorConfig c;
   c.metrics_listen = ":9470";
-  EXPECT_THAT(ValidateCoordinatorConfig(c).message(),
-              HasSubstr("metrics_listen: must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got ':9470'"));
+  EXPECT_THAT(
+      ValidateCoordinatorConfig(c).message(),
+      HasSubstr(
+          "metrics_listen: must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got ':9470'"));
 }
 
 TEST(ValidateCoordinatorConfigTest, RangesAndEnums) {
@@ -335,11 +338,13 @@ TEST(ValidateWorkerConfigTest, AddressesAndHost) {
   w.log_level = "trace";
   EXPECT_THAT(
       ValidateWorkerConfig(w).message(),
-      AllOf(HasSubstr("coordinator: must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got 'nowhere'"),
-            HasSubstr("listen: port must be an integer in [0, 65535], got '0.0.0.0:-1'"),
-            HasSubstr("metrics_listen: port must be an integer in [0, 65535], got '0.0.0.0:http'"),
-            HasSubstr("advertise_host: must not be empty"),
-            HasSubstr("log_level: must be one of debug|info|warning|error, got 'trace'")));
+      AllOf(
+          HasSubstr(
+              "coordinator: must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got 'nowhere'"),
+          HasSubstr("listen: port must be an integer in [0, 65535], got '0.0.0.0:-1'"),
+          HasSubstr("metrics_listen: port must be an integer in [0, 65535], got '0.0.0.0:http'"),
+          HasSubstr("advertise_host: must not be empty"),
+          HasSubstr("log_level: must be one of debug|info|warning|error, got 'trace'")));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -365,9 +370,9 @@ TEST(ParseHostPortTest, MissingColonOrHost) {
     auto p = ParseHostPort(address);
     ASSERT_FALSE(p.ok()) << address;
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(
-        p.status().message(),
-        HasSubstr(absl::StrCat("must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got '", address, "'")));
+    EXPECT_THAT(p.status().message(),
+                HasSubstr(absl::StrCat(
+                    "must be host:port (e.g. 127.0.0.1:7070 or [::1]:7070), got '", address, "'")));
   }
 }
 

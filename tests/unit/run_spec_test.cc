@@ -709,15 +709,17 @@ TEST(RunSpecEmitTest, DemoConfigParsesAndRoundTrips) {
 
 // Strictness beyond types and ranges: nothing a user wrote is silently dropped or taken twice.
 TEST(RunSpecStrict, RepeatedKeysAreRefusedWithBothLines) {
-  EXPECT_THAT(ErrorOf(Minimal("batching:\n  token_budget: 9000\n  token_budget: 0\n")),
-              HasSubstr("run.yaml: batching.token_budget: duplicate field (line 6; first on line 5)"));
+  EXPECT_THAT(
+      ErrorOf(Minimal("batching:\n  token_budget: 9000\n  token_budget: 0\n")),
+      HasSubstr("run.yaml: batching.token_budget: duplicate field (line 6; first on line 5)"));
   EXPECT_THAT(ErrorOf(Minimal("data: {train: \"builtin:tiny-chat\"}\n")),
               HasSubstr("run.yaml: data: duplicate field"));
 }
 
 TEST(RunSpecStrict, SecondYamlDocumentIsRefused) {
-  EXPECT_THAT(ErrorOf(Minimal("---\nname: other\n")),
-              HasSubstr("run.yaml: holds 2 YAML documents (separated by ---); it must hold exactly one"));
+  EXPECT_THAT(
+      ErrorOf(Minimal("---\nname: other\n")),
+      HasSubstr("run.yaml: holds 2 YAML documents (separated by ---); it must hold exactly one"));
 }
 
 TEST(RunSpecStrict, EmptyRequiredStringsAreRefused) {

@@ -1,16 +1,15 @@
+#include "services/coordinator/run_state.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "services/coordinator/run_state.h"
-
 namespace dflash::coordinator {
 namespace {
 
-constexpr v1::RunState kAll[] = {v1::RUN_STATE_QUEUED,  v1::RUN_STATE_STARTING,
-                                 v1::RUN_STATE_RUNNING, v1::RUN_STATE_PAUSED,
-                                 v1::RUN_STATE_FAILED,  v1::RUN_STATE_CANCELLED,
-                                 v1::RUN_STATE_DONE};
+constexpr v1::RunState kAll[] = {
+    v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,  v1::RUN_STATE_RUNNING, v1::RUN_STATE_PAUSED,
+    v1::RUN_STATE_FAILED, v1::RUN_STATE_CANCELLED, v1::RUN_STATE_DONE};
 
 TEST(RunState, TerminalStatesHaveNoWayOut) {
   for (auto from : {v1::RUN_STATE_FAILED, v1::RUN_STATE_CANCELLED, v1::RUN_STATE_DONE}) {

@@ -1,10 +1,10 @@
+#include "services/coordinator/run_store.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
-
-#include "services/coordinator/run_store.h"
 
 namespace dflash::coordinator {
 namespace {
@@ -66,7 +66,8 @@ TEST(RunStore, SurvivesReopen) {
     auto store = *RunStore::Open(path);
     ASSERT_TRUE(store->CreateRun(NewRun("r1"), "", 1).ok());
     ASSERT_TRUE(store->CreateRun(NewRun("r2"), "", 2).ok());
-    ASSERT_TRUE(store->Transition("r2", v1::RUN_STATE_QUEUED, v1::RUN_STATE_CANCELLED, "bye", 3).ok());
+    ASSERT_TRUE(
+        store->Transition("r2", v1::RUN_STATE_QUEUED, v1::RUN_STATE_CANCELLED, "bye", 3).ok());
     ASSERT_TRUE(store->SetWorkers("r1", {"w1", "w2"}, 4).ok());
   }
   auto store = *RunStore::Open(path);

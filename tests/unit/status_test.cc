@@ -1,6 +1,7 @@
+#include "common/base/status.h"
+
 #include <gtest/gtest.h>
 
-#include "common/base/status.h"
 #include "common/rpc/grpc_status.h"
 
 namespace dflash {

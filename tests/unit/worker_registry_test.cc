@@ -1,8 +1,9 @@
+#include "services/coordinator/worker_registry.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/base/clock.h"
-#include "services/coordinator/worker_registry.h"
 
 namespace dflash::coordinator {
 namespace {
@@ -82,8 +83,9 @@ TEST(WorkerRegistry, RejectsIncompleteRegistrations) {
   WorkerRegistry reg(&clock, 1000, "a1b2");
   EXPECT_THAT(std::string(reg.Register(Worker("", v1::WORKER_ROLE_TARGET)).status().message()),
               ::testing::HasSubstr("worker.name"));
-  EXPECT_THAT(std::string(reg.Register(Worker("x", v1::WORKER_ROLE_UNSPECIFIED)).status().message()),
-              ::testing::HasSubstr("worker.role"));
+  EXPECT_THAT(
+      std::string(reg.Register(Worker("x", v1::WORKER_ROLE_UNSPECIFIED)).status().message()),
+      ::testing::HasSubstr("worker.role"));
   v1::WorkerInfo w = Worker("x", v1::WORKER_ROLE_TARGET);
   w.clear_control_address();
   EXPECT_THAT(std::string(reg.Register(w).status().message()),
