@@ -10,7 +10,7 @@ build=${DFLASH_BUILD_DIR:-$root/build}
 prefix=${CMAKE_PREFIX_PATH:-}
 prefix=${prefix//:/;}  # CMake lists use ";"
 if [ -z "${Torch_DIR:-}" ] && [ -x "$DFLASH_VENV/bin/python" ]; then
-  torch_prefix=$("$DFLASH_VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  torch_prefix=$("$DFLASH_VENV/bin/python" -W ignore -c 'import torch; print(torch.utils.cmake_prefix_path)')
   prefix="$torch_prefix${prefix:+;$prefix}"
 fi
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}

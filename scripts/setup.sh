@@ -45,7 +45,7 @@ elif [ -n "${CMAKE_PREFIX_PATH:-}" ] && \
      find ${CMAKE_PREFIX_PATH//:/ } -maxdepth 4 -name TorchConfig.cmake 2>/dev/null | grep -q .; then
   log "LibTorch: found through CMAKE_PREFIX_PATH"
 else
-  have=$("$DFLASH_VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
+  have=$("$DFLASH_VENV/bin/python" -W ignore -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
   if [ "$have" = "$TORCH_VERSION" ]; then
     log "LibTorch: torch $have already in $DFLASH_VENV"
   else

@@ -165,9 +165,37 @@ TEST_F(ClusterTest, DemoRunGoesAsFarAsTheSystemDoesAndSaysSo) {
   EXPECT_THAT(ReadFile(dir_ + "/coordinator.log"), HasSubstr(" run=demo-"));
 }
 
+TEST_F(ClusterTest, WorkersShutDownCleanlyOnSigterm) {
+  StartCoordinator();
+  Process* target = StartWorker("target", "t0");
+  Process* drafter = StartWorker("drafter", "d0");
+  ASSERT_TRUE(WaitFor([&] { return Workers().size() == 2; }, ms(10000)));
+  target->Signal(SIGTERM);
+  drafter->Signal(SIGTERM);
+  EXPECT_EQ(target->Wait(), 0);
+  EXPECT_EQ(drafter->Wait(), 0);
+  EXPECT_THAT(ReadFile(dir_ + "/t0.log"), HasSubstr("signal 15: shutting down"));
+  EXPECT_THAT(ReadFile(dir_ + "/t0.log"), HasSubstr("stopped"));
+}
+
+TEST_F(ClusterTest, CancelAQueuedRunThroughDflashctl) {
+  StartCoordinator();
+  CtlResult submit = RunCtl(
+      address_, {"-o", "json", "submit", DFLASH_SOURCE_DIR "/configs/demo.yaml", "--detach"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string run_id = json::parse(submit.out)["run_id"];
+  CtlResult cancel = RunCtl(address_, {"cancel", run_id});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  CtlResult status = RunCtl(address_, {"status", run_id, "-o", "json"});
+  EXPECT_EQ(json::parse(status.out)["state"], "RUN_STATE_CANCELLED");
+  EXPECT_EQ(RunCtl(address_, {"cancel", run_id}).exit_code, 1);  // already ended
+}
+
 TEST_F(ClusterTest, DflashctlExitCodes) {
   StartCoordinator();
   EXPECT_EQ(RunCtl(address_, {"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(RunCtl(address_, {"submit"}).exit_code, 2);  // missing run_yaml
+  EXPECT_EQ(RunCtl(address_, {"submit", "--help"}).exit_code, 0);
   const std::string bad = dir_ + "/bad.yaml";
   std::ofstream(bad)
       << "name: x\ntarget: {path: /does/not/exist}\ndata: {train: builtin:tiny-chat}\n"
