@@ -56,6 +56,26 @@ else
   fi
 fi
 
+# Test oracles (HF transformers parity): pinned in scripts/requirements-test.txt, checked by version.
+req="$(cd "$(dirname "$0")" && pwd)/requirements-test.txt"
+if [ -x "$DFLASH_VENV/bin/python" ]; then
+  if ! "$DFLASH_VENV/bin/python" - "$req" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, want = line.split("==")
+        if version(name) != want:
+            sys.exit(1)
+PY
+    log "test oracles: installing $(grep -v '^#' "$req" | tr '\n' ' ')"
+    "$DFLASH_VENV/bin/pip" install -q -r "$req"
+  else
+    log "test oracles: present"
+  fi
+fi
+
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   log "CUDA: $(/usr/local/cuda/bin/nvcc --version | tail -n 2 | head -n 1)"
   [ -f /usr/local/cuda/include/nccl.h ] && log "NCCL: /usr/local/cuda/include/nccl.h" || log "NCCL: not under /usr/local/cuda"

@@ -1,0 +1,59 @@
+// config.json of Hugging Face decoder-only checkpoints that dflash runs as targets (Qwen3 dense,
+// Llama-3) and writes for drafters (DFlashDraftModel, method.md §7). Parsed strictly: required
+// fields present, types and ranges checked, errors name the file and the field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dflash::model {
+
+// rope_scaling of type "llama3" (Llama-3.1+); other types are refused by name.
+struct RopeScaling {
+  std::string rope_type;  // "llama3"
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct TransformerConfig {
+  std::string model_type;  // "qwen3" | "llama" (and "qwen3" for DFlashDraftModel drafters)
+  std::vector<std::string> architectures;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // defaults to num_attention_heads when absent
+  int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads when absent
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::optional<RopeScaling> rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  bool qk_norm = false;             // per-head RMSNorm on q and k: true for Qwen3
+  std::string torch_dtype;          // as written ("bfloat16", "float32", ...); may be empty
+  // DFlash drafter fields (DFlashDraftModel): absent for targets.
+  int64_t block_size = 0;
+  int64_t num_target_layers = 0;
+  std::optional<int64_t> mask_token_id;
+  std::optional<std::vector<int64_t>> target_layer_ids;
+};
+
+// Parses config.json text; `source` names the file in errors.
+absl::StatusOr<TransformerConfig> ParseHfConfig(const std::string& json_text,
+                                                const std::string& source);
+// Reads <dir>/config.json.
+absl::StatusOr<TransformerConfig> LoadHfConfig(const std::string& dir);
+
+// method.md §2: round_half_even(1 + i*(L-4)/(K-1)) for i in 0..K-1; for K == 1: L / 2.
+std::vector<int64_t> DefaultTargetLayerIds(int64_t num_target_layers, int64_t k);
+
+}  // namespace dflash::model
