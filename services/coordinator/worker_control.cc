@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -63,7 +64,9 @@ absl::Status GrpcWorkerControl::ReleaseRun(const v1::WorkerInfo& worker,
                                            const std::string& run_id) {
   Stubs* stubs = GetStubs(worker.control_address());
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, rpc_timeout_ms_);
+  // Release is best effort (a worker also drops a run its heartbeat reply no longer names), so a
+  // dead worker must not hold the caller for the full control deadline.
+  SetDeadline(&ctx, std::min<int64_t>(rpc_timeout_ms_, 2000));
   v1::ReleaseRunRequest req;
   req.set_run_id(run_id);
   v1::ReleaseRunResponse resp;
