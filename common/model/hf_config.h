@@ -1,6 +1,7 @@
 // config.json of Hugging Face decoder-only checkpoints that dflash runs as targets (Qwen3 dense,
 // Llama-3) and writes for drafters (DFlashDraftModel, method.md §7). Parsed strictly: required
-// fields present, types and ranges checked, errors name the file and the field.
+// fields present, types and ranges checked, errors name the file and the field. Keys dflash does
+// not use are ignored (HF configs carry many); a JSON null counts as absent.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +39,8 @@ struct TransformerConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;
   bool mlp_bias = false;
-  bool qk_norm = false;             // per-head RMSNorm on q and k: true for Qwen3
-  std::string torch_dtype;          // as written ("bfloat16", "float32", ...); may be empty
+  bool qk_norm = false;     // per-head RMSNorm on q and k: true for Qwen3
+  std::string torch_dtype;  // as written ("bfloat16", "float32", ...); may be empty
   // DFlash drafter fields (DFlashDraftModel): absent for targets.
   int64_t block_size = 0;
   int64_t num_target_layers = 0;
@@ -54,6 +55,8 @@ absl::StatusOr<TransformerConfig> ParseHfConfig(const std::string& json_text,
 absl::StatusOr<TransformerConfig> LoadHfConfig(const std::string& dir);
 
 // method.md §2: round_half_even(1 + i*(L-4)/(K-1)) for i in 0..K-1; for K == 1: L / 2.
+// Empty when L or K is not positive. For L < 5 ids may repeat or fall outside 0..L-1; callers
+// validate.
 std::vector<int64_t> DefaultTargetLayerIds(int64_t num_target_layers, int64_t k);
 
 }  // namespace dflash::model

@@ -102,8 +102,9 @@ struct TensorToWrite {
 };
 
 // Writes a single-file safetensors checkpoint (tensors in the given order, 8-byte aligned header
-// as the reference implementation does). Written to a temporary file and renamed, so a crash
-// never leaves a half-written checkpoint under `path`.
+// as the reference implementation does; list wider dtypes first to keep every tensor aligned to
+// its element size, since the format allows no gaps between tensors). Written to a temporary file
+// and renamed, so a crash never leaves a half-written checkpoint under `path`.
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata);
 

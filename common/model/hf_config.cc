@@ -1,0 +1,329 @@
+#include "common/model/hf_config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "nlohmann/json.hpp"
+
+namespace dflash::model {
+namespace {
+
+using nlohmann::json;
+
+// Upper bounds far above any real model; they keep later size arithmetic (bytes of a layer, of a
+// KV cache) far from int64 overflow and turn a corrupted config into a clear error.
+constexpr int64_t kMaxHidden = 1 << 17;
+constexpr int64_t kMaxIntermediate = 1 << 20;
+constexpr int64_t kMaxVocab = 1 << 24;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxPositions = int64_t{1} << 30;
+constexpr int64_t kMaxBlockSize = 1024;
+
+// Reads typed fields of one JSON object and turns every problem into "<source>: <field>: ...".
+// A JSON null counts as absent: HF writes "head_dim": null and "rope_scaling": null.
+class Fields {
+ public:
+  Fields(const json& obj, std::string source, std::string prefix = "")
+      : obj_(obj), source_(std::move(source)), prefix_(std::move(prefix)) {}
+
+  bool Has(const char* key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
+  const json& At(const char* key) const { return obj_.at(key); }
+
+  absl::Status Error(const char* key, const std::string& msg) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", prefix_, key, ": ", msg));
+  }
+
+  // An integer in [lo, hi]; `*out` keeps its value when absent and !required.
+  absl::Status Int(const char* key, bool required, int64_t lo, int64_t hi, int64_t* out) const {
+    if (!Has(key)) return required ? Error(key, "required") : absl::OkStatus();
+    const json& v = At(key);
+    if (!v.is_number_integer())
+      return Error(key, absl::StrCat("must be an integer, got ", v.dump()));
+    // Integers above INT64_MAX arrive as unsigned; they are out of every range here.
+    const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX};
+    const int64_t x = huge ? INT64_MAX : v.get<int64_t>();
+    if (huge || x < lo || x > hi) {
+      return Error(key, absl::StrCat(hi == INT64_MAX ? absl::StrCat("must be at least ", lo)
+                                                     : absl::StrCat("must be in ", lo, "..", hi),
+                                     ", got ", v.dump()));
+    }
+    *out = x;
+    return absl::OkStatus();
+  }
+
+  // A finite number > 0 (integers accepted: "rope_theta": 1000000).
+  absl::Status Positive(const char* key, bool required, double* out) const {
+    if (!Has(key)) return required ? Error(key, "required") : absl::OkStatus();
+    const json& v = At(key);
+    if (!v.is_number()) return Error(key, absl::StrCat("must be a number, got ", v.dump()));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x <= 0) {
+      return Error(key, absl::StrCat("must be a positive number, got ", v.dump()));
+    }
+    *out = x;
+    return absl::OkStatus();
+  }
+
+  absl::Status Bool(const char* key, bool* out) const {
+    if (!Has(key)) return absl::OkStatus();
+    const json& v = At(key);
+    if (!v.is_boolean()) return Error(key, absl::StrCat("must be true or false, got ", v.dump()));
+    *out = v.get<bool>();
+    return absl::OkStatus();
+  }
+
+  absl::Status String(const char* key, bool required, std::string* out) const {
+    if (!Has(key)) return required ? Error(key, "required") : absl::OkStatus();
+    const json& v = At(key);
+    if (!v.is_string()) return Error(key, absl::StrCat("must be a string, got ", v.dump()));
+    *out = v.get<std::string>();
+    return absl::OkStatus();
+  }
+
+  absl::Status StringList(const char* key, std::vector<std::string>* out) const {
+    if (!Has(key)) return absl::OkStatus();
+    const json& v = At(key);
+    if (!v.is_array()) return Error(key, absl::StrCat("must be a list of strings, got ", v.dump()));
+    out->clear();
+    for (const json& e : v) {
+      if (!e.is_string()) {
+        return Error(key, absl::StrCat("must be a list of strings, got element ", e.dump()));
+      }
+      out->push_back(e.get<std::string>());
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string& source() const { return source_; }
+
+ private:
+  const json& obj_;
+  std::string source_;
+  std::string prefix_;
+};
+
+absl::Status ParseRopeScaling(const Fields& f, TransformerConfig* cfg) {
+  if (!f.Has("rope_scaling")) return absl::OkStatus();
+  const json& rs = f.At("rope_scaling");
+  if (!rs.is_object()) {
+    return f.Error("rope_scaling", absl::StrCat("must be an object or null, got ", rs.dump()));
+  }
+  Fields r(rs, f.source(), "rope_scaling.");
+  // transformers writes "rope_type"; older configs say "type".
+  const char* type_key = r.Has("rope_type") ? "rope_type" : "type";
+  std::string type;
+  RETURN_IF_ERROR(r.String(type_key, /*required=*/true, &type));
+  if (type == "default") return absl::OkStatus();  // plain RoPE, written out explicitly
+  if (type != "llama3") {
+    return r.Error(type_key, absl::StrCat("unsupported rope scaling '", type,
+                                          "' (supported: llama3, default)"));
+  }
+  RopeScaling s;
+  s.rope_type = type;
+  RETURN_IF_ERROR(r.Positive("factor", true, &s.factor));
+  RETURN_IF_ERROR(r.Positive("low_freq_factor", true, &s.low_freq_factor));
+  RETURN_IF_ERROR(r.Positive("high_freq_factor", true, &s.high_freq_factor));
+  RETURN_IF_ERROR(r.Int("original_max_position_embeddings", true, 1, kMaxPositions,
+                        &s.original_max_position_embeddings));
+  if (s.factor < 1.0) {
+    return r.Error("factor", absl::StrCat("must be at least 1, got ", s.factor));
+  }
+  if (s.high_freq_factor <= s.low_freq_factor) {
+    return r.Error("high_freq_factor",
+                   absl::StrCat("must be greater than low_freq_factor (", s.low_freq_factor,
+                                "), got ", s.high_freq_factor));
+  }
+  cfg->rope_scaling = s;
+  return absl::OkStatus();
+}
+
+// Attention that dflash does not implement yet is refused rather than silently run as full
+// attention (method.md §2: sliding-window layers come after full attention works).
+absl::Status CheckFullAttention(const Fields& f) {
+  bool sliding = false;
+  RETURN_IF_ERROR(f.Bool("use_sliding_window", &sliding));
+  if (sliding) return f.Error("use_sliding_window", "sliding-window attention is not supported");
+  std::vector<std::string> layer_types;
+  RETURN_IF_ERROR(f.StringList("layer_types", &layer_types));
+  for (size_t i = 0; i < layer_types.size(); ++i) {
+    if (layer_types[i] != "full_attention") {
+      return f.Error("layer_types", absl::StrCat("layer ", i, " is '", layer_types[i],
+                                                 "'; only full_attention is supported"));
+    }
+  }
+  std::string act = "silu";
+  RETURN_IF_ERROR(f.String("hidden_act", false, &act));
+  if (act != "silu") {
+    return f.Error("hidden_act", absl::StrCat("only silu (SwiGLU) is supported, got '", act, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseAttention(const Fields& f, TransformerConfig* cfg) {
+  RETURN_IF_ERROR(f.Int("num_attention_heads", true, 1, kMaxHeads, &cfg->num_attention_heads));
+  cfg->num_key_value_heads = cfg->num_attention_heads;
+  RETURN_IF_ERROR(f.Int("num_key_value_heads", false, 1, kMaxHeads, &cfg->num_key_value_heads));
+  if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
+    return f.Error("num_attention_heads",
+                   absl::StrCat("must be divisible by num_key_value_heads (",
+                                cfg->num_key_value_heads, "), got ", cfg->num_attention_heads));
+  }
+  if (f.Has("head_dim")) {
+    RETURN_IF_ERROR(f.Int("head_dim", true, 1, kMaxHeadDim, &cfg->head_dim));
+  } else {
+    if (cfg->hidden_size % cfg->num_attention_heads != 0) {
+      return f.Error("head_dim", absl::StrCat("absent, and hidden_size (", cfg->hidden_size,
+                                              ") is not divisible by num_attention_heads (",
+                                              cfg->num_attention_heads, ")"));
+    }
+    cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
+  }
+  if (cfg->head_dim % 2 != 0) {  // rotate-half RoPE pairs dimension i with i + head_dim/2
+    return f.Error("head_dim", absl::StrCat("must be even, got ", cfg->head_dim));
+  }
+  RETURN_IF_ERROR(f.Bool("attention_bias", &cfg->attention_bias));
+  RETURN_IF_ERROR(f.Bool("mlp_bias", &cfg->mlp_bias));
+  return absl::OkStatus();
+}
+
+// DFlashDraftModel fields (method.md §7). A drafter must say its block size and target depth.
+absl::Status ParseDrafter(const Fields& f, TransformerConfig* cfg) {
+  bool drafter = false;
+  for (const std::string& a : cfg->architectures) drafter |= (a == "DFlashDraftModel");
+  RETURN_IF_ERROR(f.Int("block_size", drafter, 1, kMaxBlockSize, &cfg->block_size));
+  RETURN_IF_ERROR(f.Int("num_target_layers", drafter, 1, kMaxLayers, &cfg->num_target_layers));
+  if (!f.Has("dflash_config")) return absl::OkStatus();
+  const json& dc = f.At("dflash_config");
+  if (!dc.is_object()) {
+    return f.Error("dflash_config", absl::StrCat("must be an object, got ", dc.dump()));
+  }
+  Fields d(dc, f.source(), "dflash_config.");
+  if (d.Has("mask_token_id")) {
+    int64_t id = 0;
+    RETURN_IF_ERROR(d.Int("mask_token_id", true, 0, cfg->vocab_size - 1, &id));
+    cfg->mask_token_id = id;
+  }
+  if (d.Has("target_layer_ids")) {
+    const json& ids = d.At("target_layer_ids");
+    if (!ids.is_array() || ids.empty()) {
+      return d.Error("target_layer_ids",
+                     absl::StrCat("must be a non-empty list of layer ids, got ", ids.dump()));
+    }
+    const int64_t hi = cfg->num_target_layers > 0 ? cfg->num_target_layers - 1 : kMaxLayers - 1;
+    std::vector<int64_t> out;
+    std::set<int64_t> seen;
+    for (const json& e : ids) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > hi ||
+          (e.is_number_unsigned() && e.get<uint64_t>() > static_cast<uint64_t>(hi))) {
+        return d.Error("target_layer_ids",
+                       absl::StrCat("each id must be an integer in 0..", hi,
+                                    cfg->num_target_layers > 0 ? " (num_target_layers - 1)" : "",
+                                    ", got ", e.dump()));
+      }
+      if (!seen.insert(e.get<int64_t>()).second) {
+        return d.Error("target_layer_ids", absl::StrCat("layer ", e.dump(), " is listed twice"));
+      }
+      out.push_back(e.get<int64_t>());
+    }
+    cfg->target_layer_ids = std::move(out);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TransformerConfig> ParseObject(const json& root, const std::string& source) {
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": must be a JSON object, got ", root.type_name()));
+  }
+  Fields f(root, source);
+  TransformerConfig cfg;
+  RETURN_IF_ERROR(f.String("model_type", true, &cfg.model_type));
+  if (cfg.model_type == "qwen3") {
+    cfg.qk_norm = true;
+    cfg.max_position_embeddings = 32768;  // transformers' Qwen3Config default
+  } else if (cfg.model_type == "llama") {
+    cfg.qk_norm = false;
+    cfg.max_position_embeddings = 2048;  // transformers' LlamaConfig default
+  } else {
+    return f.Error("model_type",
+                   absl::StrCat("unsupported '", cfg.model_type, "' (supported: qwen3, llama)"));
+  }
+  RETURN_IF_ERROR(f.StringList("architectures", &cfg.architectures));
+  RETURN_IF_ERROR(f.Int("vocab_size", true, 1, kMaxVocab, &cfg.vocab_size));
+  RETURN_IF_ERROR(f.Int("hidden_size", true, 1, kMaxHidden, &cfg.hidden_size));
+  RETURN_IF_ERROR(f.Int("intermediate_size", true, 1, kMaxIntermediate, &cfg.intermediate_size));
+  RETURN_IF_ERROR(f.Int("num_hidden_layers", true, 1, kMaxLayers, &cfg.num_hidden_layers));
+  RETURN_IF_ERROR(
+      f.Int("max_position_embeddings", false, 1, kMaxPositions, &cfg.max_position_embeddings));
+  RETURN_IF_ERROR(ParseAttention(f, &cfg));
+  RETURN_IF_ERROR(CheckFullAttention(f));
+  RETURN_IF_ERROR(f.Positive("rms_norm_eps", false, &cfg.rms_norm_eps));
+  RETURN_IF_ERROR(f.Positive("rope_theta", false, &cfg.rope_theta));
+  RETURN_IF_ERROR(ParseRopeScaling(f, &cfg));
+  RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &cfg.tie_word_embeddings));
+  // transformers >= 4.56 writes "dtype"; older releases "torch_dtype".
+  RETURN_IF_ERROR(
+      f.String(f.Has("torch_dtype") ? "torch_dtype" : "dtype", false, &cfg.torch_dtype));
+  RETURN_IF_ERROR(ParseDrafter(f, &cfg));
+  return cfg;
+}
+
+}  // namespace
+
+absl::StatusOr<TransformerConfig> ParseHfConfig(const std::string& json_text,
+                                                const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (what.size() > 240) what = absl::StrCat(what.substr(0, 240), "...");
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", what));
+  }
+  try {
+    return ParseObject(root, source);
+  } catch (const std::exception& e) {  // every access is type-checked first; kept as a backstop
+    return absl::InternalError(absl::StrCat(source, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<TransformerConfig> LoadHfConfig(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
+  return ParseHfConfig(text.str(), path);
+}
+
+std::vector<int64_t> DefaultTargetLayerIds(int64_t num_target_layers, int64_t k) {
+  if (k <= 0 || num_target_layers <= 0) return {};
+  if (k == 1) return {num_target_layers / 2};
+  // Same arithmetic as the reference Python, round(1 + i * span / (k - 1)): the double division is
+  // correctly rounded, so exact halves stay exact and nearbyint (round-half-even under the default
+  // rounding mode) matches Python's round().
+  const int64_t span = num_target_layers - 4;
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    const double x = 1.0 + static_cast<double>(i * span) / static_cast<double>(k - 1);
+    ids.push_back(static_cast<int64_t>(std::nearbyint(x)));
+  }
+  return ids;
+}
+
+}  // namespace dflash::model

@@ -1,0 +1,393 @@
+#include "common/model/hf_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "nlohmann/json.hpp"
+#include "tests/checkpoint/test_files.h"
+
+namespace dflash::model {
+namespace {
+
+using ::dflash::model::testing::TempDir;
+using ::dflash::model::testing::WriteFile;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Qwen/Qwen3-8B config.json as published.
+constexpr const char* kQwen3_8B = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 12288,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 36,
+  "model_type": "qwen3",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 36,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// meta-llama/Llama-3.1-8B config.json as published.
+constexpr const char* kLlama31_8B = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": 128001,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"
+  },
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+// A DFlash drafter for Qwen3-8B as transformers 4.57 writes it ("dtype", layer_types).
+constexpr const char* kDrafter = R"({
+  "architectures": ["DFlashDraftModel"],
+  "attention_bias": false,
+  "block_size": 16,
+  "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+  "dtype": "bfloat16",
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "intermediate_size": 12288,
+  "layer_types": ["full_attention", "full_attention", "full_attention", "full_attention",
+                  "full_attention"],
+  "max_position_embeddings": 40960,
+  "model_type": "qwen3",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 5,
+  "num_key_value_heads": 8,
+  "num_target_layers": 36,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "tie_word_embeddings": false,
+  "vocab_size": 151936
+})";
+
+TEST(HfConfig, Qwen3_8B) {
+  auto cfg = ParseHfConfig(kQwen3_8B, "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->model_type, "qwen3");
+  EXPECT_THAT(cfg->architectures, ElementsAre("Qwen3ForCausalLM"));
+  EXPECT_EQ(cfg->vocab_size, 151936);
+  EXPECT_EQ(cfg->hidden_size, 4096);
+  EXPECT_EQ(cfg->intermediate_size, 12288);
+  EXPECT_EQ(cfg->num_hidden_layers, 36);
+  EXPECT_EQ(cfg->num_attention_heads, 32);
+  EXPECT_EQ(cfg->num_key_value_heads, 8);
+  EXPECT_EQ(cfg->head_dim, 128);
+  EXPECT_EQ(cfg->max_position_embeddings, 40960);
+  EXPECT_DOUBLE_EQ(cfg->rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(cfg->rope_theta, 1e6);
+  EXPECT_FALSE(cfg->rope_scaling.has_value());
+  EXPECT_FALSE(cfg->tie_word_embeddings);
+  EXPECT_FALSE(cfg->attention_bias);
+  EXPECT_TRUE(cfg->qk_norm);
+  EXPECT_EQ(cfg->torch_dtype, "bfloat16");
+  EXPECT_EQ(cfg->block_size, 0);
+  EXPECT_FALSE(cfg->mask_token_id.has_value());
+  EXPECT_FALSE(cfg->target_layer_ids.has_value());
+}
+
+TEST(HfConfig, Llama31_8B) {
+  auto cfg = ParseHfConfig(kLlama31_8B, "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->model_type, "llama");
+  EXPECT_FALSE(cfg->qk_norm);
+  EXPECT_EQ(cfg->head_dim, 128);  // hidden_size / num_attention_heads
+  EXPECT_EQ(cfg->num_key_value_heads, 8);
+  EXPECT_EQ(cfg->intermediate_size, 14336);
+  EXPECT_DOUBLE_EQ(cfg->rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(cfg->rope_theta, 500000.0);
+  ASSERT_TRUE(cfg->rope_scaling.has_value());
+  EXPECT_EQ(cfg->rope_scaling->rope_type, "llama3");
+  EXPECT_DOUBLE_EQ(cfg->rope_scaling->factor, 8.0);
+  EXPECT_DOUBLE_EQ(cfg->rope_scaling->low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(cfg->rope_scaling->high_freq_factor, 4.0);
+  EXPECT_EQ(cfg->rope_scaling->original_max_position_embeddings, 8192);
+  EXPECT_FALSE(cfg->mlp_bias);
+}
+
+TEST(HfConfig, DFlashDrafter) {
+  auto cfg = ParseHfConfig(kDrafter, "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->num_hidden_layers, 5);
+  EXPECT_EQ(cfg->block_size, 16);
+  EXPECT_EQ(cfg->num_target_layers, 36);
+  EXPECT_EQ(cfg->mask_token_id, 151669);
+  ASSERT_TRUE(cfg->target_layer_ids.has_value());
+  EXPECT_THAT(*cfg->target_layer_ids, ElementsAre(1, 9, 17, 25, 33));
+  EXPECT_EQ(cfg->torch_dtype, "bfloat16");  // from "dtype"
+}
+
+TEST(HfConfig, Defaults) {
+  auto cfg = ParseHfConfig(R"({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 256,
+      "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "head_dim": null, "unknown_field": {"anything": [1, 2]}})",
+                           "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->num_key_value_heads, 4);
+  EXPECT_EQ(cfg->head_dim, 64);
+  EXPECT_DOUBLE_EQ(cfg->rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(cfg->rope_theta, 10000.0);
+  EXPECT_EQ(cfg->max_position_embeddings, 32768);
+  EXPECT_FALSE(cfg->tie_word_embeddings);
+  EXPECT_FALSE(cfg->rope_scaling.has_value());
+  EXPECT_TRUE(cfg->architectures.empty());
+  EXPECT_TRUE(cfg->torch_dtype.empty());
+
+  // Qwen3 keeps head_dim independent of hidden_size / heads (Qwen3-0.6B: 1024 / 16 != 128).
+  cfg = ParseHfConfig(R"({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 1024,
+      "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 16,
+      "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": true,
+      "rope_scaling": {"rope_type": "default"}})",
+                      "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->head_dim, 128);
+  EXPECT_TRUE(cfg->tie_word_embeddings);
+  EXPECT_FALSE(cfg->rope_scaling.has_value());
+}
+
+TEST(HfConfig, LoadFromDirectory) {
+  TempDir dir;
+  auto missing = LoadHfConfig(dir.path());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr(dir.Join("config.json")));
+  WriteFile(dir.Join("config.json"), kQwen3_8B);
+  auto cfg = LoadHfConfig(dir.path());
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->hidden_size, 4096);
+  WriteFile(dir.Join("config.json"), R"({"model_type": "qwen3"})");
+  EXPECT_THAT(std::string(LoadHfConfig(dir.path()).status().message()),
+              HasSubstr(dir.Join("config.json") + ": vocab_size: required"));
+}
+
+struct BadField {
+  const char* name;  // the test's name
+  const char* base;  // kQwen3_8B, kLlama31_8B or kDrafter
+  const char* json_pointer;
+  const char* value;  // JSON text; empty: remove the field
+  const char* message;
+};
+
+void PrintTo(const BadField& p, std::ostream* os) { *os << p.name; }
+
+std::string BadFieldName(const ::testing::TestParamInfo<BadField>& info) { return info.param.name; }
+
+class HfConfigBadField : public ::testing::TestWithParam<BadField> {};
+
+TEST_P(HfConfigBadField, NamesFileAndField) {
+  const BadField& p = GetParam();
+  nlohmann::json j = nlohmann::json::parse(p.base);
+  nlohmann::json::json_pointer ptr(p.json_pointer);
+  if (std::string(p.value).empty()) {
+    j[ptr.parent_pointer()].erase(ptr.back());
+  } else {
+    j[ptr] = nlohmann::json::parse(p.value);
+  }
+  auto cfg = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_FALSE(cfg.ok()) << p.json_pointer << " = " << p.value;
+  EXPECT_EQ(cfg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(cfg.status().message()), p.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Qwen3, HfConfigBadField,
+    ::testing::Values(
+        BadField{"num_attention_heads_12", kQwen3_8B, "/num_attention_heads", "12",
+                 "config.json: num_attention_heads: must be divisible by num_key_value_heads (8), "
+                 "got 12"},
+        BadField{"model_type_mistral", kQwen3_8B, "/model_type", "\"mistral\"",
+                 "config.json: model_type: unsupported 'mistral' (supported: qwen3, llama)"},
+        BadField{"model_type_missing", kQwen3_8B, "/model_type", "",
+                 "config.json: model_type: required"},
+        BadField{"hidden_size_0", kQwen3_8B, "/hidden_size", "0",
+                 "config.json: hidden_size: must be in 1..131072, got 0"},
+        BadField{"hidden_size_missing", kQwen3_8B, "/hidden_size", "",
+                 "config.json: hidden_size: required"},
+        BadField{"vocab_size_negative", kQwen3_8B, "/vocab_size", "-5",
+                 "config.json: vocab_size: must be in 1..16777216, got -5"},
+        BadField{"vocab_size_string", kQwen3_8B, "/vocab_size", "\"151936\"",
+                 "config.json: vocab_size: must be an integer, got \"151936\""},
+        BadField{"vocab_size_float", kQwen3_8B, "/vocab_size", "151936.5",
+                 "config.json: vocab_size: must be an integer, got 151936.5"},
+        BadField{"vocab_size_huge", kQwen3_8B, "/vocab_size", "18446744073709551615",
+                 "config.json: vocab_size: must be in 1..16777216, got 18446744073709551615"},
+        BadField{"num_hidden_layers_0", kQwen3_8B, "/num_hidden_layers", "0",
+                 "config.json: num_hidden_layers: must be in 1..1024, got 0"},
+        BadField{"num_hidden_layers_1025", kQwen3_8B, "/num_hidden_layers", "1025",
+                 "config.json: num_hidden_layers: must be in 1..1024, got 1025"},
+        BadField{"num_key_value_heads_0", kQwen3_8B, "/num_key_value_heads", "0",
+                 "config.json: num_key_value_heads: must be in 1..1024, got 0"},
+        BadField{"head_dim_127", kQwen3_8B, "/head_dim", "127",
+                 "config.json: head_dim: must be even, got 127"},
+        BadField{"intermediate_size_missing", kQwen3_8B, "/intermediate_size", "",
+                 "config.json: intermediate_size: required"},
+        BadField{"rms_norm_eps_0", kQwen3_8B, "/rms_norm_eps", "0",
+                 "config.json: rms_norm_eps: must be a positive number, got 0"},
+        BadField{"rope_theta_string", kQwen3_8B, "/rope_theta", "\"1e6\"",
+                 "config.json: rope_theta: must be a number, got \"1e6\""},
+        BadField{"tie_word_embeddings_1", kQwen3_8B, "/tie_word_embeddings", "1",
+                 "config.json: tie_word_embeddings: must be true or false, got 1"},
+        BadField{"attention_bias_no", kQwen3_8B, "/attention_bias", "\"no\"",
+                 "config.json: attention_bias: must be true or false, got \"no\""},
+        BadField{"architectures_string", kQwen3_8B, "/architectures", "\"Qwen3ForCausalLM\"",
+                 "config.json: architectures: must be a list of strings, got "
+                 "\"Qwen3ForCausalLM\""},
+        BadField{"torch_dtype_16", kQwen3_8B, "/torch_dtype", "16",
+                 "config.json: torch_dtype: must be a string, got 16"},
+        BadField{"use_sliding_window_true", kQwen3_8B, "/use_sliding_window", "true",
+                 "config.json: use_sliding_window: sliding-window attention is not supported"},
+        BadField{"hidden_act_gelu", kQwen3_8B, "/hidden_act", "\"gelu\"",
+                 "config.json: hidden_act: only silu (SwiGLU) is supported, got 'gelu'"},
+        BadField{"rope_scaling_yarn", kQwen3_8B, "/rope_scaling",
+                 "{\"rope_type\": \"yarn\", \"factor\": 4.0}",
+                 "config.json: rope_scaling.rope_type: unsupported rope scaling 'yarn' "
+                 "(supported: llama3, default)"},
+        BadField{"rope_scaling_empty_list", kQwen3_8B, "/rope_scaling", "[]",
+                 "config.json: rope_scaling: must be an object or null, got []"}),
+    BadFieldName);
+
+INSTANTIATE_TEST_SUITE_P(
+    Llama, HfConfigBadField,
+    ::testing::Values(
+        BadField{"rope_type_missing", kLlama31_8B, "/rope_scaling/rope_type", "",
+                 "config.json: rope_scaling.type: required"},
+        BadField{"rope_scaling_dynamic", kLlama31_8B, "/rope_scaling",
+                 "{\"type\": \"dynamic\", \"factor\": 2.0}",
+                 "config.json: rope_scaling.type: unsupported rope scaling 'dynamic' (supported: "
+                 "llama3, default)"},
+        BadField{"factor_missing", kLlama31_8B, "/rope_scaling/factor", "",
+                 "config.json: rope_scaling.factor: required"},
+        BadField{"factor_0_5", kLlama31_8B, "/rope_scaling/factor", "0.5",
+                 "config.json: rope_scaling.factor: must be at least 1, got 0.5"},
+        BadField{"high_freq_factor_1_0", kLlama31_8B, "/rope_scaling/high_freq_factor", "1.0",
+                 "config.json: rope_scaling.high_freq_factor: must be greater than "
+                 "low_freq_factor (1), got 1"},
+        BadField{"original_max_position_embeddings_0", kLlama31_8B,
+                 "/rope_scaling/original_max_position_embeddings", "0",
+                 "config.json: rope_scaling.original_max_position_embeddings: must be in "
+                 "1..1073741824, got 0"},
+        BadField{"hidden_size_4100", kLlama31_8B, "/hidden_size", "4100",
+                 "config.json: head_dim: absent, and hidden_size (4100) is not divisible by "
+                 "num_attention_heads (32)"}),
+    BadFieldName);
+
+INSTANTIATE_TEST_SUITE_P(
+    Drafter, HfConfigBadField,
+    ::testing::Values(
+        BadField{"block_size_missing", kDrafter, "/block_size", "",
+                 "config.json: block_size: required"},
+        BadField{"block_size_0", kDrafter, "/block_size", "0",
+                 "config.json: block_size: must be in 1..1024, got 0"},
+        BadField{"num_target_layers_missing", kDrafter, "/num_target_layers", "",
+                 "config.json: num_target_layers: required"},
+        BadField{"target_layer_ids_out_of_range", kDrafter, "/dflash_config/target_layer_ids/4",
+                 "36",
+                 "config.json: dflash_config.target_layer_ids: each id must be an integer in "
+                 "0..35 (num_target_layers - 1), got 36"},
+        BadField{"target_layer_ids_negative", kDrafter, "/dflash_config/target_layer_ids/0", "-1",
+                 "config.json: dflash_config.target_layer_ids: each id must be an integer in "
+                 "0..35 (num_target_layers - 1), got -1"},
+        BadField{"target_layer_ids_duplicate", kDrafter, "/dflash_config/target_layer_ids/1", "1",
+                 "config.json: dflash_config.target_layer_ids: layer 1 is listed twice"},
+        BadField{"target_layer_ids_empty_list", kDrafter, "/dflash_config/target_layer_ids", "[]",
+                 "config.json: dflash_config.target_layer_ids: must be a non-empty list of layer "
+                 "ids, got []"},
+        BadField{"mask_token_id_151936", kDrafter, "/dflash_config/mask_token_id", "151936",
+                 "config.json: dflash_config.mask_token_id: must be in 0..151935, got 151936"},
+        BadField{"dflash_config_not_object", kDrafter, "/dflash_config", "[1]",
+                 "config.json: dflash_config: must be an object, got [1]"},
+        BadField{"layer_types_2_sliding_attention", kDrafter, "/layer_types/2",
+                 "\"sliding_attention\"",
+                 "config.json: layer_types: layer 2 is 'sliding_attention'; only full_attention "
+                 "is supported"}),
+    BadFieldName);
+
+TEST(HfConfig, NotJsonOrNotAnObject) {
+  auto cfg = ParseHfConfig("{\"model_type\": ", "config.json");
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("config.json: not valid JSON"));
+  cfg = ParseHfConfig("[1]", "config.json");
+  EXPECT_EQ(std::string(cfg.status().message()), "config.json: must be a JSON object, got array");
+}
+
+TEST(DefaultTargetLayerIds, PublishedDrafters) {
+  EXPECT_THAT(DefaultTargetLayerIds(36, 5), ElementsAre(1, 9, 17, 25, 33));  // Qwen3-8B
+  EXPECT_THAT(DefaultTargetLayerIds(28, 5), ElementsAre(1, 7, 13, 19, 25));  // Qwen3-1.7B
+  EXPECT_THAT(DefaultTargetLayerIds(32, 5), ElementsAre(1, 8, 15, 22, 29));  // Llama-3.1-8B
+  EXPECT_THAT(DefaultTargetLayerIds(36, 1), ElementsAre(18));
+  EXPECT_THAT(DefaultTargetLayerIds(7, 1), ElementsAre(3));
+  EXPECT_THAT(DefaultTargetLayerIds(6, 3), ElementsAre(1, 2, 3));
+}
+
+TEST(DefaultTargetLayerIds, TiesRoundHalfToEven) {
+  EXPECT_THAT(DefaultTargetLayerIds(7, 3), ElementsAre(1, 2, 4));  // 1 + 1.5 = 2.5 -> 2
+  EXPECT_THAT(DefaultTargetLayerIds(9, 3), ElementsAre(1, 4, 6));  // 1 + 2.5 = 3.5 -> 4
+  EXPECT_THAT(DefaultTargetLayerIds(5, 3), ElementsAre(1, 2, 2));  // 1.5 -> 2
+}
+
+// round_half_even((k - 1 + i * span) / (k - 1)) in exact integer arithmetic.
+int64_t ExactRule(int64_t layers, int64_t k, int64_t i) {
+  const int64_t q = k - 1;
+  const int64_t p = q + i * (layers - 4);
+  int64_t fl = p / q, r = p % q;
+  if (2 * r > q || (2 * r == q && fl % 2 != 0)) ++fl;
+  return fl;
+}
+
+TEST(DefaultTargetLayerIds, MatchesExactArithmetic) {
+  for (int64_t layers = 5; layers <= 160; ++layers) {
+    for (int64_t k = 2; k <= 12; ++k) {
+      std::vector<int64_t> ids = DefaultTargetLayerIds(layers, k);
+      ASSERT_EQ(ids.size(), static_cast<size_t>(k));
+      for (int64_t i = 0; i < k; ++i) {
+        ASSERT_EQ(ids[i], ExactRule(layers, k, i)) << "L=" << layers << " K=" << k << " i=" << i;
+        ASSERT_LT(ids[i], layers);
+      }
+    }
+  }
+  EXPECT_TRUE(DefaultTargetLayerIds(36, 0).empty());
+}
+
+}  // namespace
+}  // namespace dflash::model
