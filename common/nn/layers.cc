@@ -1,0 +1,72 @@
+#include "common/nn/layers.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/where.h>
+
+#include <cmath>
+
+namespace dflash::nn {
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  // Mirrors HF Qwen3RMSNorm/LlamaRMSNorm operation by operation (fp32 statistics).
+  at::Tensor h = x.to(at::kFloat);
+  at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * (variance + eps).rsqrt();
+  return weight * h.to(x.scalar_type());
+}
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (bias.defined()) return at::linear(x, weight, bias);
+  return at::linear(x, weight);
+}
+
+namespace {
+
+// HF _compute_llama3_parameters, written with the same fp32 tensor operations in the same order
+// (Python's `scalar / tensor` is tensor.reciprocal() * scalar).
+at::Tensor Llama3Scale(const at::Tensor& inv_freq, const model::RopeScaling& s) {
+  const double old_context_len = static_cast<double>(s.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context_len / s.low_freq_factor;
+  const double high_freq_wavelen = old_context_len / s.high_freq_factor;
+  at::Tensor wavelen = inv_freq.reciprocal() * (2.0 * M_PI);
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
+  at::Tensor smooth = (wavelen.reciprocal() * old_context_len - s.low_freq_factor) /
+                      (s.high_freq_factor - s.low_freq_factor);
+  at::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  at::Tensor is_medium =
+      (wavelen < high_freq_wavelen).logical_not() * (wavelen > low_freq_wavelen).logical_not();
+  return at::where(is_medium, smoothed, scaled);
+}
+
+}  // namespace
+
+at::Tensor RopeInvFreq(const model::TransformerConfig& config) {
+  const int64_t dim = config.head_dim;
+  at::Tensor exponent = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  // [dim / 2] fp32; HF writes 1.0 / (base ** exponent), i.e. reciprocal() * 1.
+  at::Tensor inv_freq = at::pow(config.rope_theta, exponent).reciprocal();
+  if (config.rope_scaling.has_value()) inv_freq = Llama3Scale(inv_freq, *config.rope_scaling);
+  return inv_freq;
+}
+
+RopeTables MakeRopeTables(const at::Tensor& positions, const at::Tensor& inv_freq,
+                          c10::ScalarType dtype) {
+  // freqs [T, D/2] = positions (x) inv_freq, in fp32 whatever the model dtype.
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);
+  at::Tensor emb = at::cat({freqs, freqs}, -1);  // [T, D]
+  return RopeTables{emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half);
+  at::Tensor x2 = x.narrow(-1, half, half);
+  at::Tensor rotated = at::cat({x2.neg(), x1}, -1);  // [T, H, D]
+  return x * tables.cos.unsqueeze(1) + rotated * tables.sin.unsqueeze(1);
+}
+
+}  // namespace dflash::nn

@@ -1,0 +1,41 @@
+// Building blocks shared by the target transformer and the DFlash drafter (method.md §2): RMSNorm,
+// rotary position embedding (NeoX rotate-half, optional llama3 frequency scaling), linear layers.
+// Every function computes in the dtype of its input the way Hugging Face does, so that fp32 runs
+// match the HF reference to rounding; callers hold c10::InferenceMode.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+#include "common/model/hf_config.h"
+
+namespace dflash::nn {
+
+// HF RMSNorm: normalizes in fp32, casts back to x's dtype, then scales by `weight`.
+// x [..., N], weight [N] -> [..., N].
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// y = x W^T (+ b). x [..., In], weight [Out, In], bias [Out] or undefined -> [..., Out].
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// Inverse frequencies [head_dim / 2] fp32 on the CPU: theta^(-2i/head_dim), then, when the config
+// has rope_scaling of type llama3, HF's _compute_llama3_parameters (low frequencies divided by
+// `factor`, a smooth blend between the two wavelength thresholds).
+at::Tensor RopeInvFreq(const model::TransformerConfig& config);
+
+// cos and sin tables for the given positions: positions [T] int64, inv_freq [D/2] fp32 (same
+// device)
+// -> cos, sin [T, D] in `dtype`; angles are computed in fp32 as HF does.
+struct RopeTables {
+  at::Tensor cos;
+  at::Tensor sin;
+};
+RopeTables MakeRopeTables(const at::Tensor& positions, const at::Tensor& inv_freq,
+                          c10::ScalarType dtype);
+
+// x [T, H, D] rotated by the tables of its rows: x*cos + rotate_half(x)*sin, rotate_half(x) =
+// [-x2, x1] for the halves x1, x2 of the last dimension. Returns a new [T, H, D] tensor.
+at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables);
+
+}  // namespace dflash::nn

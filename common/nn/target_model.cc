@@ -1,0 +1,321 @@
+#include "common/nn/target_model.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/silu.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "common/nn/weights.h"
+
+namespace dflash::nn {
+namespace {
+
+// The tensors of one decoder layer as the checkpoint stores them, before fusing.
+struct RawLayer {
+  at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, o_bias, q_norm, k_norm;
+  at::Tensor post_norm, gate, up, down, gate_bias, up_bias, down_bias;
+};
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  at::Tensor RawLayer::*field = nullptr;  // where a layer tensor goes; null for top-level tensors
+};
+
+// HF names and shapes of decoder layer `i` for this config.
+std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i) {
+  const std::string p = absl::StrCat("model.layers.", i, ".");
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
+  std::vector<TensorSpec> s = {
+      {p + "input_layernorm.weight", {h}, &RawLayer::input_norm},
+      {p + "self_attn.q_proj.weight", {q, h}, &RawLayer::q},
+      {p + "self_attn.k_proj.weight", {kv, h}, &RawLayer::k},
+      {p + "self_attn.v_proj.weight", {kv, h}, &RawLayer::v},
+      {p + "self_attn.o_proj.weight", {h, q}, &RawLayer::o},
+      {p + "post_attention_layernorm.weight", {h}, &RawLayer::post_norm},
+      {p + "mlp.gate_proj.weight", {inter, h}, &RawLayer::gate},
+      {p + "mlp.up_proj.weight", {inter, h}, &RawLayer::up},
+      {p + "mlp.down_proj.weight", {h, inter}, &RawLayer::down},
+  };
+  if (c.attention_bias) {
+    s.push_back({p + "self_attn.q_proj.bias", {q}, &RawLayer::q_bias});
+    s.push_back({p + "self_attn.k_proj.bias", {kv}, &RawLayer::k_bias});
+    s.push_back({p + "self_attn.v_proj.bias", {kv}, &RawLayer::v_bias});
+    s.push_back({p + "self_attn.o_proj.bias", {h}, &RawLayer::o_bias});
+  }
+  if (c.qk_norm) {
+    s.push_back({p + "self_attn.q_norm.weight", {d}, &RawLayer::q_norm});
+    s.push_back({p + "self_attn.k_norm.weight", {d}, &RawLayer::k_norm});
+  }
+  if (c.mlp_bias) {
+    s.push_back({p + "mlp.gate_proj.bias", {inter}, &RawLayer::gate_bias});
+    s.push_back({p + "mlp.up_proj.bias", {inter}, &RawLayer::up_bias});
+    s.push_back({p + "mlp.down_proj.bias", {h}, &RawLayer::down_bias});
+  }
+  return s;
+}
+
+std::vector<TensorSpec> TopLevelSpecs(const model::TransformerConfig& c) {
+  std::vector<TensorSpec> s = {{"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}},
+                               {"model.norm.weight", {c.hidden_size}}};
+  if (!c.tie_word_embeddings) s.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
+  return s;
+}
+
+// Every tensor of the full model, so that a damaged checkpoint is refused whole at load time.
+absl::Status CheckAllTensors(const model::TransformerConfig& c, const WeightReader& reader) {
+  for (const TensorSpec& spec : TopLevelSpecs(c))
+    RETURN_IF_ERROR(reader.Check(spec.name, spec.shape));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    for (const TensorSpec& spec : LayerSpecs(c, i)) {
+      RETURN_IF_ERROR(reader.Check(spec.name, spec.shape));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// cat of the defined tensors among `parts` (all defined or none: biases follow one config flag).
+at::Tensor CatRows(std::vector<at::Tensor> parts) {
+  if (!parts.front().defined()) return {};
+  return at::cat(parts, 0);
+}
+
+TargetLayerWeights Fuse(RawLayer raw) {
+  TargetLayerWeights w;
+  w.input_norm = std::move(raw.input_norm);
+  w.qkv = CatRows({raw.q, raw.k, raw.v});
+  w.qkv_bias = CatRows({raw.q_bias, raw.k_bias, raw.v_bias});
+  w.q_norm = std::move(raw.q_norm);
+  w.k_norm = std::move(raw.k_norm);
+  w.o_proj = std::move(raw.o);
+  w.o_bias = std::move(raw.o_bias);
+  w.post_norm = std::move(raw.post_norm);
+  w.gate_up = CatRows({raw.gate, raw.up});
+  w.gate_up_bias = CatRows({raw.gate_bias, raw.up_bias});
+  w.down = std::move(raw.down);
+  w.down_bias = std::move(raw.down_bias);
+  return w;
+}
+
+absl::Status ValidateConfig(const model::TransformerConfig& c) {
+  if (c.model_type != "qwen3" && c.model_type != "llama") {
+    return absl::UnimplementedError(absl::StrCat("model_type \"", c.model_type,
+                                                 "\": the target model supports qwen3 and llama"));
+  }
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("head_dim ", c.head_dim, " must be even"));
+  }
+  if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_attention_heads ", c.num_attention_heads,
+                                                   " is not a multiple of num_key_value_heads ",
+                                                   c.num_key_value_heads));
+  }
+  if (c.rope_scaling.has_value() && c.rope_scaling->rope_type != "llama3") {
+    return absl::UnimplementedError(
+        absl::StrCat("rope_scaling type \"", c.rope_scaling->rope_type, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> ResolveLayerIds(const model::TransformerConfig& c,
+                                                     const TargetModelOptions& options) {
+  std::vector<int64_t> ids = options.layer_ids;
+  if (ids.empty()) {
+    if (options.num_features < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_features ", options.num_features, " must be at least 1"));
+    }
+    ids = model::DefaultTargetLayerIds(c.num_hidden_layers, options.num_features);
+  }
+  for (int64_t id : ids) {
+    if (id < 0 || id >= c.num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("target layer id ", id, " is outside [0, ", c.num_hidden_layers, ")"));
+    }
+  }
+  return ids;
+}
+
+std::string ScalarName(c10::ScalarType t) { return c10::toString(t); }
+
+}  // namespace
+
+TargetModel::TargetModel(model::TransformerConfig config, std::vector<int64_t> layer_ids,
+                         c10::ScalarType dtype, c10::Device device)
+    : config_(std::move(config)), layer_ids_(std::move(layer_ids)), dtype_(dtype), device_(device) {
+  const int64_t last = *std::max_element(layer_ids_.begin(), layer_ids_.end());
+  slots_of_layer_.resize(last + 1);
+  for (size_t slot = 0; slot < layer_ids_.size(); ++slot) {
+    slots_of_layer_[layer_ids_[slot]].push_back(static_cast<int64_t>(slot));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Load(const std::string& dir,
+                                                               const TargetModelOptions& options) {
+  try {
+    ASSIGN_OR_RETURN(model::TransformerConfig config, model::LoadHfConfig(dir));
+    RETURN_IF_ERROR(Annotate(ValidateConfig(config), absl::StrCat(dir, "/config.json")));
+    ASSIGN_OR_RETURN(std::vector<int64_t> ids, ResolveLayerIds(config, options));
+    if (!c10::isFloatingType(options.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("target model dtype ", ScalarName(options.dtype), " is not floating-point"));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<model::Checkpoint> checkpoint, model::Checkpoint::Open(dir));
+    WeightReader reader(*checkpoint, options.dtype, options.device);
+    RETURN_IF_ERROR(CheckAllTensors(config, reader));
+    std::unique_ptr<TargetModel> m(
+        new TargetModel(std::move(config), std::move(ids), options.dtype, options.device));
+    RETURN_IF_ERROR(m->LoadWeights(reader));
+    return m;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("loading the target model from ", dir, ": ", e.what_without_backtrace()));
+  }
+}
+
+absl::Status TargetModel::LoadWeights(const WeightReader& reader) {
+  // Plain tensors, not inference tensors: the drafter's autograd graph uses embed and lm_head.
+  at::NoGradGuard no_grad;
+  const std::vector<int64_t> vh = {config_.vocab_size, config_.hidden_size};
+  ASSIGN_OR_RETURN(embed_tokens_, reader.Read("model.embed_tokens.weight", vh));
+  if (config_.tie_word_embeddings) {
+    lm_head_ = embed_tokens_;
+  } else {
+    ASSIGN_OR_RETURN(lm_head_, reader.Read("lm_head.weight", vh));
+  }
+  inv_freq_ = RopeInvFreq(config_).to(device_);
+  layers_.clear();
+  for (size_t i = 0; i < slots_of_layer_.size(); ++i) {
+    RawLayer raw;
+    for (const TensorSpec& spec : LayerSpecs(config_, static_cast<int64_t>(i))) {
+      ASSIGN_OR_RETURN(raw.*spec.field, reader.Read(spec.name, spec.shape));
+    }
+    layers_.push_back(Fuse(std::move(raw)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VarlenDocs> TargetModel::CheckInputs(const at::Tensor& input_ids,
+                                                    const at::Tensor& positions,
+                                                    const at::Tensor& cu_seqlens,
+                                                    const at::Tensor& features) const {
+  if (input_ids.dim() != 1 || input_ids.scalar_type() != at::kLong) {
+    return absl::InvalidArgumentError("input_ids must be a 1-D int64 tensor");
+  }
+  const int64_t t = input_ids.size(0);
+  if (positions.dim() != 1 || positions.scalar_type() != at::kLong || positions.size(0) != t) {
+    return absl::InvalidArgumentError(absl::StrCat("positions must be a 1-D int64 tensor of ", t));
+  }
+  if (cu_seqlens.dim() != 1 || cu_seqlens.scalar_type() != at::kInt || cu_seqlens.size(0) < 1) {
+    return absl::InvalidArgumentError("cu_seqlens must be a non-empty 1-D int32 tensor");
+  }
+  if (features.dim() != 2 || features.size(0) != t || features.size(1) != feature_dim() ||
+      features.scalar_type() != dtype_ || features.device() != device_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("features must be [", t, ", ", feature_dim(), "] ", ScalarName(dtype_), " on ",
+                     device_.str(), "; got ", ShapeString(features.sizes().vec()), " ",
+                     ScalarName(features.scalar_type()), " on ", features.device().str()));
+  }
+  if (t > 0) {
+    const int64_t lo = input_ids.min().item<int64_t>(), hi = input_ids.max().item<int64_t>();
+    if (lo < 0 || hi >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("input_ids span [", lo, ", ", hi,
+                                                     "], outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  at::Tensor host = cu_seqlens.to(at::kCPU).contiguous();
+  const int32_t* cu = host.data_ptr<int32_t>();
+  const int64_t n = host.numel();
+  if (cu[0] != 0 || cu[n - 1] != t) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cu_seqlens runs from ", cu[0], " to ", cu[n - 1], ", expected 0 to ", t));
+  }
+  for (int64_t i = 1; i < n; ++i) {
+    if (cu[i] < cu[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("cu_seqlens decreases at index ", i));
+    }
+  }
+  return VarlenDocs::FromCuSeqlens(host, device_);
+}
+
+absl::Status TargetModel::Forward(const at::Tensor& input_ids, const at::Tensor& positions,
+                                  const at::Tensor& cu_seqlens, const at::Tensor& features) const {
+  try {
+    ASSIGN_OR_RETURN(VarlenDocs docs, CheckInputs(input_ids, positions, cu_seqlens, features));
+    RunLayers(input_ids, positions, docs, features);
+    return absl::OkStatus();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("target model forward: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<at::Tensor> TargetModel::Forward(const at::Tensor& input_ids,
+                                                const at::Tensor& positions,
+                                                const at::Tensor& cu_seqlens) const {
+  at::Tensor features;
+  try {
+    // Allocated outside InferenceMode: the caller may feed it to an autograd graph (the drafter).
+    const int64_t t = input_ids.dim() == 1 ? input_ids.size(0) : 0;
+    features = at::empty({t, feature_dim()}, at::TensorOptions().dtype(dtype_).device(device_));
+  } catch (const c10::Error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("allocating target features: ", e.what_without_backtrace()));
+  }
+  RETURN_IF_ERROR(Forward(input_ids, positions, cu_seqlens, features));
+  return features;
+}
+
+void TargetModel::RunLayers(const at::Tensor& input_ids, const at::Tensor& positions,
+                            const VarlenDocs& docs, const at::Tensor& features) const {
+  c10::InferenceMode inference;
+  const int64_t h = config_.hidden_size;
+  RopeTables rope = MakeRopeTables(positions.to(device_), inv_freq_, dtype_);  // [T, D] each
+  at::Tensor x = at::embedding(embed_tokens_, input_ids.to(device_));          // [T, H]
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    x = RunLayer(layers_[i], x, rope, docs);
+    // Each captured layer lands in its column block of the [T, K*H] buffer: no final cat.
+    for (int64_t slot : slots_of_layer_[i]) features.narrow(1, slot * h, h).copy_(x);
+  }
+}
+
+at::Tensor TargetModel::RunLayer(const TargetLayerWeights& w, const at::Tensor& x,
+                                 const RopeTables& rope, const VarlenDocs& docs) const {
+  const int64_t t = x.size(0), d = config_.head_dim, inter = config_.intermediate_size;
+  const int64_t hq = config_.num_attention_heads, hkv = config_.num_key_value_heads;
+  const double eps = config_.rms_norm_eps;
+
+  at::Tensor h = RmsNorm(x, w.input_norm, eps);
+  at::Tensor qkv = Linear(h, w.qkv, w.qkv_bias);  // [T, (Hq + 2*Hkv) * D]
+  at::Tensor q = qkv.narrow(1, 0, hq * d).reshape({t, hq, d});
+  at::Tensor k = qkv.narrow(1, hq * d, hkv * d).reshape({t, hkv, d});
+  at::Tensor v = qkv.narrow(1, (hq + hkv) * d, hkv * d).reshape({t, hkv, d});
+  if (w.q_norm.defined()) {  // Qwen3: per-head RMSNorm over D, before RoPE
+    q = RmsNorm(q, w.q_norm, eps);
+    k = RmsNorm(k, w.k_norm, eps);
+  }
+  q = ApplyRope(q, rope);
+  k = ApplyRope(k, rope);
+  const double scale = std::pow(static_cast<double>(d), -0.5);  // HF: head_dim**-0.5
+  at::Tensor attn = VarlenCausalAttention(q, k, v, docs, scale).reshape({t, hq * d});
+  at::Tensor y = x + Linear(attn, w.o_proj, w.o_bias);  // [T, H]
+
+  h = RmsNorm(y, w.post_norm, eps);
+  at::Tensor gate_up = Linear(h, w.gate_up, w.gate_up_bias);  // [T, 2I]
+  at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+  return y + Linear(act, w.down, w.down_bias);
+}
+
+}  // namespace dflash::nn

@@ -1,0 +1,92 @@
+#include "common/nn/weights.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+
+namespace dflash::nn {
+
+c10::ScalarType ToScalarType(model::DType dtype) {
+  switch (dtype) {
+    case model::DType::kF32:
+      return at::kFloat;
+    case model::DType::kF16:
+      return at::kHalf;
+    case model::DType::kBF16:
+      return at::kBFloat16;
+    case model::DType::kF64:
+      return at::kDouble;
+    case model::DType::kI64:
+      return at::kLong;
+    case model::DType::kI32:
+      return at::kInt;
+    case model::DType::kI16:
+      return at::kShort;
+    case model::DType::kI8:
+      return at::kChar;
+    case model::DType::kU8:
+      return at::kByte;
+    case model::DType::kBool:
+      return at::kBool;
+  }
+  return at::kFloat;
+}
+
+at::Tensor ViewToTensor(const model::TensorView& view, c10::ScalarType dtype, c10::Device device) {
+  const model::TensorInfo& info = *view.info;
+  const auto options = at::TensorOptions().dtype(ToScalarType(info.dtype));
+  const size_t nbytes = info.end - info.begin;
+  const size_t element = model::DTypeSize(info.dtype);
+  at::Tensor host;
+  if (reinterpret_cast<uintptr_t>(view.data) % element == 0) {
+    // A view of the mapped file; the copy below (copy=true) gives LibTorch its own memory.
+    host = at::from_blob(const_cast<void*>(view.data), info.shape, options);
+  } else {
+    // safetensors does not promise aligned offsets; copy misaligned data before reading it typed.
+    host = at::empty(info.shape, options);
+    std::memcpy(host.data_ptr(), view.data, nbytes);
+  }
+  return host.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::Status WeightReader::Check(const std::string& name, const std::vector<int64_t>& shape) const {
+  if (!checkpoint_.Has(name)) {
+    return absl::NotFoundError(
+        absl::StrCat(name, ": not in the checkpoint at ", checkpoint_.dir()));
+  }
+  ASSIGN_OR_RETURN(model::TensorView view, checkpoint_.Get(name));
+  if (view.info->shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": shape ", ShapeString(view.info->shape),
+                                                   " in ", view.file, ", expected ",
+                                                   ShapeString(shape)));
+  }
+  switch (view.info->dtype) {
+    case model::DType::kF32:
+    case model::DType::kF16:
+    case model::DType::kBF16:
+    case model::DType::kF64:
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": dtype ", model::DTypeName(view.info->dtype), " in ", view.file,
+                       ", expected a floating-point weight"));
+  }
+}
+
+absl::StatusOr<at::Tensor> WeightReader::Read(const std::string& name,
+                                              const std::vector<int64_t>& shape) const {
+  RETURN_IF_ERROR(Check(name, shape));
+  ASSIGN_OR_RETURN(model::TensorView view, checkpoint_.Get(name));
+  return ViewToTensor(view, dtype_, device_);
+}
+
+}  // namespace dflash::nn

@@ -1,0 +1,161 @@
+"""Reference features from Hugging Face transformers for the C++ target-model parity test.
+
+Writes tiny random-weight checkpoints with save_pretrained (fp32) and, for a packed batch of
+documents of different lengths, the residual stream after chosen decoder layers computed by HF one
+document at a time. Layout under --out:
+
+  qwen3/                 Qwen3, tied embeddings, qk_norm, 8 layers (default layer ids)
+  llama/                 Llama, llama3 rope_scaling, untied lm_head, attention and MLP biases,
+                         sharded (model.safetensors.index.json)
+  {qwen3,llama}_refs.safetensors
+      input_ids [T] int64, positions [T] int64 (restart at 0 per document),
+      cu_seqlens [b+1] int32, layer_ids [K] int64,
+      features [T, K*H] fp32: per token, the outputs of decoder layers layer_ids[0..K-1]
+  qwen3_bad_shape/       one tensor with a wrong shape (names in BROKEN below)
+  qwen3_missing/         one tensor absent
+
+"Output of layer i" is captured with a forward hook on decoder layer i: HF's hidden_states[i+1]
+is the same tensor except for the last layer, where HF returns the final-normed output instead.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+DOC_LENGTHS = [5, 17, 1, 9]
+VOCAB = 256
+BROKEN = {
+    "bad_shape": "model.layers.1.self_attn.k_proj.weight",
+    "missing": "model.layers.2.mlp.up_proj.weight",
+}
+
+
+def common_config():
+    return dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        torch_dtype="float32",
+        attn_implementation="eager",
+    )
+
+
+def default_layer_ids(num_layers, k):
+    """method.md §2; Python's round() is round-half-even."""
+    if k == 1:
+        return [num_layers // 2]
+    return [round(1 + i * (num_layers - 4) / (k - 1)) for i in range(k)]
+
+
+def randomize(model):
+    """Weights far from HF's init (std 0.02, norms 1) so that attention is not uniform."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+            elif "embed_tokens" in name:
+                p.normal_(0.0, 1.0)
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+            else:
+                p.normal_(0.0, 1.0 / math.sqrt(p.shape[1]))
+
+
+def capture_layers(model, doc, layer_ids):
+    """Outputs of the decoder layers [n, H] each, for one document (positions 0..n-1)."""
+    captured = {}
+    hooks = []
+    for i in sorted(set(layer_ids)):
+        def hook(module, args, output, i=i):
+            captured[i] = (output[0] if isinstance(output, tuple) else output)[0].clone()
+        hooks.append(model.model.layers[i].register_forward_hook(hook))
+    with torch.no_grad():
+        out = model(input_ids=doc[None], output_hidden_states=True)
+    for h in hooks:
+        h.remove()
+    num_layers = len(model.model.layers)
+    for i, t in captured.items():
+        if i + 1 < num_layers:  # the last entry of hidden_states is after the final norm
+            torch.testing.assert_close(t, out.hidden_states[i + 1][0], rtol=0, atol=0)
+    return torch.cat([captured[i] for i in layer_ids], dim=-1)
+
+
+def write_refs(model, layer_ids, path, generator):
+    docs = [torch.randint(0, VOCAB, (n,), generator=generator) for n in DOC_LENGTHS]
+    offsets = [0]
+    for d in docs:
+        offsets.append(offsets[-1] + len(d))
+    features = torch.cat([capture_layers(model, d, layer_ids) for d in docs], dim=0)
+    save_file(
+        {
+            "input_ids": torch.cat(docs).to(torch.int64),
+            "positions": torch.cat([torch.arange(len(d)) for d in docs]).to(torch.int64),
+            "cu_seqlens": torch.tensor(offsets, dtype=torch.int32),
+            "layer_ids": torch.tensor(layer_ids, dtype=torch.int64),
+            "features": features.contiguous(),
+        },
+        path,
+    )
+
+
+def write_broken(src_dir, out_dir, kind):
+    """A copy of a single-file checkpoint with one tensor damaged (wrong shape) or removed."""
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copy(os.path.join(src_dir, "config.json"), out_dir)
+    tensors = load_file(os.path.join(src_dir, "model.safetensors"))
+    name = BROKEN[kind]
+    if kind == "bad_shape":
+        tensors[name] = tensors[name][: tensors[name].shape[0] // 2].contiguous()
+    else:
+        del tensors[name]
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.manual_seed(1234)
+    generator = torch.Generator().manual_seed(42)
+
+    qwen = Qwen3ForCausalLM(Qwen3Config(num_hidden_layers=8, tie_word_embeddings=True,
+                                        rope_theta=10000.0, **common_config())).eval()
+    randomize(qwen)
+    qwen.save_pretrained(os.path.join(args.out, "qwen3"))
+    write_refs(qwen, default_layer_ids(8, 5), os.path.join(args.out, "qwen3_refs.safetensors"),
+               generator)
+
+    # llama3 scaling with small wavelength thresholds (32 / 1 and 32 / 4 tokens) so that the
+    # high, medium and low frequency bands of a 16-wide head are all present.
+    rope_scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+    llama = LlamaForCausalLM(LlamaConfig(num_hidden_layers=4, tie_word_embeddings=False,
+                                         rope_theta=10000.0, rope_scaling=rope_scaling,
+                                         attention_bias=True, mlp_bias=True,
+                                         **common_config())).eval()
+    randomize(llama)
+    llama.save_pretrained(os.path.join(args.out, "llama"), max_shard_size="200KB")
+    # Unsorted, and including the last layer (pre-norm output).
+    write_refs(llama, [0, 3, 1], os.path.join(args.out, "llama_refs.safetensors"), generator)
+
+    for kind in BROKEN:
+        write_broken(os.path.join(args.out, "qwen3"), os.path.join(args.out, f"qwen3_{kind}"), kind)
+    json.dump(BROKEN, open(os.path.join(args.out, "broken.json"), "w"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

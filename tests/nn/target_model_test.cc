@@ -1,0 +1,265 @@
+// CPU parity of the LibTorch target model with Hugging Face transformers (fp32), on tiny random
+// Qwen3 and Llama checkpoints written by hf_oracle.py, plus packing invariance and load errors.
+#include "common/nn/target_model.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/tensor.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/model/safetensors.h"
+#include "common/nn/attention.h"
+#include "common/nn/weights.h"
+
+namespace dflash::nn {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs hf_oracle.py once per build tree and script version: the output directory is shared by all
+// test processes (CTest runs each test in its own), guarded by an flock and keyed by a stamp that
+// holds the script text and the interpreter. Returns "" on success, else the error.
+std::string GenerateOracleOutputs(const fs::path& dir) {
+  const std::string key =
+      ReadText(DFLASH_NN_ORACLE_SCRIPT) + "\npython: " + std::string(DFLASH_PYTHON);
+  fs::create_directories(dir.parent_path());
+  const std::string lock_path = dir.string() + ".lock";
+  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) return "cannot lock " + lock_path;
+  std::string error;
+  if (ReadText(dir / "stamp") != key) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const fs::path log = dir / "oracle.log";
+    const std::string cmd = "'" + std::string(DFLASH_PYTHON) +
+                            "' '" DFLASH_NN_ORACLE_SCRIPT "' --out '" + dir.string() + "' >'" +
+                            log.string() + "' 2>&1";
+    if (std::system(cmd.c_str()) != 0) {
+      error = "hf_oracle.py failed (" + cmd + "):\n" + ReadText(log);
+    } else {
+      std::ofstream(dir / "stamp", std::ios::binary) << key;
+    }
+  }
+  ::close(lock);  // releases the flock
+  return error;
+}
+
+// Tensors of a safetensors file as CPU tensors in their stored dtype.
+std::map<std::string, at::Tensor> ReadAll(const fs::path& path) {
+  std::map<std::string, at::Tensor> out;
+  auto file = model::SafetensorsFile::Open(path.string());
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return out;
+  for (const model::TensorInfo& info : (*file)->header().tensors) {
+    auto view = (*file)->Get(info.name);
+    out[info.name] = ViewToTensor(*view, ToScalarType(info.dtype), c10::Device(c10::kCPU));
+  }
+  return out;
+}
+
+std::vector<int64_t> ToVector(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kLong).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+// max |got - want| / max |want|: relative to the scale of the reference block.
+double RelError(const at::Tensor& got, const at::Tensor& want) {
+  return (got - want).abs().max().item<double>() / want.abs().max().item<double>();
+}
+
+class TargetModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { *oracle_error_ = GenerateOracleOutputs(Dir()); }
+  void SetUp() override { ASSERT_TRUE(oracle_error_->empty()) << *oracle_error_; }
+
+  static fs::path Dir() { return fs::path(DFLASH_NN_ORACLE_DIR); }
+
+  static TargetModelOptions Fp32(std::vector<int64_t> layer_ids = {}) {
+    TargetModelOptions options;
+    options.layer_ids = std::move(layer_ids);
+    options.dtype = at::kFloat;
+    return options;
+  }
+
+  // Loads <family> and compares the packed forward with <family>_refs.safetensors, per layer slot.
+  void ExpectParity(const std::string& family, const std::vector<int64_t>& layer_ids) {
+    auto refs = ReadAll(Dir() / (family + "_refs.safetensors"));
+    auto model = TargetModel::Load((Dir() / family).string(), Fp32(layer_ids));
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ((*model)->layer_ids(), ToVector(refs["layer_ids"]));
+    auto features = (*model)->Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
+    ASSERT_TRUE(features.ok()) << features.status();
+    const int64_t h = (*model)->config().hidden_size;
+    ASSERT_EQ(features->sizes(), refs["features"].sizes());
+    for (size_t slot = 0; slot < (*model)->layer_ids().size(); ++slot) {
+      const double err =
+          RelError(features->narrow(1, slot * h, h), refs["features"].narrow(1, slot * h, h));
+      std::printf("%s layer %ld: max relative error %.3g\n", family.c_str(),
+                  static_cast<long>((*model)->layer_ids()[slot]), err);
+      EXPECT_LT(err, 1e-4) << family << " layer " << (*model)->layer_ids()[slot];
+    }
+  }
+
+  static std::string* oracle_error_;
+};
+
+std::string* TargetModelTest::oracle_error_ = new std::string;
+
+TEST_F(TargetModelTest, Qwen3MatchesTransformers) {
+  ExpectParity("qwen3", {});  // default layer ids for 8 layers, K = 5: [1, 2, 3, 4, 5]
+}
+
+TEST_F(TargetModelTest, LlamaMatchesTransformers) {
+  ExpectParity("llama", {0, 3, 1});  // unsorted; 3 is the last layer (captured before the norm)
+}
+
+TEST_F(TargetModelTest, PackingOrderDoesNotChangeDocumentFeatures) {
+  for (const std::string family : {"qwen3", "llama"}) {
+    auto refs = ReadAll(Dir() / (family + "_refs.safetensors"));
+    auto model = TargetModel::Load((Dir() / family).string(), Fp32(ToVector(refs["layer_ids"])));
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto packed = (*model)->Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
+    ASSERT_TRUE(packed.ok()) << packed.status();
+
+    // The same documents packed in another order, run into a caller-provided buffer.
+    const std::vector<int64_t> cu = ToVector(refs["cu_seqlens"]);
+    const std::vector<size_t> order = {2, 0, 3, 1};
+    ASSERT_EQ(order.size() + 1, cu.size());
+    std::vector<at::Tensor> ids, positions;
+    std::vector<int32_t> new_cu = {0};
+    for (size_t d : order) {
+      ids.push_back(refs["input_ids"].narrow(0, cu[d], cu[d + 1] - cu[d]));
+      positions.push_back(refs["positions"].narrow(0, cu[d], cu[d + 1] - cu[d]));
+      new_cu.push_back(new_cu.back() + static_cast<int32_t>(cu[d + 1] - cu[d]));
+    }
+    at::Tensor reordered = at::empty(packed->sizes(), packed->options());
+    ASSERT_TRUE((*model)
+                    ->Forward(at::cat(ids), at::cat(positions),
+                              at::tensor(new_cu, at::TensorOptions().dtype(at::kInt)), reordered)
+                    .ok());
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int64_t n = cu[order[i] + 1] - cu[order[i]];
+      at::Tensor a = packed->narrow(0, cu[order[i]], n);
+      at::Tensor b = reordered.narrow(0, new_cu[i], n);
+      const double diff = (a - b).abs().max().item<double>();
+      std::printf("%s document %zu: max |difference| across packings %.3g\n", family.c_str(),
+                  order[i], diff);
+      EXPECT_TRUE(at::allclose(a, b, /*rtol=*/1e-6, /*atol=*/1e-6))
+          << family << " document " << order[i] << " differs by " << diff;
+    }
+  }
+}
+
+TEST_F(TargetModelTest, TiedAndUntiedHeads) {
+  auto qwen = TargetModel::Load((Dir() / "qwen3").string(), Fp32());
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_TRUE((*qwen)->lm_head().is_same((*qwen)->embed_tokens()));
+  auto llama = TargetModel::Load((Dir() / "llama").string(), Fp32({0}));
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_FALSE((*llama)->lm_head().is_same((*llama)->embed_tokens()));
+  EXPECT_EQ((*llama)->lm_head().sizes(), (*llama)->embed_tokens().sizes());
+  EXPECT_FALSE(at::equal((*llama)->lm_head(), (*llama)->embed_tokens()));
+}
+
+TEST_F(TargetModelTest, WrongShapeNamesTensorAndFile) {
+  auto model = TargetModel::Load((Dir() / "qwen3_bad_shape").string(), Fp32());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(model.status().message());
+  EXPECT_NE(msg.find("model.layers.1.self_attn.k_proj.weight: shape [16, 64]"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("expected [32, 64]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("qwen3_bad_shape/model.safetensors"), std::string::npos) << msg;
+}
+
+TEST_F(TargetModelTest, MissingTensorIsNamed) {
+  auto model = TargetModel::Load((Dir() / "qwen3_missing").string(), Fp32());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(model.status().message().find("model.layers.2.mlp.up_proj.weight"),
+            absl::string_view::npos)
+      << model.status();
+}
+
+TEST_F(TargetModelTest, RejectsLayerIdOutsideModel) {
+  auto model = TargetModel::Load((Dir() / "qwen3").string(), Fp32({1, 8}));
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("8"), absl::string_view::npos) << model.status();
+}
+
+TEST_F(TargetModelTest, RejectsMalformedInputs) {
+  auto model = TargetModel::Load((Dir() / "llama").string(), Fp32({0}));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto refs = ReadAll(Dir() / "llama_refs.safetensors");
+  const at::Tensor& ids = refs["input_ids"];
+  const at::Tensor& pos = refs["positions"];
+  const at::Tensor& cu = refs["cu_seqlens"];
+  const auto int32 = at::TensorOptions().dtype(at::kInt);
+  const std::vector<std::pair<std::string, absl::Status>> cases = {
+      {"cu_seqlens short of T",
+       (*model)->Forward(ids, pos, at::tensor(std::vector<int32_t>{0, 3}, int32)).status()},
+      {"cu_seqlens decreasing",
+       (*model)
+           ->Forward(ids, pos,
+                     at::tensor(std::vector<int32_t>{0, 20, 10, static_cast<int32_t>(ids.size(0))},
+                                int32))
+           .status()},
+      {"cu_seqlens int64", (*model)->Forward(ids, pos, cu.to(at::kLong)).status()},
+      {"token outside vocabulary", (*model)->Forward(ids + 256, pos, cu).status()},
+      {"positions length", (*model)->Forward(ids, pos.narrow(0, 0, 3), cu).status()},
+      {"features shape", (*model)->Forward(ids, pos, cu, at::empty({ids.size(0), 7}, at::kFloat))},
+  };
+  for (const auto& [what, status] : cases) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << what << ": " << status;
+  }
+}
+
+// The CPU reference against LibTorch's SDPA, per document, with GQA and an empty document.
+TEST(VarlenAttentionTest, ReferenceMatchesSdpaPerDocument) {
+  const std::vector<int32_t> cu = {0, 7, 7, 20, 21};
+  const int64_t t = cu.back(), hq = 6, hkv = 2, d = 8;
+  at::Tensor q = at::randn({t, hq, d}), k = at::randn({t, hkv, d}), v = at::randn({t, hkv, d});
+  at::Tensor out =
+      VarlenCausalAttention(q, k, v, at::tensor(cu, at::TensorOptions().dtype(at::kInt)), 0.3);
+  ASSERT_EQ(out.sizes(), q.sizes());
+  for (size_t i = 0; i + 1 < cu.size(); ++i) {
+    const int64_t n = cu[i + 1] - cu[i];
+    if (n == 0) continue;
+    auto heads_first = [&](const at::Tensor& x) {
+      return x.narrow(0, cu[i], n).transpose(0, 1).unsqueeze(0);
+    };
+    at::Tensor want = at::scaled_dot_product_attention(heads_first(q), heads_first(k),
+                                                       heads_first(v), {}, 0.0, true, 0.3, true)
+                          .squeeze(0)
+                          .transpose(0, 1);
+    EXPECT_LT(RelError(out.narrow(0, cu[i], n), want), 1e-5) << "document " << i;
+  }
+}
+
+}  // namespace
+}  // namespace dflash::nn
