@@ -1,0 +1,116 @@
+#include "common/drafter/drafter_attention.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/searchsorted.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace dflash::drafter {
+namespace {
+
+void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const BlockMask& mask) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3,
+              "drafter attention: q, k, v must be [rows, heads, head_dim]");
+  TORCH_CHECK(k.sizes() == v.sizes(), "drafter attention: k ", k.sizes(), " and v ", v.sizes(),
+              " differ");
+  TORCH_CHECK(q.size(2) == k.size(2), "drafter attention: head_dim of q ", q.sizes(), " and k ",
+              k.sizes(), " differ");
+  TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "drafter attention: ", q.size(1),
+              " query heads are not a multiple of ", k.size(1), " kv heads");
+  const int64_t n = mask.anchors.size(0), b = mask.block_size, t = mask.doc_ids.size(0);
+  TORCH_CHECK(q.size(0) == n * b, "drafter attention: q has ", q.size(0), " rows, expected ", n,
+              " blocks of ", b);
+  TORCH_CHECK(k.size(0) == t + n * b, "drafter attention: k has ", k.size(0),
+              " rows, expected T + Q = ", t, " + ", n * b);
+}
+
+// Attention of blocks [j0, j0 + c) -> [c*B, Hq, D].
+at::Tensor AttendChunk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const BlockMask& mask, double scale, int64_t j0, int64_t c) {
+  const int64_t b = mask.block_size, t = mask.doc_ids.size(0);
+  const int64_t hq = q.size(1), hkv = k.size(1), d = q.size(2), g = hq / hkv;
+  // Query heads grouped by the kv head they read: [c, Hkv, G, B, D].
+  at::Tensor qc = q.narrow(0, j0 * b, c * b).reshape({c, b, hkv, g, d}).permute({0, 2, 3, 1, 4});
+  // Context rows shared by every block: ctx(x) [Hkv, 1, T, D] (a leading 1 is added below);
+  // each block's own rows: own(x) [c, Hkv, 1, B, D].
+  auto ctx = [&](const at::Tensor& x) { return x.narrow(0, 0, t).permute({1, 0, 2}).unsqueeze(1); };
+  auto own = [&](const at::Tensor& x) {
+    return x.narrow(0, t + j0 * b, c * b)
+        .reshape({c, b, hkv, d})
+        .permute({0, 2, 1, 3})
+        .unsqueeze(2);
+  };
+  at::Tensor scores = at::cat({at::matmul(qc, ctx(k).unsqueeze(0).transpose(-1, -2)),
+                               at::matmul(qc, own(k).transpose(-1, -2))},
+                              -1) *
+                      scale;  // [c, Hkv, G, B, T + B]
+
+  // visible [c, T + B]: the same row for every slot and head of a block.
+  at::Tensor anchors = mask.anchors.narrow(0, j0, c);
+  at::Tensor valid = anchors.ge(0);
+  at::Tensor anchor_row = anchors.clamp_min(0);
+  at::Tensor rows = at::arange(t, anchors.options());
+  at::Tensor anchor_doc = t > 0 ? mask.doc_ids.index_select(0, anchor_row) : anchor_row;
+  at::Tensor ctx_visible = mask.doc_ids.unsqueeze(0).eq(anchor_doc.unsqueeze(1)) &
+                           rows.unsqueeze(0).lt(anchors.unsqueeze(1)) & valid.unsqueeze(1);
+  at::Tensor visible = at::cat({ctx_visible, valid.unsqueeze(1).expand({c, b})}, 1);
+  // A row with nothing visible is computed as if everything were visible (finite softmax, no NaN
+  // in forward or backward) and then zeroed.
+  at::Tensor any = visible.any(1, /*keepdim=*/true);  // [c, 1]
+  at::Tensor keep = (visible | any.logical_not()).view({c, 1, 1, 1, t + b});
+  scores = scores.masked_fill(keep.logical_not(), -std::numeric_limits<double>::infinity());
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  probs = probs * any.view({c, 1, 1, 1, 1}).to(probs.scalar_type());
+  at::Tensor out = at::matmul(probs.narrow(-1, 0, t), ctx(v).unsqueeze(0)) +
+                   at::matmul(probs.narrow(-1, t, b), own(v));  // [c, Hkv, G, B, D]
+  return out.permute({0, 3, 1, 2, 4}).reshape({c * b, hq, d});
+}
+
+}  // namespace
+
+BlockMask BuildBlockMask(const at::Tensor& anchors, const at::Tensor& doc_ids, int64_t block_size) {
+  TORCH_CHECK(anchors.dim() == 1 && anchors.scalar_type() == at::kLong,
+              "anchors must be a 1-D int64 tensor");
+  TORCH_CHECK(doc_ids.dim() == 1 && doc_ids.scalar_type() == at::kLong,
+              "doc_ids must be a 1-D int64 tensor");
+  TORCH_CHECK(block_size >= 1, "block_size must be at least 1, got ", block_size);
+  BlockMask mask;
+  mask.block_size = block_size;
+  mask.anchors = anchors;
+  mask.doc_ids = doc_ids;
+  if (doc_ids.size(0) == 0) {
+    mask.ctx_begin = at::zeros_like(anchors);
+    return mask;
+  }
+  // doc_ids is nondecreasing: the first row of a document is its left insertion point.
+  at::Tensor anchor_doc = doc_ids.index_select(0, anchors.clamp_min(0));
+  at::Tensor begin = at::searchsorted(doc_ids, anchor_doc);
+  mask.ctx_begin = at::where(anchors.ge(0), begin, at::zeros_like(begin));
+  return mask;
+}
+
+at::Tensor ReferenceDrafterAttention::Forward(const at::Tensor& q, const at::Tensor& k,
+                                              const at::Tensor& v, const BlockMask& mask,
+                                              double scale) const {
+  CheckShapes(q, k, v, mask);
+  const int64_t n = mask.anchors.size(0), b = mask.block_size, t = mask.doc_ids.size(0);
+  if (n == 0) return q.new_empty(q.sizes());
+  const int64_t per_block = q.size(1) * b * (t + b);
+  const int64_t chunk = std::max<int64_t>(1, max_score_elements_ / std::max<int64_t>(1, per_block));
+  std::vector<at::Tensor> parts;
+  for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+    parts.push_back(AttendChunk(q, k, v, mask, scale, j0, std::min(chunk, n - j0)));
+  }
+  return parts.size() == 1 ? parts.front() : at::cat(parts, 0);
+}
+
+}  // namespace dflash::drafter

@@ -1,0 +1,68 @@
+// Attention of the DFlash drafter (method.md §3.3) behind one interface, so that the model code
+// never sees which implementation runs: the CPU reference here, which materializes the scores of
+// each anchor block densely, or a fused block-sparse GPU kernel (later) that never does.
+//
+// Layout. A packed batch has T context rows (the target features of every packed position) and n
+// anchor blocks of B query slots each, Q = n*B block rows; block j is rows j*B..(j+1)*B-1 of the
+// query stream. Keys and values are [context rows 0..T-1 ; block rows 0..Q-1], T + Q rows.
+//
+// Mask. Query slot (j, k) sees
+//   - context row c iff doc[c] == doc[a_j] and c < a_j (strictly before the anchor: at inference
+//     the anchor's own feature does not exist yet);
+//   - block row (j', k') iff j' == j (its own block, both directions; never another block).
+// A padding block (anchor -1) sees nothing; its output rows are zeros, never NaN, and so are the
+// gradients that flow through them.
+//
+// Functions here throw c10::Error on misuse (TORCH_CHECK); DrafterModel converts to Status.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace dflash::drafter {
+
+// Which keys each block sees, on the compute device.
+struct BlockMask {
+  int64_t block_size = 0;  // B
+  // [n] int64: a_j, the packed row of block j's anchor, ascending; -1 marks a padding block.
+  at::Tensor anchors;
+  // [T] int64: document of each context row (0, 1, ... in packing order).
+  at::Tensor doc_ids;
+  // [n] int64: first row of the anchor's document (0 for padding blocks). Documents are contiguous,
+  // so the visible context of block j is exactly rows ctx_begin[j] .. anchors[j]-1: the range form
+  // a fused kernel wants. Equal to the doc_ids form by construction (BuildBlockMask).
+  at::Tensor ctx_begin;
+};
+
+// Builds the mask metadata. anchors [n] int64 (ascending among entries >= 0, -1 padding) and
+// doc_ids [T] int64 on the same device; checks shapes only (DrafterModel validates values).
+BlockMask BuildBlockMask(const at::Tensor& anchors, const at::Tensor& doc_ids, int64_t block_size);
+
+class DrafterAttention {
+ public:
+  virtual ~DrafterAttention() = default;
+  // q [Q, Hq, D] (block rows, after q_norm and RoPE); k, v [T + Q, Hkv, D] (context rows then block
+  // rows, after k_norm and RoPE for k); Hq % Hkv == 0 and query head h reads kv head h / (Hq/Hkv).
+  // scale multiplies q k^T (D^-0.5). Returns [Q, Hq, D] in q's dtype, differentiable in q, k, v.
+  virtual at::Tensor Forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const BlockMask& mask, double scale) const = 0;
+};
+
+// The reference on any device: for a chunk of blocks at a time, the scores of each block against
+// all T context rows and its own B block rows ([chunk, Hq, B, T + B], other blocks are never
+// visible), the mask above applied densely, softmax in fp32 cast back to q's dtype (as HF eager
+// attention does), times v. Scratch is bounded by max_score_elements per chunk (at least one
+// block per chunk).
+class ReferenceDrafterAttention : public DrafterAttention {
+ public:
+  explicit ReferenceDrafterAttention(int64_t max_score_elements = int64_t{1} << 26)
+      : max_score_elements_(max_score_elements) {}
+  at::Tensor Forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const BlockMask& mask, double scale) const override;
+
+ private:
+  int64_t max_score_elements_;
+};
+
+}  // namespace dflash::drafter

@@ -1,0 +1,507 @@
+#include "common/drafter/drafter_model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/bincount.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/nonzero.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "common/drafter/weighted_ce.h"
+#include "common/nn/layers.h"
+
+namespace dflash::drafter {
+namespace {
+
+constexpr int64_t kMaxDrafterLayers = 1024;
+constexpr int64_t kMaxBlockSize = 1024;
+
+struct LayerSpec {
+  std::string suffix;
+  std::vector<int64_t> shape;
+  at::Tensor DrafterLayerParams::*field;
+};
+
+std::vector<LayerSpec> LayerSpecs(const model::TransformerConfig& c) {
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
+  return {
+      {"input_layernorm.weight", {h}, &DrafterLayerParams::input_norm},
+      {"self_attn.q_proj.weight", {q, h}, &DrafterLayerParams::q_proj},
+      {"self_attn.k_proj.weight", {kv, h}, &DrafterLayerParams::k_proj},
+      {"self_attn.v_proj.weight", {kv, h}, &DrafterLayerParams::v_proj},
+      {"self_attn.o_proj.weight", {h, q}, &DrafterLayerParams::o_proj},
+      {"self_attn.q_norm.weight", {d}, &DrafterLayerParams::q_norm},
+      {"self_attn.k_norm.weight", {d}, &DrafterLayerParams::k_norm},
+      {"post_attention_layernorm.weight", {h}, &DrafterLayerParams::post_norm},
+      {"mlp.gate_proj.weight", {inter, h}, &DrafterLayerParams::gate},
+      {"mlp.up_proj.weight", {inter, h}, &DrafterLayerParams::up},
+      {"mlp.down_proj.weight", {h, inter}, &DrafterLayerParams::down},
+  };
+}
+
+// The layer's parameters in `dtype`, through differentiable casts (no-ops when already in it).
+DrafterLayerParams CastLayer(const DrafterLayerParams& w, const model::TransformerConfig& c,
+                             c10::ScalarType dtype) {
+  DrafterLayerParams out;
+  for (const LayerSpec& s : LayerSpecs(c)) out.*s.field = (w.*s.field).to(dtype);
+  return out;
+}
+
+bool IsNormName(const std::string& name) {
+  return name.find("norm") != std::string::npos;  // *_layernorm, *_norm, hidden_norm, norm
+}
+
+absl::Status FieldError(const std::string& field, const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat("drafter config: ", field, ": ", msg));
+}
+
+absl::Status ValidateTargetShape(const model::TransformerConfig& t) {
+  if (t.hidden_size < 1 || t.intermediate_size < 1 || t.vocab_size < 1 || t.num_hidden_layers < 1) {
+    return FieldError("target",
+                      "hidden_size, intermediate_size, vocab_size and "
+                      "num_hidden_layers must be positive");
+  }
+  if (t.num_attention_heads < 1 || t.num_key_value_heads < 1 ||
+      t.num_attention_heads % t.num_key_value_heads != 0) {
+    return FieldError("target.num_attention_heads",
+                      absl::StrCat(t.num_attention_heads, " is not a positive multiple of ",
+                                   "num_key_value_heads ", t.num_key_value_heads));
+  }
+  if (t.head_dim < 2 || t.head_dim % 2 != 0) {
+    return FieldError("target.head_dim",
+                      absl::StrCat("must be even and positive, got ", t.head_dim));
+  }
+  if (!(t.rms_norm_eps > 0) || !(t.rope_theta > 0)) {
+    return FieldError("target", "rms_norm_eps and rope_theta must be positive");
+  }
+  if (t.rope_scaling.has_value() && t.rope_scaling->rope_type != "llama3") {
+    return FieldError("target.rope_scaling",
+                      absl::StrCat("unsupported type '", t.rope_scaling->rope_type, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// Document offsets from cu_seqlens [b+1] int32 running from 0 to t, nondecreasing.
+absl::StatusOr<std::vector<int64_t>> ReadOffsets(const at::Tensor& cu_seqlens, int64_t t) {
+  if (!cu_seqlens.defined() || cu_seqlens.dim() != 1 || cu_seqlens.scalar_type() != at::kInt ||
+      cu_seqlens.size(0) < 1) {
+    return absl::InvalidArgumentError("cu_seqlens must be a non-empty 1-D int32 tensor");
+  }
+  at::Tensor host = cu_seqlens.to(at::kCPU).contiguous();
+  const int32_t* cu = host.data_ptr<int32_t>();
+  std::vector<int64_t> offsets(cu, cu + host.numel());
+  if (offsets.front() != 0 || offsets.back() != t) {
+    return absl::InvalidArgumentError(absl::StrCat("cu_seqlens runs from ", offsets.front(), " to ",
+                                                   offsets.back(), ", expected 0 to ", t));
+  }
+  for (size_t i = 1; i < offsets.size(); ++i) {
+    if (offsets[i] < offsets[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("cu_seqlens decreases at index ", i));
+    }
+  }
+  return offsets;
+}
+
+// anchors [n] int64: -1 (padding) or in [0, t), the others strictly ascending.
+absl::Status CheckAnchors(const at::Tensor& anchors, int64_t t) {
+  if (!anchors.defined() || anchors.dim() != 1 || anchors.scalar_type() != at::kLong) {
+    return absl::InvalidArgumentError("anchors must be a 1-D int64 tensor");
+  }
+  at::Tensor host = anchors.to(at::kCPU).contiguous();
+  const int64_t* a = host.data_ptr<int64_t>();
+  int64_t last = -1;
+  for (int64_t j = 0; j < host.numel(); ++j) {
+    if (a[j] == -1) continue;
+    if (a[j] < 0 || a[j] >= t || a[j] <= last) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "anchors[", j, "] = ", a[j], ": anchors must be -1 (padding) or rows in [0, ", t,
+          "), strictly ascending"));
+    }
+    last = a[j];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRowTensor(const at::Tensor& x, const char* name, int64_t t, bool int64_only) {
+  if (!x.defined() || x.dim() != 1 || x.size(0) != t ||
+      (int64_only && x.scalar_type() != at::kLong)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " must be a 1-D ", int64_only ? "int64 " : "", "tensor of ", t, " rows"));
+  }
+  return absl::OkStatus();
+}
+
+std::string Shape(const at::Tensor& x) {
+  return x.defined() ? absl::StrCat("[", absl::StrJoin(x.sizes(), ", "), "]") : "undefined";
+}
+
+// Shapes, dtypes and values of a batch; returns the document offsets.
+absl::StatusOr<std::vector<int64_t>> ValidateBatch(const DrafterBatch& batch,
+                                                   const DrafterConfig& config,
+                                                   bool with_loss_mask) {
+  const at::Tensor& f = batch.features;
+  if (!f.defined() || f.dim() != 2 || f.size(1) != config.feature_dim() ||
+      !c10::isFloatingType(f.scalar_type())) {
+    return absl::InvalidArgumentError(absl::StrCat("features must be a floating-point [T, ",
+                                                   config.feature_dim(), "] tensor, got ",
+                                                   Shape(f)));
+  }
+  const int64_t t = f.size(0);
+  RETURN_IF_ERROR(CheckRowTensor(batch.input_ids, "input_ids", t, true));
+  RETURN_IF_ERROR(CheckRowTensor(batch.positions, "positions", t, true));
+  if (with_loss_mask) RETURN_IF_ERROR(CheckRowTensor(batch.loss_mask, "loss_mask", t, false));
+  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ReadOffsets(batch.cu_seqlens, t));
+  RETURN_IF_ERROR(CheckAnchors(batch.anchors, t));
+  if (t > 0) {
+    const int64_t lo = batch.input_ids.min().item<int64_t>();
+    const int64_t hi = batch.input_ids.max().item<int64_t>();
+    if (lo < 0 || hi >= config.target.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("input_ids span [", lo, ", ", hi,
+                                                     "], outside the vocabulary [0, ",
+                                                     config.target.vocab_size, ")"));
+    }
+  }
+  return offsets;
+}
+
+}  // namespace
+
+// Everything the forward and the loss need, on the model's device.
+struct DrafterModel::Prepared {
+  int64_t t = 0;            // packed rows
+  int64_t n = 0;            // anchor blocks
+  at::Tensor features;      // [T, K*H] as given (moved to the device)
+  at::Tensor input_ids;     // [T] int64
+  at::Tensor doc_ids;       // [T] int64
+  at::Tensor loss_mask;     // [T] fp32 0/1, when asked for
+  at::Tensor anchors;       // [n] int64, -1 padding
+  at::Tensor block_tokens;  // [Q] int64: slot 0 input_ids[a_j], others MASK
+  nn::RopeTables q_rope;    // [Q, D]: block positions pos[a_j] + k
+  nn::RopeTables k_rope;    // [T + Q, D]: context positions, then block positions
+  BlockMask mask;
+};
+
+double DefaultGamma(int64_t block_size) {
+  switch (block_size) {
+    case 16:
+      return 7.0;
+    case 10:
+      return 5.0;
+    case 8:
+      return 4.0;
+    default:
+      return 0.0;
+  }
+}
+
+double ExpectedAcceptanceLength(const std::vector<int64_t>& slot_correct,
+                                const std::vector<int64_t>& slot_total) {
+  double tau = 1.0, prefix = 1.0;
+  for (size_t k = 1; k < slot_correct.size() && k < slot_total.size(); ++k) {
+    const double acc = slot_total[k] > 0 ? static_cast<double>(slot_correct[k]) /
+                                               static_cast<double>(slot_total[k])
+                                         : 0.0;
+    prefix *= acc;
+    tau += prefix;
+  }
+  return tau;
+}
+
+absl::Status ValidateDrafterConfig(const DrafterConfig& c) {
+  RETURN_IF_ERROR(ValidateTargetShape(c.target));
+  if (c.num_layers < 1 || c.num_layers > kMaxDrafterLayers) {
+    return FieldError("num_layers",
+                      absl::StrCat("must be in 1..", kMaxDrafterLayers, ", got ", c.num_layers));
+  }
+  if (c.block_size < 2 || c.block_size > kMaxBlockSize) {
+    return FieldError("block_size",
+                      absl::StrCat("must be in 2..", kMaxBlockSize, ", got ", c.block_size));
+  }
+  if (c.mask_token_id < 0 || c.mask_token_id >= c.target.vocab_size) {
+    return FieldError(
+        "mask_token_id",
+        absl::StrCat(c.mask_token_id, " is outside the vocabulary [0, ", c.target.vocab_size, ")"));
+  }
+  if (c.target_layer_ids.empty()) return FieldError("target_layer_ids", "must not be empty");
+  std::set<int64_t> seen;
+  for (int64_t id : c.target_layer_ids) {
+    if (id < 0 || id >= c.target.num_hidden_layers) {
+      return FieldError("target_layer_ids", absl::StrCat("layer ", id, " is outside [0, ",
+                                                         c.target.num_hidden_layers, ")"));
+    }
+    if (!seen.insert(id).second) {
+      return FieldError("target_layer_ids", absl::StrCat("layer ", id, " is listed twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<NamedParameter> ParameterSpecs(const DrafterConfig& c) {
+  const int64_t h = c.target.hidden_size;
+  std::vector<NamedParameter> specs = {{"fc.weight", {h, c.feature_dim()}, {}},
+                                       {"hidden_norm.weight", {h}, {}}};
+  const std::vector<LayerSpec> layer = LayerSpecs(c.target);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    for (const LayerSpec& s : layer) {
+      specs.push_back({absl::StrCat("layers.", i, ".", s.suffix), s.shape, {}});
+    }
+  }
+  specs.push_back({"norm.weight", {h}, {}});
+  return specs;
+}
+
+DrafterModel::DrafterModel(DrafterConfig config, DrafterOptions options)
+    : config_(std::move(config)),
+      options_(options),
+      attention_(std::make_shared<ReferenceDrafterAttention>()) {}
+
+DrafterModel::~DrafterModel() = default;
+
+absl::StatusOr<std::unique_ptr<DrafterModel>> DrafterModel::Create(const DrafterConfig& config,
+                                                                   const DrafterOptions& options,
+                                                                   const at::Tensor& embed_tokens,
+                                                                   const at::Tensor& lm_head) {
+  RETURN_IF_ERROR(ValidateDrafterConfig(config));
+  for (c10::ScalarType t : {options.dtype, options.compute_dtype.value_or(options.dtype)}) {
+    if (!c10::isFloatingType(t)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("drafter dtype ", c10::toString(t), " is not floating-point"));
+    }
+  }
+  const std::vector<int64_t> vh = {config.target.vocab_size, config.target.hidden_size};
+  auto check_frozen = [&](const char* name, const at::Tensor& x) -> absl::Status {
+    if (x.defined() && x.sizes().vec() == vh && c10::isFloatingType(x.scalar_type())) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat("drafter ", name, " must be a floating-point [",
+                                                   vh[0], ", ", vh[1], "] tensor, got ", Shape(x)));
+  };
+  RETURN_IF_ERROR(check_frozen("embed_tokens", embed_tokens));
+  RETURN_IF_ERROR(check_frozen("lm_head", lm_head));
+  try {
+    std::unique_ptr<DrafterModel> m(new DrafterModel(config, options));
+    m->InitParameters(embed_tokens, lm_head);
+    return m;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("creating the drafter: ", e.what_without_backtrace()));
+  }
+}
+
+void DrafterModel::InitParameters(const at::Tensor& embed_tokens, const at::Tensor& lm_head) {
+  at::NoGradGuard no_grad;
+  const c10::Device device = options_.device;
+  // Frozen: detached, so that no gradient is ever computed for them; moved once to the device.
+  embed_tokens_ = embed_tokens.detach().to(device);
+  lm_head_ = lm_head.is_same(embed_tokens) ? embed_tokens_ : lm_head.detach().to(device);
+  inv_freq_ = nn::RopeInvFreq(config_.target).to(device);
+  at::Generator gen = at::detail::createCPUGenerator(options_.seed);
+  std::map<std::string, at::Tensor> by_name;
+  params_ = ParameterSpecs(config_);
+  for (NamedParameter& p : params_) {
+    at::Tensor cpu = IsNormName(p.name) ? at::ones(p.shape, at::kFloat)
+                                        : at::randn(p.shape, gen, at::kFloat) * options_.init_std;
+    p.tensor = cpu.to(device, options_.dtype).detach().requires_grad_(true);
+    by_name[p.name] = p.tensor;
+  }
+  fc_ = by_name.at("fc.weight");
+  hidden_norm_ = by_name.at("hidden_norm.weight");
+  norm_ = by_name.at("norm.weight");
+  layers_.assign(static_cast<size_t>(config_.num_layers), DrafterLayerParams{});
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    for (const LayerSpec& s : LayerSpecs(config_.target)) {
+      layers_[i].*s.field = by_name.at(absl::StrCat("layers.", i, ".", s.suffix));
+    }
+  }
+}
+
+absl::StatusOr<DrafterModel::Prepared> DrafterModel::Prepare(const DrafterBatch& batch,
+                                                             bool with_loss_mask) const {
+  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ValidateBatch(batch, config_, with_loss_mask));
+  const c10::Device device = options_.device;
+  Prepared p;
+  p.t = batch.features.size(0);
+  std::vector<int64_t> doc_ids(static_cast<size_t>(p.t));
+  for (size_t d = 0; d + 1 < offsets.size(); ++d) {
+    for (int64_t r = offsets[d]; r < offsets[d + 1]; ++r) doc_ids[r] = static_cast<int64_t>(d);
+  }
+  p.n = batch.anchors.size(0);
+  p.features = batch.features.to(device);
+  p.input_ids = batch.input_ids.to(device);
+  p.doc_ids = at::tensor(doc_ids, at::kLong).to(device);
+  p.anchors = batch.anchors.to(device);
+  if (with_loss_mask) p.loss_mask = batch.loss_mask.to(device).ne(0).to(at::kFloat);
+  const int64_t b = config_.block_size;
+  const auto long_opts = p.anchors.options();
+  at::Tensor valid = p.anchors.ge(0);
+  at::Tensor a = p.anchors.clamp_min(0);
+  at::Tensor mask_id = at::full({p.n}, config_.mask_token_id, long_opts);
+  at::Tensor slot0 = p.t > 0 ? at::where(valid, p.input_ids.index_select(0, a), mask_id) : mask_id;
+  p.block_tokens = at::cat({slot0.unsqueeze(1), mask_id.unsqueeze(1).expand({p.n, b - 1})}, 1)
+                       .reshape({p.n * b});
+  at::Tensor positions = batch.positions.to(device);
+  at::Tensor base = p.t > 0 ? at::where(valid, positions.index_select(0, a), at::zeros_like(a)) : a;
+  at::Tensor block_pos = (base.unsqueeze(1) + at::arange(b, long_opts).unsqueeze(0)).reshape({-1});
+  p.q_rope = nn::MakeRopeTables(block_pos, inv_freq_, compute_dtype());
+  nn::RopeTables ctx_rope = nn::MakeRopeTables(positions, inv_freq_, compute_dtype());
+  p.k_rope = {at::cat({ctx_rope.cos, p.q_rope.cos}, 0), at::cat({ctx_rope.sin, p.q_rope.sin}, 0)};
+  p.mask = BuildBlockMask(p.anchors, p.doc_ids, b);
+  return p;
+}
+
+at::Tensor DrafterModel::RunForward(const Prepared& p, const at::Tensor& features) const {
+  const double eps = config_.target.rms_norm_eps;
+  // Block stream [Q, H] from the frozen embedding; ctx [T, H] = hidden_norm(fc(features)), shared
+  // by every layer (no input norm on it).
+  const c10::ScalarType dtype = compute_dtype();
+  at::Tensor x = at::embedding(embed_tokens_, p.block_tokens).to(dtype);
+  at::Tensor ctx =
+      nn::RmsNorm(nn::Linear(features.to(dtype), fc_.to(dtype)), hidden_norm_.to(dtype), eps);
+  for (const DrafterLayerParams& w : layers_) {
+    x = RunLayer(CastLayer(w, config_.target, dtype), x, ctx, p);
+  }
+  return nn::RmsNorm(x, norm_.to(dtype), eps);
+}
+
+at::Tensor DrafterModel::RunLayer(const DrafterLayerParams& w, const at::Tensor& x,
+                                  const at::Tensor& ctx, const Prepared& p) const {
+  const model::TransformerConfig& c = config_.target;
+  const int64_t q_rows = x.size(0), kv_rows = ctx.size(0) + q_rows, d = c.head_dim;
+  const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+  const double eps = c.rms_norm_eps;
+
+  at::Tensor h = nn::RmsNorm(x, w.input_norm, eps);
+  at::Tensor q = nn::RmsNorm(nn::Linear(h, w.q_proj).reshape({q_rows, hq, d}), w.q_norm, eps);
+  q = nn::ApplyRope(q, p.q_rope);  // at the block positions
+  // The same k_proj / k_norm / v_proj serve context rows and block rows.
+  at::Tensor kv_in = at::cat({ctx, h}, 0);  // [T + Q, H]
+  at::Tensor k = nn::RmsNorm(nn::Linear(kv_in, w.k_proj).reshape({kv_rows, hkv, d}), w.k_norm, eps);
+  k = nn::ApplyRope(k, p.k_rope);  // context positions, then block positions
+  at::Tensor v = nn::Linear(kv_in, w.v_proj).reshape({kv_rows, hkv, d});
+  const double scale = std::pow(static_cast<double>(d), -0.5);
+  at::Tensor attn = attention_->Forward(q, k, v, p.mask, scale).reshape({q_rows, hq * d});
+  at::Tensor y = x + nn::Linear(attn, w.o_proj);  // [Q, H]
+
+  h = nn::RmsNorm(y, w.post_norm, eps);
+  return y + nn::Linear(at::silu(nn::Linear(h, w.gate)) * nn::Linear(h, w.up), w.down);
+}
+
+absl::StatusOr<at::Tensor> DrafterModel::Forward(const DrafterBatch& batch) const {
+  try {
+    ASSIGN_OR_RETURN(Prepared p, Prepare(batch, /*with_loss_mask=*/false));
+    return RunForward(p, p.features);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("drafter forward: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<at::Tensor> DrafterModel::Logits(const at::Tensor& hidden) const {
+  if (!hidden.defined() || hidden.dim() != 2 || hidden.size(1) != config_.target.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hidden must be [rows, ", config_.target.hidden_size, "], got ", Shape(hidden)));
+  }
+  try {
+    // As in the loss: the matmul in lm_head's dtype, returned in the compute dtype.
+    at::Tensor h = hidden.to(lm_head_.device(), lm_head_.scalar_type());
+    return at::matmul(h, lm_head_.t()).to(compute_dtype());
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("drafter logits: ", e.what_without_backtrace()));
+  }
+}
+
+BlockTargets DrafterModel::MakeTargets(const Prepared& p, double gamma) const {
+  const int64_t b = config_.block_size;
+  const auto long_opts = p.anchors.options();
+  if (p.t == 0) {  // every block is padding
+    return {at::zeros({p.n * b}, long_opts), at::zeros({p.n * b}, long_opts.dtype(at::kFloat))};
+  }
+  at::Tensor k = at::arange(b, long_opts);           // [B]
+  at::Tensor a = p.anchors.clamp_min(0);             // [n]
+  at::Tensor row = a.unsqueeze(1) + k.unsqueeze(0);  // [n, B]: a_j + k
+  at::Tensor in_range = row.lt(p.t);
+  at::Tensor at_row = row.clamp_max(p.t - 1).reshape({-1});  // [Q]
+  at::Tensor labels = p.input_ids.index_select(0, at_row);
+  at::Tensor same_doc = p.doc_ids.index_select(0, at_row).view({p.n, b}).eq(
+                            p.doc_ids.index_select(0, a).unsqueeze(1)) &
+                        in_range & p.anchors.ge(0).unsqueeze(1);
+  // exp(-(k-1)/gamma) for k >= 1, 0 for slot 0 (never trained).
+  at::Tensor decay = at::exp((k.to(at::kFloat) - 1.0) * (-1.0 / gamma)) * k.ge(1).to(at::kFloat);
+  at::Tensor weights = decay.unsqueeze(0) * same_doc.to(at::kFloat) *
+                       p.loss_mask.index_select(0, at_row).view({p.n, b});
+  return {labels, weights.reshape({-1})};
+}
+
+absl::StatusOr<BlockTargets> DrafterModel::Targets(const DrafterBatch& batch, double gamma) const {
+  if (!(gamma > 0) || !std::isfinite(gamma)) {
+    return absl::InvalidArgumentError(absl::StrCat("gamma must be a positive number, got ", gamma));
+  }
+  try {
+    ASSIGN_OR_RETURN(Prepared p, Prepare(batch, /*with_loss_mask=*/true));
+    return MakeTargets(p, gamma);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("drafter targets: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const at::Tensor& hidden,
+                                               const LossOptions& options) const {
+  const double gamma = options.gamma > 0 ? options.gamma : DefaultGamma(config_.block_size);
+  if (gamma <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("gamma: block size ", config_.block_size,
+                                                   " has no default; configure it explicitly"));
+  }
+  if (options.logits_chunk_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logits_chunk_rows must be at least 1, got ", options.logits_chunk_rows));
+  }
+  const int64_t b = config_.block_size;
+  try {
+    ASSIGN_OR_RETURN(BlockTargets targets, Targets(batch, gamma));
+    const int64_t q_rows = targets.labels.size(0);
+    if (!hidden.defined() || hidden.dim() != 2 || hidden.size(0) != q_rows ||
+        hidden.size(1) != config_.target.hidden_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hidden must be [", q_rows, ", ", config_.target.hidden_size, "], got ", Shape(hidden)));
+    }
+    // Only supervised rows (w > 0) reach the lm_head: slot 0, padding and unsupervised positions
+    // cost nothing there.
+    at::Tensor rows = at::nonzero(targets.weights.gt(0)).squeeze(1);  // [S] int64
+    WeightedCeResult ce =
+        WeightedCrossEntropy(hidden.index_select(0, rows.to(hidden.device())), lm_head_,
+                             targets.labels.index_select(0, rows),
+                             targets.weights.index_select(0, rows), options.logits_chunk_rows);
+    at::Tensor slot = rows.remainder(b);
+    DrafterLoss loss;
+    loss.numerator = ce.numerator;
+    loss.denominator = targets.weights.sum();
+    loss.slot_total = at::bincount(slot, {}, b);
+    loss.slot_correct = at::bincount(slot.masked_select(ce.correct), {}, b);
+    return loss;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("drafter loss: ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace dflash::drafter

@@ -1,0 +1,185 @@
+// The DFlash drafter (method.md §2) and its training loss (§3), trainable in LibTorch: parameters
+// are leaf tensors with requires_grad, the forward is plain ATen ops (plus the attention behind
+// DrafterAttention and the fused lm_head + cross entropy of weighted_ce.h), so that backward() on
+// the loss numerator fills every parameter's grad (and the features' grad when they require it).
+// Never run it under c10::InferenceMode.
+//
+// Shapes (one packed batch): T packed positions, n anchor blocks of B slots, Q = n*B query rows,
+// K target layers, H hidden size, V vocabulary.
+//
+// LibTorch is a PRIVATE dependency of dflash_drafter: a target that includes this header links
+// ${TORCH_LIBRARIES} itself and must not also include generated protobuf headers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/drafter/drafter_attention.h"
+#include "common/model/hf_config.h"
+
+namespace dflash::drafter {
+
+// method.md §3.2: Qwen3's tokenizer has no mask token; drafters for it use this id.
+inline constexpr int64_t kQwen3MaskTokenId = 151669;
+
+// method.md §3.5: gamma of the slot weights exp(-(k-1)/gamma) for the published block sizes
+// (16 -> 7, 10 -> 5, 8 -> 4); 0 for any other block size, which must then be configured.
+double DefaultGamma(int64_t block_size);
+
+// method.md §3.6: expected acceptance length 1 + sum_k prod_{i<=k} acc_i over slots k = 1..B-1,
+// acc_i = slot_correct[i] / slot_total[i] (0 where slot_total[i] is 0). Counts summed over
+// micro-batches and ranks; slot 0 is ignored.
+double ExpectedAcceptanceLength(const std::vector<int64_t>& slot_correct,
+                                const std::vector<int64_t>& slot_total);
+
+struct DrafterConfig {
+  // The target's config (method.md §2: hidden size, heads, kv heads, head dim, intermediate size,
+  // rms eps, rope settings and vocabulary are copied from it). target.num_hidden_layers is the
+  // TARGET's depth (num_target_layers in the exported config). The drafter's layers are Qwen3
+  // layers (q_norm and k_norm always) without biases (method.md §7 lists none), whatever the
+  // target's qk_norm / attention_bias / mlp_bias say.
+  model::TransformerConfig target;
+  int64_t num_layers = 5;   // L_d, drafter decoder layers
+  int64_t block_size = 16;  // B
+  int64_t mask_token_id = kQwen3MaskTokenId;
+  std::vector<int64_t> target_layer_ids;  // K ids in [0, target.num_hidden_layers), feature order
+
+  int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }
+  int64_t feature_dim() const { return num_features() * target.hidden_size; }  // K*H
+};
+
+// INVALID_ARGUMENT naming the field when the drafter cannot be built from `config`.
+absl::Status ValidateDrafterConfig(const DrafterConfig& config);
+
+struct DrafterOptions {
+  c10::ScalarType dtype = c10::ScalarType::Float;  // parameters (fp32 master weights)
+  // Activations and matmuls (method.md §4: bf16 compute with fp32 master weights). The forward
+  // casts every parameter to it (differentiably: gradients arrive in `dtype`). Unset: `dtype`.
+  std::optional<c10::ScalarType> compute_dtype;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  // Initialization (HF Qwen3 style): projections N(0, init_std) from a CPU generator seeded with
+  // `seed` (the same values on every device), RMSNorm weights 1.
+  uint64_t seed = 0;
+  double init_std = 0.02;
+};
+
+// One packed batch. Tensors may live on any device; they are moved to the model's device.
+struct DrafterBatch {
+  at::Tensor features;    // [T, K*H] floating point: target features of every packed position
+  at::Tensor input_ids;   // [T] int64 in [0, V)
+  at::Tensor positions;   // [T] int64, restarting at 0 in each document
+  at::Tensor cu_seqlens;  // [b+1] int32: document d is rows cu[d]..cu[d+1]-1, from 0 to T
+  // [n] int64: anchor rows, strictly ascending among entries >= 0; -1 marks a padding block, whose
+  // slots all hold MASK at positions 0..B-1, see nothing in attention and carry weight 0.
+  at::Tensor anchors;
+  at::Tensor loss_mask;  // [T] bool or numeric, nonzero on supervised tokens; used by Loss only
+};
+
+struct LossOptions {
+  double gamma = 0;  // slot weight decay; 0: DefaultGamma(block_size)
+  // Query rows whose logits exist at once (method.md §6): 1024 rows x 151936 tokens = 622 MB fp32.
+  int64_t logits_chunk_rows = 1024;
+};
+
+// method.md §3.4-3.6 for one micro-batch. The caller sums numerators and denominators over the
+// optimizer step, back-propagates the numerator and scales gradients by 1/denominator once.
+struct DrafterLoss {
+  at::Tensor numerator;     // 0-dim fp32: sum w * CE; differentiable
+  at::Tensor denominator;   // 0-dim fp32: sum w; constant
+  at::Tensor slot_correct;  // [B] int64: supervised slots (w > 0) whose argmax == label
+  at::Tensor slot_total;    // [B] int64: supervised slots; slot 0 is always 0
+};
+
+// Per query row (j*B + k), from method.md §3.4-3.5.
+struct BlockTargets {
+  at::Tensor labels;   // [Q] int64: input_ids[a_j + k] (clamped into range where w = 0)
+  at::Tensor weights;  // [Q] fp32: [k>=1] loss_mask[a_j+k] [same doc] exp(-(k-1)/gamma)
+};
+
+struct NamedParameter {
+  std::string name;  // method.md §7 checkpoint name, e.g. "layers.0.mlp.up_proj.weight"
+  std::vector<int64_t> shape;
+  at::Tensor tensor;  // the live parameter (requires_grad); undefined in specs
+};
+
+// The trainable tensors of decoder layer i; checkpoint names under "layers.i.".
+struct DrafterLayerParams {
+  at::Tensor input_norm;  // input_layernorm.weight [H]
+  at::Tensor q_proj;      // self_attn.q_proj.weight [Hq*D, H]
+  at::Tensor k_proj;      // self_attn.k_proj.weight [Hkv*D, H]
+  at::Tensor v_proj;      // self_attn.v_proj.weight [Hkv*D, H]
+  at::Tensor o_proj;      // self_attn.o_proj.weight [H, Hq*D]
+  at::Tensor q_norm;      // self_attn.q_norm.weight [D]
+  at::Tensor k_norm;      // self_attn.k_norm.weight [D]
+  at::Tensor post_norm;   // post_attention_layernorm.weight [H]
+  at::Tensor gate;        // mlp.gate_proj.weight [I, H]
+  at::Tensor up;          // mlp.up_proj.weight [I, H]
+  at::Tensor down;        // mlp.down_proj.weight [H, I]
+};
+
+// Names and shapes of every drafter tensor, in checkpoint order (fc, hidden_norm, layers, norm).
+std::vector<NamedParameter> ParameterSpecs(const DrafterConfig& config);
+
+class DrafterModel {
+ public:
+  // embed_tokens and lm_head [V, H] are the target's, used frozen (detached, never saved); with
+  // tied target weights they are the same tensor. They may have another dtype than the drafter.
+  static absl::StatusOr<std::unique_ptr<DrafterModel>> Create(const DrafterConfig& config,
+                                                              const DrafterOptions& options,
+                                                              const at::Tensor& embed_tokens,
+                                                              const at::Tensor& lm_head);
+  ~DrafterModel();
+  DrafterModel(const DrafterModel&) = delete;
+  DrafterModel& operator=(const DrafterModel&) = delete;
+
+  // Final hidden states [Q, H] (after the final norm), row j*B + k for slot k of block j.
+  absl::StatusOr<at::Tensor> Forward(const DrafterBatch& batch) const;
+  // lm_head(hidden): [rows, V] in the compute dtype. Materializes every row's logits: for
+  // inspection and small batches; training uses Loss.
+  absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden) const;
+  // The weighted loss of Forward's output `hidden` for the same batch.
+  absl::StatusOr<DrafterLoss> Loss(const DrafterBatch& batch, const at::Tensor& hidden,
+                                   const LossOptions& options) const;
+  // Labels and weights of the batch's query rows (validates the batch, including loss_mask).
+  absl::StatusOr<BlockTargets> Targets(const DrafterBatch& batch, double gamma) const;
+
+  // Every trainable tensor with its checkpoint name, in ParameterSpecs order.
+  const std::vector<NamedParameter>& parameters() const { return params_; }
+  const DrafterConfig& config() const { return config_; }
+  const DrafterOptions& options() const { return options_; }
+  c10::ScalarType compute_dtype() const { return options_.compute_dtype.value_or(options_.dtype); }
+  // The attention implementation (default: ReferenceDrafterAttention).
+  void set_attention(std::shared_ptr<const DrafterAttention> attention) {
+    attention_ = std::move(attention);
+  }
+
+ private:
+  struct Prepared;
+  DrafterModel(DrafterConfig config, DrafterOptions options);
+  void InitParameters(const at::Tensor& embed_tokens, const at::Tensor& lm_head);
+  absl::StatusOr<Prepared> Prepare(const DrafterBatch& batch, bool with_loss_mask) const;
+  at::Tensor RunForward(const Prepared& p, const at::Tensor& features) const;
+  // x [Q, H] -> [Q, H]; ctx [T, H].
+  at::Tensor RunLayer(const DrafterLayerParams& w, const at::Tensor& x, const at::Tensor& ctx,
+                      const Prepared& p) const;
+  BlockTargets MakeTargets(const Prepared& p, double gamma) const;
+
+  DrafterConfig config_;
+  DrafterOptions options_;
+  std::vector<NamedParameter> params_;
+  std::vector<DrafterLayerParams> layers_;  // the same tensors as params_, by role
+  at::Tensor fc_, hidden_norm_, norm_;
+  at::Tensor embed_tokens_, lm_head_;  // frozen, detached
+  at::Tensor inv_freq_;                // [D/2] fp32 on the device
+  std::shared_ptr<const DrafterAttention> attention_;
+};
+
+}  // namespace dflash::drafter

@@ -1,0 +1,101 @@
+#include "common/drafter/weighted_ce.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/logsumexp.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+namespace dflash::drafter {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Logits of rows [s, s + m) in fp32: [m, V]. The matmul runs in lm_head's dtype (bf16 compute when
+// the frozen head is bf16), the result is widened for the softmax.
+at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& lm_head, int64_t s, int64_t m) {
+  at::Tensor h = hidden.narrow(0, s, m).to(lm_head.scalar_type());
+  return at::matmul(h, lm_head.t()).to(at::kFloat);
+}
+
+// Outputs: numerator (0-dim fp32, differentiable), correct ([N] bool, not differentiable).
+struct WeightedCeFunction : public torch::autograd::Function<WeightedCeFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden,
+                               const at::Tensor& lm_head, const at::Tensor& labels,
+                               const at::Tensor& weights, int64_t chunk_rows) {
+    const int64_t rows = hidden.size(0);
+    at::Tensor numerator = at::zeros({}, hidden.options().dtype(at::kFloat));
+    at::Tensor lse = at::empty({rows}, hidden.options().dtype(at::kFloat));  // [N]
+    at::Tensor correct = at::empty({rows}, hidden.options().dtype(at::kBool));
+    for (int64_t s = 0; s < rows; s += chunk_rows) {
+      const int64_t m = std::min(chunk_rows, rows - s);
+      at::Tensor logits = ChunkLogits(hidden, lm_head, s, m);  // [m, V] fp32
+      at::Tensor label = labels.narrow(0, s, m);
+      at::Tensor chunk_lse = at::logsumexp(logits, {1});
+      at::Tensor target = logits.gather(1, label.unsqueeze(1)).squeeze(1);
+      numerator += ((chunk_lse - target) * weights.narrow(0, s, m)).sum();
+      lse.narrow(0, s, m).copy_(chunk_lse);
+      correct.narrow(0, s, m).copy_(at::argmax(logits, 1).eq(label));
+    }
+    ctx->save_for_backward({hidden, lm_head, labels, weights, lse});
+    ctx->saved_data["chunk_rows"] = chunk_rows;
+    ctx->mark_non_differentiable({correct});
+    return {numerator, correct};
+  }
+
+  // d numerator / d logits[i] = w_i * (softmax(logits[i]) - onehot(label_i)); through the frozen
+  // lm_head: d / d hidden[i] = that row times lm_head.
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &hidden = saved[0], &lm_head = saved[1], &labels = saved[2];
+    const at::Tensor &weights = saved[3], &lse = saved[4];
+    const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
+    at::Tensor grad_hidden;
+    if (grad_outputs[0].defined()) {
+      at::Tensor scale = weights * grad_outputs[0].to(at::kFloat);  // [N]
+      grad_hidden = at::empty_like(hidden);
+      for (int64_t s = 0; s < hidden.size(0); s += chunk_rows) {
+        const int64_t m = std::min(chunk_rows, hidden.size(0) - s);
+        at::Tensor probs = at::exp(ChunkLogits(hidden, lm_head, s, m) -
+                                   lse.narrow(0, s, m).unsqueeze(1));  // [m, V]
+        probs.scatter_add_(1, labels.narrow(0, s, m).unsqueeze(1),
+                           at::full({m, 1}, -1.0, probs.options()));
+        probs.mul_(scale.narrow(0, s, m).unsqueeze(1));
+        grad_hidden.narrow(0, s, m).copy_(at::matmul(probs.to(lm_head.scalar_type()), lm_head));
+      }
+    }
+    return {grad_hidden, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+WeightedCeResult WeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                      const at::Tensor& labels, const at::Tensor& weights,
+                                      int64_t chunk_rows) {
+  TORCH_CHECK(hidden.dim() == 2 && lm_head.dim() == 2 && hidden.size(1) == lm_head.size(1),
+              "weighted CE: hidden ", hidden.sizes(), " and lm_head ", lm_head.sizes(),
+              " must be [N, H] and [V, H]");
+  TORCH_CHECK(
+      labels.dim() == 1 && labels.size(0) == hidden.size(0) && labels.scalar_type() == at::kLong,
+      "weighted CE: labels must be [", hidden.size(0), "] int64");
+  TORCH_CHECK(weights.dim() == 1 && weights.size(0) == hidden.size(0) &&
+                  weights.scalar_type() == at::kFloat,
+              "weighted CE: weights must be [", hidden.size(0), "] fp32");
+  TORCH_CHECK(chunk_rows >= 1, "weighted CE: chunk_rows must be at least 1, got ", chunk_rows);
+  variable_list out =
+      WeightedCeFunction::apply(hidden, lm_head.detach(), labels, weights, chunk_rows);
+  return WeightedCeResult{out[0], out[1]};
+}
+
+}  // namespace dflash::drafter

@@ -1,0 +1,28 @@
+// The drafter's output layer and loss fused and chunked (method.md §3.6, §6): logits of the
+// frozen lm_head exist only for `chunk_rows` rows at a time, in forward and again (recomputed) in
+// backward, so a batch of 8192 query rows against a 151936-token vocabulary never holds the full
+// 2.3 GiB logits tensor, and autograd saves only the hidden rows and one fp32 logsumexp per row.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace dflash::drafter {
+
+struct WeightedCeResult {
+  // 0-dim fp32: sum_i weights[i] * CE(lm_head(hidden[i]), labels[i]); differentiable in hidden.
+  at::Tensor numerator;
+  // [N] bool: argmax of row i's logits == labels[i] (ties: the first maximum, as at::argmax).
+  at::Tensor correct;
+};
+
+// hidden [N, H] floating point (grad flows into it); lm_head [V, H], frozen (no gradient is
+// computed for it), the matmul runs in lm_head's dtype and the softmax in fp32; labels [N] int64 in
+// [0, V); weights [N] fp32 (rows of weight 0 still get `correct`, and a zero gradient). Throws
+// c10::Error on misuse.
+WeightedCeResult WeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                      const at::Tensor& labels, const at::Tensor& weights,
+                                      int64_t chunk_rows);
+
+}  // namespace dflash::drafter

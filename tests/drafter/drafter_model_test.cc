@@ -1,0 +1,359 @@
+// The DFlash drafter on the CPU in fp32: forward, loss and every gradient against the independent
+// float64 reference of dflash_reference.py; the attention mask of method.md §3.3 on hand-built
+// cases, at the attention level and through the whole model; the loss targets and the fused
+// chunked lm_head + cross entropy.
+#include "common/drafter/drafter_model.h"
+
+#include <ATen/Context.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/eye.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/log_softmax.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/drafter/drafter_attention.h"
+#include "common/drafter/drafter_checkpoint.h"
+#include "common/drafter/weighted_ce.h"
+#include "tests/drafter/test_util.h"
+
+namespace dflash::drafter {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::MakeModel;
+using testing::MaxRelError;
+using testing::TinyConfig;
+
+constexpr double kFp32Tolerance = 1e-4;
+
+at::Tensor Longs(const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); }
+at::Tensor Ints(const std::vector<int32_t>& v) { return at::tensor(v, at::kInt); }
+
+// The reference's checkpoint loaded through ImportDrafter and run on its batch.
+class ReferenceParityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    dir_ = testing::ReferenceDir(&error);
+    ASSERT_TRUE(error.empty()) << error;
+    expected_ = testing::ReadAll(dir_ / "expected.safetensors");
+  }
+
+  // Forward, loss and backward with `options`; max relative error of the hidden states, loss
+  // weights, numerator and denominator, slot counts and every gradient (parameters and features)
+  // against the float64 reference, each checked against `tolerance` and printed.
+  void RunAndCompare(const DrafterOptions& options, double tolerance, const char* label) {
+    auto target = model::LoadHfConfig((dir_ / "target").string());
+    ASSERT_TRUE(target.ok()) << target.status();
+    DrafterConfig config = TinyConfig();
+    config.target = *target;
+    auto frozen = testing::ReadAll(dir_ / "frozen.safetensors");
+    auto created = DrafterModel::Create(config, options, frozen["embed_tokens"], frozen["lm_head"]);
+    ASSERT_TRUE(created.ok()) << created.status();
+    DrafterModel& model = **created;
+    absl::Status imported = ImportDrafter((dir_ / "drafter").string(), &model);
+    ASSERT_TRUE(imported.ok()) << imported;
+
+    auto in = testing::ReadAll(dir_ / "batch.safetensors");
+    DrafterBatch batch{in["features"].clone().requires_grad_(true),
+                       in["input_ids"],
+                       in["positions"],
+                       in["cu_seqlens"],
+                       in["anchors"],
+                       in["loss_mask"]};
+    LossOptions loss_options;
+    loss_options.gamma = std::stod(testing::ReadMetadata(dir_ / "batch.safetensors", "gamma"));
+    loss_options.logits_chunk_rows = 5;  // several chunks, the last one partial
+    auto hidden = model.Forward(batch);
+    ASSERT_TRUE(hidden.ok()) << hidden.status();
+    auto loss = model.Loss(batch, *hidden, loss_options);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    auto targets = model.Targets(batch, loss_options.gamma);
+    ASSERT_TRUE(targets.ok()) << targets.status();
+    loss->numerator.backward();
+
+    std::vector<std::pair<std::string, double>> errors = {
+        {"hidden", MaxRelError(*hidden, expected_["hidden"])},
+        {"weights", MaxRelError(targets->weights, expected_["weights"])},
+        {"numerator", MaxRelError(loss->numerator, expected_["numerator"])},
+        {"denominator", MaxRelError(loss->denominator, expected_["denominator"])},
+        {"grad.features", MaxRelError(batch.features.grad(), expected_["grad.features"])},
+    };
+    for (const NamedParameter& p : model.parameters()) {
+      ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+      EXPECT_EQ(p.tensor.grad().scalar_type(), options.dtype) << p.name;
+      errors.push_back(
+          {"grad." + p.name, MaxRelError(p.tensor.grad(), expected_["grad." + p.name])});
+    }
+    double worst = 0;
+    for (const auto& [name, err] : errors) {
+      EXPECT_LT(err, tolerance) << label << " " << name;
+      worst = std::max(worst, err);
+    }
+    std::printf("%s drafter vs float64 reference: %zu tensors, max relative error %.3g\n", label,
+                errors.size(), worst);
+    for (const auto& [name, err] : errors) std::printf("  %-50s %.3g\n", name.c_str(), err);
+    EXPECT_TRUE(at::equal(loss->slot_total, expected_["slot_total"]));
+    // Frozen tensors never receive gradients.
+    EXPECT_FALSE(frozen["embed_tokens"].grad().defined());
+    EXPECT_FALSE(frozen["lm_head"].grad().defined());
+    if (tolerance <= kFp32Tolerance) {
+      EXPECT_TRUE(at::equal(loss->slot_correct, expected_["slot_correct"]));
+    }
+  }
+
+  fs::path dir_;
+  std::map<std::string, at::Tensor> expected_;
+};
+
+TEST_F(ReferenceParityTest, Fp32ForwardLossAndGradientsMatch) {
+  RunAndCompare(DrafterOptions{}, kFp32Tolerance, "fp32");
+}
+
+// method.md §4: bf16 compute with fp32 master weights; gradients arrive in fp32. bf16 has 8
+// significant bits (relative rounding 2^-9): the bound allows the error to grow through 2 layers
+// and backward.
+TEST_F(ReferenceParityTest, Bf16ComputeWithFp32MasterWeights) {
+  DrafterOptions options;
+  options.compute_dtype = at::kBFloat16;
+  RunAndCompare(options, 5e-2, "bf16-compute");  // measured 2.6e-2
+}
+
+// One-hot values read the attention weights back: with q = 0 every visible key gets the same
+// weight, so output row r times the number of visible keys is the indicator of its visible keys.
+TEST(DrafterAttentionTest, MaskSemanticsOnHandBuiltBlocks) {
+  // Documents: rows 0-2 doc 0, rows 3-5 doc 1. Blocks of 2: anchor 2 (doc 0), anchor 3 (first row
+  // of doc 1: no context at all), anchor 5 (doc 1), and one padding block.
+  const int64_t t = 6, b = 2, n = 4, q_rows = n * b, keys = t + q_rows;
+  at::manual_seed(5);
+  at::Tensor doc_ids = Longs({0, 0, 0, 1, 1, 1});
+  BlockMask mask = BuildBlockMask(Longs({2, 3, 5, -1}), doc_ids, b);
+  EXPECT_TRUE(at::equal(mask.ctx_begin, Longs({0, 3, 3, 0})));
+  at::Tensor q = at::zeros({q_rows, 2, keys}).requires_grad_(true);  // 2 query heads, 1 kv head
+  at::Tensor k = at::randn({keys, 1, keys}).requires_grad_(true);
+  at::Tensor v = at::eye(keys).unsqueeze(1).requires_grad_(true);  // [keys, 1, keys]
+  // Visible keys per block: context rows strictly before the anchor in its document, then the
+  // block's own rows (keys t + j*b ...).
+  const std::vector<std::set<int64_t>> visible = {
+      {0, 1, t + 0, t + 1}, {t + 2, t + 3}, {3, 4, t + 4, t + 5}, {}};
+  for (int64_t max_elements : {int64_t{1} << 26, int64_t{1}}) {  // one chunk; one block per chunk
+    ReferenceDrafterAttention attention(max_elements);
+    at::Tensor out = attention.Forward(q, k, v, mask, 0.25);
+    ASSERT_EQ(out.sizes(), (std::vector<int64_t>{q_rows, 2, keys}));
+    for (int64_t r = 0; r < q_rows; ++r) {
+      const std::set<int64_t>& vis = visible[r / b];
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t key = 0; key < keys; ++key) {
+          const double want = vis.count(key) ? 1.0 / static_cast<double>(vis.size()) : 0.0;
+          EXPECT_NEAR(out[r][h][key].item<double>(), want, 1e-6)
+              << "row " << r << " head " << h << " key " << key;
+        }
+      }
+    }
+    q.mutable_grad() = at::Tensor();
+    k.mutable_grad() = at::Tensor();
+    v.mutable_grad() = at::Tensor();
+    (out * at::randn(out.sizes())).sum().backward();
+    for (const at::Tensor* g : {&q.grad(), &k.grad(), &v.grad()}) {
+      EXPECT_TRUE(at::isfinite(*g).all().item<bool>());
+    }
+    // The padding block's queries get no gradient.
+    EXPECT_EQ(q.grad().narrow(0, 3 * b, b).abs().max().item<double>(), 0.0);
+  }
+}
+
+// A small packed batch for the model-level tests: documents of 6, 5 and 7 rows.
+DrafterBatch SmallBatch(const DrafterConfig& c, const std::vector<int64_t>& anchors) {
+  const int64_t t = 18;
+  at::manual_seed(17);
+  std::vector<int64_t> positions;
+  for (int64_t len : {6, 5, 7}) {
+    for (int64_t p = 0; p < len; ++p) positions.push_back(p);
+  }
+  std::vector<int64_t> loss_mask(t, 1);
+  loss_mask[8] = 0;
+  return DrafterBatch{at::randn({t, c.feature_dim()}),
+                      at::randint(0, c.target.vocab_size - 1, {t}, at::kLong),
+                      Longs(positions),
+                      Ints({0, 6, 11, 18}),
+                      Longs(anchors),
+                      Longs(loss_mask)};
+}
+
+// Through the whole model: a block's output depends on the features of its document's rows
+// strictly before the anchor and on nothing else (not the anchor's own row, later rows, or other
+// documents); a block at a document start has no context and still runs; a padding block is
+// finite.
+TEST(DrafterModelTest, ContextVisibilityThroughTheModel) {
+  const DrafterConfig c = TinyConfig();
+  auto model = MakeModel(c, 7);
+  ASSERT_NE(model, nullptr);
+  DrafterBatch batch = SmallBatch(c, {3, 6, 8, -1});  // doc 0 row 3; doc 1 start; doc 1 row 8
+  auto base = model->Forward(batch);
+  ASSERT_TRUE(base.ok()) << base.status();
+  ASSERT_TRUE(at::isfinite(*base).all().item<bool>());
+  const int64_t b = c.block_size;
+  auto changed_blocks = [&](int64_t row) {
+    DrafterBatch perturbed = batch;
+    perturbed.features = batch.features.clone();
+    perturbed.features[row] += 1.0;
+    auto out = model->Forward(perturbed);
+    EXPECT_TRUE(out.ok()) << out.status();
+    std::set<int64_t> changed;
+    for (int64_t j = 0; j < 4; ++j) {
+      at::Tensor diff = (out->narrow(0, j * b, b) - base->narrow(0, j * b, b)).abs().max();
+      if (diff.item<double>() > 1e-5) changed.insert(j);
+    }
+    return changed;
+  };
+  EXPECT_EQ(changed_blocks(2), (std::set<int64_t>{0}));  // before anchor 3, same document
+  EXPECT_EQ(changed_blocks(3), (std::set<int64_t>{}));   // the anchor's own row
+  EXPECT_EQ(changed_blocks(5), (std::set<int64_t>{}));   // later rows of the document
+  EXPECT_EQ(changed_blocks(6), (std::set<int64_t>{2}));  // not anchor 6's (no context), 8's
+  EXPECT_EQ(changed_blocks(7), (std::set<int64_t>{2}));  // before anchor 8 only
+  EXPECT_EQ(changed_blocks(12), (std::set<int64_t>{}));  // another document
+}
+
+TEST(DrafterModelTest, BlockInputsAndLossTargets) {
+  const DrafterConfig c = TinyConfig();  // B = 4
+  auto model = MakeModel(c, 3);
+  ASSERT_NE(model, nullptr);
+  DrafterBatch batch = SmallBatch(c, {3, 7, 9, -1});
+  auto targets = model->Targets(batch, 2.0);
+  ASSERT_TRUE(targets.ok()) << targets.status();
+  const double w1 = 1.0, w2 = std::exp(-0.5), w3 = std::exp(-1.0);
+  // Anchor 3 (doc 0 = rows 0-5): rows 4, 5 then the next document. Anchor 7: row 8 unsupervised.
+  // Anchor 9: row 10 ends doc 1. Padding: nothing.
+  const std::vector<double> want = {0, w1, w2, 0, 0, 0, w2, w3, 0, w1, 0, 0, 0, 0, 0, 0};
+  at::Tensor got = targets->weights.to(at::kDouble);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(got[i].item<double>(), want[i], 1e-6) << "query row " << i;
+  }
+  for (int64_t k = 1; k < 3; ++k) {
+    EXPECT_EQ(targets->labels[k].item<int64_t>(), batch.input_ids[3 + k].item<int64_t>());
+  }
+  // Denominator and slot counts of Loss agree with the targets.
+  auto hidden = model->Forward(batch);
+  ASSERT_TRUE(hidden.ok());
+  LossOptions options;
+  options.gamma = 2.0;
+  auto loss = model->Loss(batch, *hidden, options);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_NEAR(loss->denominator.item<double>(), 2 * w1 + 2 * w2 + w3, 1e-6);
+  EXPECT_TRUE(at::equal(loss->slot_total, Longs({0, 2, 2, 1})));
+}
+
+// The fused, chunked lm_head + CE equals log_softmax over full logits, in value and gradient, for
+// every chunk size; `correct` is argmax == label.
+TEST(WeightedCrossEntropyTest, MatchesUnfusedForEveryChunkSize) {
+  const int64_t rows = 9, h = 8, vocab = 11;
+  at::manual_seed(3);
+  // Tokens 0..7 have orthogonal head rows: a hidden row along one of them predicts that token.
+  at::Tensor lm_head = at::cat({at::eye(h) * 2.0, at::randn({vocab - h, h}) * 0.1}, 0);
+  at::Tensor base = at::randn({rows, h});
+  at::Tensor labels = at::randint(0, vocab, {rows}, at::kLong);
+  at::Tensor weights = at::rand({rows});
+  weights[4] = 0.0;
+  for (int64_t i = 0; i < 3; ++i) {  // rows 0-2 predict their label
+    labels[i] = i + 2;
+    base[i] = lm_head[i + 2] * 5.0;
+  }
+  at::Tensor ref_h = base.clone().requires_grad_(true);
+  at::Tensor logp = at::log_softmax(at::matmul(ref_h, lm_head.t()), 1);
+  at::Tensor ref = -(logp.gather(1, labels.unsqueeze(1)).squeeze(1) * weights).sum();
+  ref.backward();
+  at::Tensor ref_correct = logp.argmax(1).eq(labels);
+  for (int64_t chunk : {1, 2, 4, 9, 100}) {
+    at::Tensor hh = base.clone().requires_grad_(true);
+    WeightedCeResult got = WeightedCrossEntropy(hh, lm_head, labels, weights, chunk);
+    got.numerator.backward();
+    EXPECT_LT(MaxRelError(got.numerator, ref), 1e-6) << "chunk " << chunk;
+    EXPECT_LT(MaxRelError(hh.grad(), ref_h.grad()), 1e-6) << "chunk " << chunk;
+    EXPECT_TRUE(at::equal(got.correct, ref_correct)) << "chunk " << chunk;
+    EXPECT_TRUE(got.correct.narrow(0, 0, 3).all().item<bool>());
+    EXPECT_EQ(hh.grad()[4].abs().max().item<double>(), 0.0);  // weight 0: no gradient
+  }
+}
+
+TEST(DrafterModelTest, GammaAndAcceptanceLength) {
+  EXPECT_EQ(DefaultGamma(16), 7.0);
+  EXPECT_EQ(DefaultGamma(10), 5.0);
+  EXPECT_EQ(DefaultGamma(8), 4.0);
+  EXPECT_EQ(DefaultGamma(4), 0.0);
+  // acc = [-, 1/2, 1/2, 0]: 1 + 1/2 + 1/4 + 0.
+  EXPECT_DOUBLE_EQ(ExpectedAcceptanceLength({0, 5, 4, 0}, {0, 10, 8, 3}), 1.75);
+  EXPECT_DOUBLE_EQ(ExpectedAcceptanceLength({0, 0}, {0, 0}), 1.0);
+
+  auto model = MakeModel(TinyConfig(), 1);  // B = 4 has no default gamma
+  ASSERT_NE(model, nullptr);
+  DrafterBatch batch = SmallBatch(TinyConfig(), {3});
+  auto hidden = model->Forward(batch);
+  ASSERT_TRUE(hidden.ok());
+  auto loss = model->Loss(batch, *hidden, {});
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(loss.status().message().find("gamma"), absl::string_view::npos) << loss.status();
+}
+
+TEST(DrafterModelTest, RejectsMalformedBatches) {
+  const DrafterConfig c = TinyConfig();
+  auto model = MakeModel(c, 1);
+  ASSERT_NE(model, nullptr);
+  auto with = [&](auto edit) {
+    DrafterBatch b = SmallBatch(c, {3, 7});
+    edit(b);
+    return model->Forward(b).status();
+  };
+  const std::vector<std::pair<std::string, absl::Status>> cases = {
+      {"anchors descending", with([](DrafterBatch& b) {
+         b.anchors = Longs({7, 3});
+       })},
+      {"anchor past T", with([](DrafterBatch& b) {
+         b.anchors = Longs({3, 18});
+       })},
+      {"anchor -2", with([](DrafterBatch& b) { b.anchors = Longs({-2}); })},
+      {"features width", with([](DrafterBatch& b) {
+         b.features = at::randn({18, 64});
+       })},
+      {"cu_seqlens short", with([](DrafterBatch& b) {
+         b.cu_seqlens = Ints({0, 6, 11});
+       })},
+      {"token outside vocabulary", with([](DrafterBatch& b) { b.input_ids = b.input_ids + 256; })},
+      {"positions length",
+       with([](DrafterBatch& b) { b.positions = b.positions.narrow(0, 0, 3); })},
+  };
+  for (const auto& [what, status] : cases) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << what << ": " << status;
+  }
+}
+
+TEST(DrafterModelTest, RejectsBadConfigNamingTheField) {
+  DrafterConfig c = TinyConfig();
+  c.target_layer_ids = {1, 8};
+  EXPECT_NE(ValidateDrafterConfig(c).message().find("target_layer_ids"), absl::string_view::npos);
+  c = TinyConfig();
+  c.mask_token_id = 256;
+  EXPECT_NE(ValidateDrafterConfig(c).message().find("mask_token_id"), absl::string_view::npos);
+  c = TinyConfig();
+  c.block_size = 1;
+  EXPECT_NE(ValidateDrafterConfig(c).message().find("block_size"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace dflash::drafter
