@@ -13,9 +13,19 @@ function(dflash_library name)
   target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
 endfunction()
 
+# libtorch_cuda.so exports its own old copy of std::filesystem; whichever library comes first in
+# an executable's DT_NEEDED list wins symbol resolution, and with LibTorch first
+# std::filesystem::remove_all segfaults (seen on the torch 2.11.0 cu130 wheel). Every executable
+# therefore names libstdc++ first. tests/unit/torch_link_test.cc keeps this honest.
+function(dflash_libstdcxx_first name)
+  target_link_options(${name} PRIVATE "LINKER:--push-state,--no-as-needed" "-lstdc++"
+                      "LINKER:--pop-state")
+endfunction()
+
 function(dflash_executable name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
+  dflash_libstdcxx_first(${name})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   target_compile_options(${name} PRIVATE -Wall -Wextra -Wno-unused-parameter)
