@@ -113,13 +113,22 @@ class Fields {
   std::string prefix_;
 };
 
-absl::Status ParseRopeScaling(const Fields& f, TransformerConfig* cfg) {
-  if (!f.Has("rope_scaling")) return absl::OkStatus();
-  const json& rs = f.At("rope_scaling");
+// RoPE settings. transformers < 5 writes "rope_theta" and "rope_scaling" at the top level;
+// transformers 5 writes one "rope_parameters" object holding rope_theta, rope_type and the scaling
+// fields ({"rope_theta": 10000.0, "rope_type": "default"}). When both forms are present,
+// rope_parameters wins.
+absl::Status ParseRope(const Fields& f, TransformerConfig* cfg) {
+  RETURN_IF_ERROR(f.Positive("rope_theta", false, &cfg->rope_theta));
+  const char* key = f.Has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (!f.Has(key)) return absl::OkStatus();
+  const json& rs = f.At(key);
   if (!rs.is_object()) {
-    return f.Error("rope_scaling", absl::StrCat("must be an object or null, got ", rs.dump()));
+    return f.Error(key, absl::StrCat("must be an object or null, got ", rs.dump()));
   }
-  Fields r(rs, f.source(), "rope_scaling.");
+  Fields r(rs, f.source(), absl::StrCat(key, "."));
+  if (std::string(key) == "rope_parameters") {
+    RETURN_IF_ERROR(r.Positive("rope_theta", false, &cfg->rope_theta));
+  }
   // transformers writes "rope_type"; older configs say "type".
   const char* type_key = r.Has("rope_type") ? "rope_type" : "type";
   std::string type;
@@ -269,8 +278,7 @@ absl::StatusOr<TransformerConfig> ParseObject(const json& root, const std::strin
   RETURN_IF_ERROR(ParseAttention(f, &cfg));
   RETURN_IF_ERROR(CheckFullAttention(f));
   RETURN_IF_ERROR(f.Positive("rms_norm_eps", false, &cfg.rms_norm_eps));
-  RETURN_IF_ERROR(f.Positive("rope_theta", false, &cfg.rope_theta));
-  RETURN_IF_ERROR(ParseRopeScaling(f, &cfg));
+  RETURN_IF_ERROR(ParseRope(f, &cfg));
   RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &cfg.tie_word_embeddings));
   // transformers >= 4.56 writes "dtype"; older releases "torch_dtype".
   RETURN_IF_ERROR(

@@ -162,21 +162,27 @@ TargetModel::TargetModel(model::TransformerConfig config, std::vector<int64_t> l
   }
 }
 
+absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Create(
+    model::TransformerConfig config, const TargetModelOptions& options) {
+  RETURN_IF_ERROR(ValidateConfig(config));
+  ASSIGN_OR_RETURN(std::vector<int64_t> ids, ResolveLayerIds(config, options));
+  if (!c10::isFloatingType(options.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("target model dtype ", ScalarName(options.dtype), " is not floating-point"));
+  }
+  return std::unique_ptr<TargetModel>(
+      new TargetModel(std::move(config), std::move(ids), options.dtype, options.device));
+}
+
 absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Load(const std::string& dir,
                                                                const TargetModelOptions& options) {
   try {
     ASSIGN_OR_RETURN(model::TransformerConfig config, model::LoadHfConfig(dir));
     RETURN_IF_ERROR(Annotate(ValidateConfig(config), absl::StrCat(dir, "/config.json")));
-    ASSIGN_OR_RETURN(std::vector<int64_t> ids, ResolveLayerIds(config, options));
-    if (!c10::isFloatingType(options.dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("target model dtype ", ScalarName(options.dtype), " is not floating-point"));
-    }
     ASSIGN_OR_RETURN(std::unique_ptr<model::Checkpoint> checkpoint, model::Checkpoint::Open(dir));
     WeightReader reader(*checkpoint, options.dtype, options.device);
     RETURN_IF_ERROR(CheckAllTensors(config, reader));
-    std::unique_ptr<TargetModel> m(
-        new TargetModel(std::move(config), std::move(ids), options.dtype, options.device));
+    ASSIGN_OR_RETURN(std::unique_ptr<TargetModel> m, Create(std::move(config), options));
     RETURN_IF_ERROR(m->LoadWeights(reader));
     return m;
   } catch (const c10::Error& e) {
@@ -185,22 +191,35 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Load(const std::string
   }
 }
 
-absl::Status TargetModel::LoadWeights(const WeightReader& reader) {
+absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::FromTensors(
+    const model::TransformerConfig& config, const std::map<std::string, at::Tensor>& tensors,
+    const TargetModelOptions& options) {
+  try {
+    ASSIGN_OR_RETURN(std::unique_ptr<TargetModel> m, Create(config, options));
+    RETURN_IF_ERROR(m->LoadWeights(TensorMapReader(tensors, options.dtype, options.device)));
+    return m;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("building the target model: ", e.what_without_backtrace()));
+  }
+}
+
+absl::Status TargetModel::LoadWeights(const WeightSource& source) {
   // Plain tensors, not inference tensors: the drafter's autograd graph uses embed and lm_head.
   at::NoGradGuard no_grad;
   const std::vector<int64_t> vh = {config_.vocab_size, config_.hidden_size};
-  ASSIGN_OR_RETURN(embed_tokens_, reader.Read("model.embed_tokens.weight", vh));
+  ASSIGN_OR_RETURN(embed_tokens_, source.Read("model.embed_tokens.weight", vh));
   if (config_.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
-    ASSIGN_OR_RETURN(lm_head_, reader.Read("lm_head.weight", vh));
+    ASSIGN_OR_RETURN(lm_head_, source.Read("lm_head.weight", vh));
   }
   inv_freq_ = RopeInvFreq(config_).to(device_);
   layers_.clear();
   for (size_t i = 0; i < slots_of_layer_.size(); ++i) {
     RawLayer raw;
     for (const TensorSpec& spec : LayerSpecs(config_, static_cast<int64_t>(i))) {
-      ASSIGN_OR_RETURN(raw.*spec.field, reader.Read(spec.name, spec.shape));
+      ASSIGN_OR_RETURN(raw.*spec.field, source.Read(spec.name, spec.shape));
     }
     layers_.push_back(Fuse(std::move(raw)));
   }

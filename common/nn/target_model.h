@@ -14,6 +14,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +26,7 @@
 
 namespace dflash::nn {
 
-class WeightReader;
+class WeightSource;
 
 struct TargetModelOptions {
   // Decoder layers whose outputs form the features, in feature order; each in [0, L). Empty:
@@ -59,6 +60,14 @@ class TargetModel {
   // model is checked for presence and shape, even those of layers that are not loaded.
   static absl::StatusOr<std::unique_ptr<TargetModel>> Load(const std::string& dir,
                                                            const TargetModelOptions& options);
+  // The same model from tensors already in memory, keyed and shaped as in the checkpoint (HF
+  // names), converted to options.dtype and options.device (not copied when already there; q/k/v
+  // and gate/up are fused into new tensors). Only the tensors that Forward uses must be present:
+  // embed_tokens, lm_head unless tied, and layers 0..max(layer ids). For benchmarks and tests
+  // with random weights; errors name the missing or misshapen tensor.
+  static absl::StatusOr<std::unique_ptr<TargetModel>> FromTensors(
+      const model::TransformerConfig& config, const std::map<std::string, at::Tensor>& tensors,
+      const TargetModelOptions& options);
 
   // Runs the packed batch and writes features into `features` [T, K*H] (model dtype and device;
   // its contents are replaced). input_ids [T] int64 in [0, V); positions [T] int64 (restarting at
@@ -83,7 +92,11 @@ class TargetModel {
  private:
   TargetModel(model::TransformerConfig config, std::vector<int64_t> layer_ids,
               c10::ScalarType dtype, c10::Device device);
-  absl::Status LoadWeights(const WeightReader& reader);
+  // Checks the config and options, then the model without weights (INVALID_ARGUMENT or
+  // UNIMPLEMENTED naming the problem).
+  static absl::StatusOr<std::unique_ptr<TargetModel>> Create(model::TransformerConfig config,
+                                                             const TargetModelOptions& options);
+  absl::Status LoadWeights(const WeightSource& source);
   // Validates the inputs and reads the document offsets (INVALID_ARGUMENT naming the input).
   absl::StatusOr<VarlenDocs> CheckInputs(const at::Tensor& input_ids, const at::Tensor& positions,
                                          const at::Tensor& cu_seqlens,

@@ -89,4 +89,28 @@ absl::StatusOr<at::Tensor> WeightReader::Read(const std::string& name,
   return ViewToTensor(view, dtype_, device_);
 }
 
+absl::Status TensorMapReader::Check(const std::string& name,
+                                    const std::vector<int64_t>& shape) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || !it->second.defined()) {
+    return absl::NotFoundError(absl::StrCat(name, ": not among the given tensors"));
+  }
+  const at::Tensor& t = it->second;
+  if (t.sizes().vec() != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": shape ", ShapeString(t.sizes().vec()),
+                                                   ", expected ", ShapeString(shape)));
+  }
+  if (!c10::isFloatingType(t.scalar_type())) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": dtype ", c10::toString(t.scalar_type()),
+                                                   ", expected a floating-point weight"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> TensorMapReader::Read(const std::string& name,
+                                                 const std::vector<int64_t>& shape) const {
+  RETURN_IF_ERROR(Check(name, shape));
+  return tensors_.at(name).to(device_, dtype_);
+}
+
 }  // namespace dflash::nn

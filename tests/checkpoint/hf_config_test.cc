@@ -188,6 +188,38 @@ TEST(HfConfig, Defaults) {
   EXPECT_FALSE(cfg->rope_scaling.has_value());
 }
 
+// transformers 5 writes rope_theta and the scaling into one "rope_parameters" object.
+TEST(HfConfig, Transformers5RopeParameters) {
+  nlohmann::json j = nlohmann::json::parse(kLlama31_8B);
+  j["rope_parameters"] = j["rope_scaling"];
+  j["rope_parameters"]["rope_theta"] = 250000.0;
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  auto cfg = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_DOUBLE_EQ(cfg->rope_theta, 250000.0);
+  ASSERT_TRUE(cfg->rope_scaling.has_value());
+  EXPECT_EQ(cfg->rope_scaling->rope_type, "llama3");
+  EXPECT_DOUBLE_EQ(cfg->rope_scaling->factor, 8.0);
+  EXPECT_EQ(cfg->rope_scaling->original_max_position_embeddings, 8192);
+
+  cfg = ParseHfConfig(R"({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 256,
+      "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}})",
+                      "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_DOUBLE_EQ(cfg->rope_theta, 1e6);
+  EXPECT_FALSE(cfg->rope_scaling.has_value());
+
+  cfg = ParseHfConfig(R"({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 256,
+      "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "yarn", "factor": 4.0}})",
+                      "config.json");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_THAT(std::string(cfg.status().message()),
+              HasSubstr("config.json: rope_parameters.rope_type: unsupported rope scaling 'yarn'"));
+}
+
 TEST(HfConfig, LoadFromDirectory) {
   TempDir dir;
   auto missing = LoadHfConfig(dir.path());

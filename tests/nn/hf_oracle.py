@@ -27,7 +27,13 @@ import sys
 
 import torch
 from safetensors.torch import load_file, save_file
+import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+# Runs under transformers 4.57 (CPU machines) and 5.x (GPU machine). 5.x renames the config's
+# torch_dtype to dtype (4.56+ accept both) and writes rope_theta and rope_scaling as one
+# "rope_parameters" object in config.json, which common/model/hf_config.cc reads too.
+DTYPE_KEY = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
 DOC_LENGTHS = [5, 17, 1, 9]
 VOCAB = 256
@@ -47,8 +53,8 @@ def common_config():
         head_dim=16,
         max_position_embeddings=256,
         rms_norm_eps=1e-6,
-        torch_dtype="float32",
         attn_implementation="eager",
+        **{DTYPE_KEY: "float32"},
     )
 
 

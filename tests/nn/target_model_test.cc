@@ -10,93 +10,33 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/tensor.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/file.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "common/model/safetensors.h"
+#include "common/model/hf_config.h"
 #include "common/nn/attention.h"
-#include "common/nn/weights.h"
+#include "tests/nn/oracle.h"
 
 namespace dflash::nn {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Runs hf_oracle.py once per build tree and script version: the output directory is shared by all
-// test processes (CTest runs each test in its own), guarded by an flock and keyed by a stamp that
-// holds the script text and the interpreter. Returns "" on success, else the error.
-std::string GenerateOracleOutputs(const fs::path& dir) {
-  const std::string key =
-      ReadText(DFLASH_NN_ORACLE_SCRIPT) + "\npython: " + std::string(DFLASH_PYTHON);
-  fs::create_directories(dir.parent_path());
-  const std::string lock_path = dir.string() + ".lock";
-  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) return "cannot lock " + lock_path;
-  std::string error;
-  if (ReadText(dir / "stamp") != key) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    const fs::path log = dir / "oracle.log";
-    const std::string cmd = "'" + std::string(DFLASH_PYTHON) +
-                            "' '" DFLASH_NN_ORACLE_SCRIPT "' --out '" + dir.string() + "' >'" +
-                            log.string() + "' 2>&1";
-    if (std::system(cmd.c_str()) != 0) {
-      error = "hf_oracle.py failed (" + cmd + "):\n" + ReadText(log);
-    } else {
-      std::ofstream(dir / "stamp", std::ios::binary) << key;
-    }
-  }
-  ::close(lock);  // releases the flock
-  return error;
-}
-
-// Tensors of a safetensors file as CPU tensors in their stored dtype.
-std::map<std::string, at::Tensor> ReadAll(const fs::path& path) {
-  std::map<std::string, at::Tensor> out;
-  auto file = model::SafetensorsFile::Open(path.string());
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return out;
-  for (const model::TensorInfo& info : (*file)->header().tensors) {
-    auto view = (*file)->Get(info.name);
-    out[info.name] = ViewToTensor(*view, ToScalarType(info.dtype), c10::Device(c10::kCPU));
-  }
-  return out;
-}
-
-std::vector<int64_t> ToVector(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kLong).contiguous();
-  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-}
-
-// max |got - want| / max |want|: relative to the scale of the reference block.
-double RelError(const at::Tensor& got, const at::Tensor& want) {
-  return (got - want).abs().max().item<double>() / want.abs().max().item<double>();
-}
+using oracle::GenerateOracleOutputs;
+using oracle::ReadAll;
+using oracle::RelError;
+using oracle::ToVector;
 
 class TargetModelTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { *oracle_error_ = GenerateOracleOutputs(Dir()); }
+  static void SetUpTestSuite() { *oracle_error_ = GenerateOracleOutputs(); }
   void SetUp() override { ASSERT_TRUE(oracle_error_->empty()) << *oracle_error_; }
 
-  static fs::path Dir() { return fs::path(DFLASH_NN_ORACLE_DIR); }
+  static fs::path Dir() { return oracle::OracleDir(); }
 
   static TargetModelOptions Fp32(std::vector<int64_t> layer_ids = {}) {
     TargetModelOptions options;
@@ -237,6 +177,49 @@ TEST_F(TargetModelTest, RejectsMalformedInputs) {
   for (const auto& [what, status] : cases) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << what << ": " << status;
   }
+}
+
+// FromTensors builds the same model as Load from the checkpoint's tensors held in memory, needs
+// only the tensors that Forward uses, and names a missing or misshapen one.
+TEST_F(TargetModelTest, FromTensorsMatchesLoad) {
+  auto refs = ReadAll(Dir() / "qwen3_refs.safetensors");
+  auto config = model::LoadHfConfig((Dir() / "qwen3").string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::map<std::string, at::Tensor> tensors = ReadAll(Dir() / "qwen3" / "model.safetensors");
+  const std::vector<int64_t> ids = {3, 1};
+  auto loaded = TargetModel::Load((Dir() / "qwen3").string(), Fp32(ids));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  // Layers after the last captured one (3) and the final norm are never read.
+  for (auto it = tensors.begin(); it != tensors.end();) {
+    const bool unused = it->first.rfind("model.layers.4.", 0) == 0 ||
+                        it->first.rfind("model.layers.7.", 0) == 0 ||
+                        it->first == "model.norm.weight";
+    it = unused ? tensors.erase(it) : std::next(it);
+  }
+  auto built = TargetModel::FromTensors(*config, tensors, Fp32(ids));
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ((*built)->layer_ids(), ids);
+  EXPECT_TRUE((*built)->lm_head().is_same((*built)->embed_tokens()));
+  auto a = (*loaded)->Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
+  auto b = (*built)->Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(at::equal(*a, *b));
+
+  auto bad = tensors;
+  bad.erase("model.layers.2.self_attn.v_proj.weight");
+  auto missing = TargetModel::FromTensors(*config, bad, Fp32(ids));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+  EXPECT_NE(missing.status().message().find("model.layers.2.self_attn.v_proj.weight"),
+            absl::string_view::npos)
+      << missing.status();
+  bad = tensors;
+  bad["model.layers.0.mlp.down_proj.weight"] = at::randn({64, 64});
+  auto shape = TargetModel::FromTensors(*config, bad, Fp32(ids));
+  EXPECT_EQ(shape.status().code(), absl::StatusCode::kInvalidArgument) << shape.status();
+  EXPECT_NE(shape.status().message().find(
+                "model.layers.0.mlp.down_proj.weight: shape [64, 64], expected [64, 128]"),
+            absl::string_view::npos)
+      << shape.status();
 }
 
 // The CPU reference against LibTorch's SDPA, per document, with GQA and an empty document.

@@ -1,0 +1,295 @@
+// Throughput and peak memory of TargetModel::Forward on one GPU for a Qwen3-8B-shaped target with
+// random bf16 weights (H=4096, 32/8 heads, head_dim 128, I=12288, V=151936, 36 layers, qk_norm;
+// layer ids [1, 9, 17, 25, 33], so layers 0..33 run). Each case packs 8192 tokens:
+//   mix      documents of 100..2000 tokens drawn with splitmix64 (the same lengths as
+//            target_forward_hf.py, which runs them one by one through HF transformers)
+//   4 docs   4 x 2048;   64 docs  64 x 128;   1 doc  one 8192-token document.
+// Per case: 2 warm-up forwards, then the median of --runs timed forwards (host clock around a
+// forward followed by a device synchronize). Peak memory is the CUDA caching allocator's peak of
+// allocated bytes, reset before each case; "above weights" subtracts what was allocated before it.
+// Prints a markdown table, then a breakdown of each case's time into GEMMs, attention and
+// elementwise work. Usage: target_forward [--runs N] [--tokens T]
+#include <ATen/Context.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/tensor.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/model/hf_config.h"
+#include "common/nn/attention.h"
+#include "common/nn/layers.h"
+#include "common/nn/target_model.h"
+
+namespace dflash::nn {
+namespace {
+
+// Qwen/Qwen3-8B's config.json, less the fields dflash ignores.
+constexpr const char* kQwen3_8B = R"({"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+  "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-6,
+  "rope_theta": 1000000, "tie_word_embeddings": false, "max_position_embeddings": 40960})";
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// splitmix64, so that target_forward_hf.py draws the same document lengths.
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Lengths in [100, 2000] summing to `total`: each draw is 100 + x % 1901; when the rest would fall
+// under 100, the draw takes the rest (if that stays <= 2000) or leaves exactly 100.
+std::vector<int64_t> MixLengths(int64_t total, uint64_t seed) {
+  std::vector<int64_t> lengths;
+  for (int64_t rest = total; rest > 0;) {
+    int64_t n = 100 + static_cast<int64_t>(SplitMix64(&seed) % 1901);
+    if (rest - n < 100) n = rest <= 2000 ? rest : rest - 100;
+    lengths.push_back(n);
+    rest -= n;
+  }
+  return lengths;
+}
+
+// Random weights under HF names for layers 0..num_layers-1, on the GPU in bf16: matrices
+// N(0, 1/in) so that activations keep unit scale, norms 1, embeddings N(0, 1).
+std::map<std::string, at::Tensor> RandomWeights(const model::TransformerConfig& c,
+                                                int64_t num_layers) {
+  const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  auto matrix = [&](int64_t out, int64_t in) {
+    return at::randn({out, in}, opt).mul_(1.0 / std::sqrt(static_cast<double>(in)));
+  };
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
+  std::map<std::string, at::Tensor> w;
+  w["model.embed_tokens.weight"] = at::randn({c.vocab_size, h}, opt);
+  w["lm_head.weight"] = matrix(c.vocab_size, h);
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    w[p + "input_layernorm.weight"] = at::ones({h}, opt);
+    w[p + "post_attention_layernorm.weight"] = at::ones({h}, opt);
+    w[p + "self_attn.q_norm.weight"] = at::ones({d}, opt);
+    w[p + "self_attn.k_norm.weight"] = at::ones({d}, opt);
+    w[p + "self_attn.q_proj.weight"] = matrix(q, h);
+    w[p + "self_attn.k_proj.weight"] = matrix(kv, h);
+    w[p + "self_attn.v_proj.weight"] = matrix(kv, h);
+    w[p + "self_attn.o_proj.weight"] = matrix(h, q);
+    w[p + "mlp.gate_proj.weight"] = matrix(inter, h);
+    w[p + "mlp.up_proj.weight"] = matrix(inter, h);
+    w[p + "mlp.down_proj.weight"] = matrix(h, inter);
+  }
+  return w;
+}
+
+// Model FLOPs of one forward: 2 per multiply-add of the four GEMMs of each run layer, plus causal
+// attention (q k^T and p v over n^2/2 pairs per document: 2 * n^2 * D * Hq per layer).
+double ForwardFlops(const model::TransformerConfig& c, int64_t layers,
+                    const std::vector<int64_t>& lengths) {
+  const double h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const double hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+  const double gemm_params = h * (hq + 2 * hkv) * d + hq * d * h + 3 * h * inter;
+  double tokens = 0, pairs = 0;
+  for (int64_t n : lengths) {
+    tokens += n;
+    pairs += static_cast<double>(n) * n;
+  }
+  return layers * (2 * gemm_params * tokens + 2 * pairs * d * hq);
+}
+
+// Median milliseconds of `runs` calls of `fn` (after 2 warm-ups), each followed by a synchronize.
+double MedianMs(int runs, const std::function<void()>& fn) {
+  std::vector<double> ms;
+  for (int i = 0; i < runs + 2; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    c10::cuda::device_synchronize();
+    const auto end = std::chrono::steady_clock::now();
+    if (i >= 2) ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Case {
+  std::string name;
+  std::vector<int64_t> lengths;
+};
+
+struct Batch {
+  at::Tensor input_ids, positions, cu_seqlens;  // on the GPU
+};
+
+Batch MakeBatch(const std::vector<int64_t>& lengths, int64_t vocab) {
+  const auto gpu = at::TensorOptions().device(at::kCUDA);
+  std::vector<at::Tensor> positions;
+  std::vector<int32_t> cu = {0};
+  for (int64_t n : lengths) {
+    positions.push_back(at::arange(n, gpu.dtype(at::kLong)));
+    cu.push_back(cu.back() + static_cast<int32_t>(n));
+  }
+  Batch b;
+  b.input_ids = at::randint(vocab, {cu.back()}, gpu.dtype(at::kLong));
+  b.positions = at::cat(positions);
+  b.cu_seqlens = at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(at::kCUDA);
+  return b;
+}
+
+int64_t AllocatedBytes(bool peak) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  const auto& s =
+      stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  return peak ? s.peak : s.current;
+}
+
+// One table row: median milliseconds per forward, tokens/s, model TFLOP/s, peak GiB (total and
+// above what was allocated before the case: weights, inputs and the features buffer).
+bool RunCase(const TargetModel& model, const Case& c, int runs) {
+  const Batch batch = MakeBatch(c.lengths, model.config().vocab_size);
+  at::Tensor features = at::empty({batch.input_ids.size(0), model.feature_dim()},
+                                  at::TensorOptions().dtype(model.dtype()).device(model.device()));
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  const int64_t base = AllocatedBytes(false);
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  absl::Status status;
+  const double ms = MedianMs(runs, [&] {
+    if (status.ok()) {
+      status = model.Forward(batch.input_ids, batch.positions, batch.cu_seqlens, features);
+    }
+  });
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", c.name.c_str(), status.ToString().c_str());
+    return false;
+  }
+  const int64_t tokens = batch.input_ids.size(0);
+  const int64_t peak = AllocatedBytes(true);
+  const int64_t layers = *std::max_element(model.layer_ids().begin(), model.layer_ids().end()) + 1;
+  const double tflops = ForwardFlops(model.config(), layers, c.lengths) / (ms / 1000.0) / 1e12;
+  std::printf("| dflash packed | %s | %zu | %ld | %.1f | %.0f | %.0f | %.2f | %.2f |\n",
+              c.name.c_str(), c.lengths.size(), static_cast<long>(tokens), ms,
+              tokens / (ms / 1000.0), tflops, peak / kGiB, (peak - base) / kGiB);
+  std::fflush(stdout);
+  return true;
+}
+
+// Where a forward's time goes: the same operations as TargetModel::RunLayer, `layers` times, on
+// random tensors of the case's shapes, timed in three groups. GEMMs: the fused qkv, o_proj, fused
+// gate_up and down projections. Attention: VarlenCausalAttention over the case's documents.
+// Elementwise: the 4 RMSNorms (input, post-attention, per-head q and k), RoPE on q and k,
+// silu(gate) * up and the 2 residual adds.
+void Breakdown(const model::TransformerConfig& c, int64_t layers, const Case& cs, int runs) {
+  const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+  const Batch batch = MakeBatch(cs.lengths, c.vocab_size);
+  const int64_t t = batch.input_ids.size(0);
+  const VarlenDocs docs = VarlenDocs::FromCuSeqlens(batch.cu_seqlens, batch.cu_seqlens.device());
+  c10::InferenceMode inference;
+  at::Tensor x = at::randn({t, h}, opt), act = at::randn({t, inter}, opt);
+  at::Tensor qkv_w = at::randn({(hq + 2 * hkv) * d, h}, opt), o_w = at::randn({h, hq * d}, opt);
+  at::Tensor gate_up_w = at::randn({2 * inter, h}, opt), down_w = at::randn({h, inter}, opt);
+  at::Tensor q = at::randn({t, hq, d}, opt), k = at::randn({t, hkv, d}, opt);
+  at::Tensor v = at::randn({t, hkv, d}, opt), gate_up = at::randn({t, 2 * inter}, opt);
+  at::Tensor norm_h = at::ones({h}, opt), norm_d = at::ones({d}, opt);
+  const RopeTables rope =
+      MakeRopeTables(batch.positions, RopeInvFreq(c).to(at::kCUDA), at::kBFloat16);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto repeat = [&](const std::function<void()>& layer) {
+    return MedianMs(runs, [&] {
+      for (int64_t i = 0; i < layers; ++i) layer();
+    });
+  };
+  const double gemm = repeat([&] {
+    Linear(x, qkv_w);
+    Linear(x, o_w);
+    Linear(x, gate_up_w);
+    Linear(act, down_w);
+  });
+  const double attention = repeat([&] { VarlenCausalAttention(q, k, v, docs, scale); });
+  const double elementwise = repeat([&] {
+    RmsNorm(x, norm_h, c.rms_norm_eps);
+    RmsNorm(x, norm_h, c.rms_norm_eps);
+    ApplyRope(RmsNorm(q, norm_d, c.rms_norm_eps), rope);
+    ApplyRope(RmsNorm(k, norm_d, c.rms_norm_eps), rope);
+    at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    x + x;
+    x + x;
+  });
+  std::printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", cs.name.c_str(), gemm, attention, elementwise,
+              gemm + attention + elementwise);
+  std::fflush(stdout);
+}
+
+int Main(int argc, char** argv) {
+  int runs = 7;
+  int64_t tokens = 8192;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--runs") == 0) runs = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoll(argv[i + 1]);
+  }
+  if (at::getNumGPUs() == 0) {
+    std::fprintf(stderr, "target_forward: no CUDA device\n");
+    return 1;
+  }
+  auto config = model::ParseHfConfig(kQwen3_8B, "Qwen3-8B");
+  if (!config.ok()) return std::fprintf(stderr, "%s\n", config.status().ToString().c_str()), 1;
+  TargetModelOptions options;
+  options.layer_ids = {1, 9, 17, 25, 33};
+  options.device = c10::Device(c10::kCUDA, 0);
+  absl::StatusOr<std::unique_ptr<TargetModel>> model;
+  {
+    at::manual_seed(0);
+    const std::map<std::string, at::Tensor> weights = RandomWeights(*config, 34);
+    model = TargetModel::FromTensors(*config, weights, options);
+  }  // the unfused q/k/v and gate/up copies go with `weights`
+  if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().ToString().c_str()), 1;
+
+  const std::vector<int64_t> mix = MixLengths(tokens, 1234);
+  std::printf("mix lengths: %s\n", absl::StrJoin(mix, " ").c_str());
+  std::printf("weights: %.2f GiB allocated\n\n", AllocatedBytes(false) / kGiB);
+  std::printf(
+      "| impl | case | docs | tokens | median ms | tokens/s | model TFLOP/s | peak GiB | "
+      "peak above weights GiB |\n|---|---|---|---|---|---|---|---|---|\n");
+  const std::vector<Case> cases = {{"mix 100-2000", mix},
+                                   {"4 docs", std::vector<int64_t>(4, tokens / 4)},
+                                   {"64 docs", std::vector<int64_t>(64, tokens / 64)},
+                                   {"1 doc", {tokens}}};
+  for (const Case& c : cases) {
+    if (!RunCase(**model, c, runs)) return 1;
+  }
+  const int64_t layers = options.layer_ids.back() + 1;
+  std::printf(
+      "\nbreakdown, ms per forward (%ld layers of the same operations on random tensors)"
+      "\n\n| case | GEMMs | attention | norms, rope, elementwise | sum |\n"
+      "|---|---|---|---|---|\n",
+      static_cast<long>(layers));
+  for (const Case& c : cases) Breakdown(*config, layers, c, runs);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dflash::nn
+
+int main(int argc, char** argv) { return dflash::nn::Main(argc, argv); }
