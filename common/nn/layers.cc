@@ -5,6 +5,7 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/pow.h>
+#include <ATen/ops/rms_norm.h>
 #include <ATen/ops/where.h>
 
 #include <cmath>
@@ -12,7 +13,11 @@
 namespace dflash::nn {
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  // Mirrors HF Qwen3RMSNorm/LlamaRMSNorm operation by operation (fp32 statistics).
+  // On CUDA, LibTorch's fused kernel: one pass instead of five, 0.45 -> 0.05 ms per norm at
+  // [8192, 4096] bf16 on the H200 (4 norms per layer, ~45 ms per Qwen3-8B forward). It scales by
+  // the weight in fp32 and rounds once, where HF rounds twice: a bf16-level difference only.
+  if (x.is_cuda()) return at::rms_norm(x, {x.size(-1)}, weight, eps);
+  // Elsewhere mirrors HF Qwen3RMSNorm/LlamaRMSNorm operation by operation (fp32 statistics).
   at::Tensor h = x.to(at::kFloat);
   at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * (variance + eps).rsqrt();
