@@ -67,8 +67,8 @@ if "$ctl" status "$run" | grep -q "training step pipeline is not built yet"; the
   cat <<MSG
 [demo] The system went as far as it goes today: the coordinator validated and stored the run,
 [demo] placed it on the target/drafter pair, and both workers parsed the resolved config and
-[demo] echoed the settings they would apply. Training itself (models, data, kernels, the step
-[demo] pipeline) is not built yet, so nothing was trained. Details: dflashctl status $run
+[demo] echoed the settings they would apply. The workers do not run the models yet, and data,
+[demo] kernels and the step pipeline are not built yet: nothing was trained. See dflashctl status $run
 MSG
   exit 0
 fi
