@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
+#include "common/config/run_spec.h"
 #include "common/drafter/weighted_ce.h"
 #include "common/nn/layers.h"
 
@@ -203,19 +204,6 @@ struct DrafterModel::Prepared {
   nn::RopeTables k_rope;    // [T + Q, D]: context positions, then block positions
   BlockMask mask;
 };
-
-double DefaultGamma(int64_t block_size) {
-  switch (block_size) {
-    case 16:
-      return 7.0;
-    case 10:
-      return 5.0;
-    case 8:
-      return 4.0;
-    default:
-      return 0.0;
-  }
-}
 
 double ExpectedAcceptanceLength(const std::vector<int64_t>& slot_correct,
                                 const std::vector<int64_t>& slot_total) {
@@ -467,7 +455,8 @@ absl::StatusOr<BlockTargets> DrafterModel::Targets(const DrafterBatch& batch, do
 
 absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const at::Tensor& hidden,
                                                const LossOptions& options) const {
-  const double gamma = options.gamma > 0 ? options.gamma : DefaultGamma(config_.block_size);
+  const double gamma =
+      options.gamma > 0 ? options.gamma : config::DefaultGamma(config_.block_size).value_or(0.0);
   if (gamma <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("gamma: block size ", config_.block_size,
                                                    " has no default; configure it explicitly"));

@@ -30,10 +30,6 @@ namespace dflash::drafter {
 // method.md §3.2: Qwen3's tokenizer has no mask token; drafters for it use this id.
 inline constexpr int64_t kQwen3MaskTokenId = 151669;
 
-// method.md §3.5: gamma of the slot weights exp(-(k-1)/gamma) for the published block sizes
-// (16 -> 7, 10 -> 5, 8 -> 4); 0 for any other block size, which must then be configured.
-double DefaultGamma(int64_t block_size);
-
 // method.md §3.6: expected acceptance length 1 + sum_k prod_{i<=k} acc_i over slots k = 1..B-1,
 // acc_i = slot_correct[i] / slot_total[i] (0 where slot_total[i] is 0). Counts summed over
 // micro-batches and ranks; slot 0 is ignored.
@@ -84,7 +80,7 @@ struct DrafterBatch {
 };
 
 struct LossOptions {
-  double gamma = 0;  // slot weight decay; 0: DefaultGamma(block_size)
+  double gamma = 0;  // slot weight decay; 0: config::DefaultGamma(block_size) (method.md §3.5)
   // Query rows whose logits exist at once (method.md §6): 1024 rows x 151936 tokens = 622 MB fp32.
   int64_t logits_chunk_rows = 1024;
 };

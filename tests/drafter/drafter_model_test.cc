@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config/run_spec.h"
 #include "common/drafter/drafter_attention.h"
 #include "common/drafter/drafter_checkpoint.h"
 #include "common/drafter/weighted_ce.h"
@@ -293,10 +294,10 @@ TEST(WeightedCrossEntropyTest, MatchesUnfusedForEveryChunkSize) {
 }
 
 TEST(DrafterModelTest, GammaAndAcceptanceLength) {
-  EXPECT_EQ(DefaultGamma(16), 7.0);
-  EXPECT_EQ(DefaultGamma(10), 5.0);
-  EXPECT_EQ(DefaultGamma(8), 4.0);
-  EXPECT_EQ(DefaultGamma(4), 0.0);
+  EXPECT_EQ(config::DefaultGamma(16), 7.0);
+  EXPECT_EQ(config::DefaultGamma(10), 5.0);
+  EXPECT_EQ(config::DefaultGamma(8), 4.0);
+  EXPECT_EQ(config::DefaultGamma(4), std::nullopt);
   // acc = [-, 1/2, 1/2, 0]: 1 + 1/2 + 1/4 + 0.
   EXPECT_DOUBLE_EQ(ExpectedAcceptanceLength({0, 5, 4, 0}, {0, 10, 8, 3}), 1.75);
   EXPECT_DOUBLE_EQ(ExpectedAcceptanceLength({0, 0}, {0, 0}), 1.0);
