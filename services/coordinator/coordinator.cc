@@ -77,9 +77,10 @@ absl::Status Coordinator::Recover() {
 }
 
 absl::Status Coordinator::TransitionLocked(const std::string& run_id, v1::RunState from,
-                                           v1::RunState to, const std::string& message) {
+                                           v1::RunState to, const std::string& message,
+                                           const std::vector<std::string>* worker_ids) {
   ASSIGN_OR_RETURN(v1::RunEvent event,
-                   store_->Transition(run_id, from, to, message, clock_->NowUnixMs()));
+                   store_->Transition(run_id, from, to, message, clock_->NowUnixMs(), worker_ids));
   LOG_RUN(INFO, run_id, event.step())
       << StateName(from) << " -> " << StateName(to) << (message.empty() ? "" : ": ") << message;
   if (metrics_) {
@@ -244,12 +245,9 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
       ids.push_back(drafters[i].worker_id());
       described.push_back(absl::StrCat(targets[i].name(), "+", drafters[i].name()));
     }
-    absl::Status s = store_->SetWorkers(run.run_id(), ids, clock_->NowUnixMs());
-    if (s.ok()) {
-      s = TransitionLocked(
-          run.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
-          absl::StrCat("placed on ", wanted, " pair(s): ", absl::StrJoin(described, ", ")));
-    }
+    absl::Status s = TransitionLocked(
+        run.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+        absl::StrCat("placed on ", wanted, " pair(s): ", absl::StrJoin(described, ", ")), &ids);
     if (!s.ok()) {
       LOG_RUN(ERROR, run.run_id(), -1) << "placement failed: " << s;
       registry_.ReleaseRun(run.run_id());

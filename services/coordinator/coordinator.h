@@ -71,7 +71,8 @@ class Coordinator {
               const Clock* clock, WorkerControl* workers, metrics::MetricsServer* metrics);
   absl::Status Recover();
   absl::Status TransitionLocked(const std::string& run_id, v1::RunState from, v1::RunState to,
-                                const std::string& message);
+                                const std::string& message,
+                                const std::vector<std::string>* worker_ids = nullptr);
   std::vector<Placement> PlaceQueuedRunsLocked();
   void StartRun(const Placement& placement);
   void UpdateGaugesLocked();

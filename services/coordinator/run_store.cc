@@ -159,7 +159,8 @@ absl::Status RunStore::CreateRun(const v1::RunStatus& run, const std::string& so
 
 absl::StatusOr<v1::RunEvent> RunStore::Transition(const std::string& run_id, v1::RunState from,
                                                   v1::RunState to, const std::string& message,
-                                                  int64_t now_ms) {
+                                                  int64_t now_ms,
+                                                  const std::vector<std::string>* worker_ids) {
   if (!IsAllowedTransition(from, to)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "run ", run_id, ": transition ", StateName(from), " -> ", StateName(to), " not allowed"));
@@ -190,6 +191,12 @@ absl::StatusOr<v1::RunEvent> RunStore::Transition(const std::string& run_id, v1:
     RETURN_IF_ERROR(up.status());
     up.Bind(1, run_id).Bind(2, int64_t{to}).Bind(3, message).Bind(4, now_ms);
     RETURN_IF_ERROR(up.Step().status());
+    if (worker_ids != nullptr) {
+      Stmt workers(db_, "UPDATE runs SET worker_ids = ?2 WHERE run_id = ?1");
+      RETURN_IF_ERROR(workers.status());
+      workers.Bind(1, run_id).Bind(2, absl::StrJoin(*worker_ids, ","));
+      RETURN_IF_ERROR(workers.Step().status());
+    }
     Stmt ev(db_,
             "INSERT INTO run_events (run_id, seq, unix_ms, from_state, to_state, message, step) "
             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
@@ -205,17 +212,6 @@ absl::StatusOr<v1::RunEvent> RunStore::Transition(const std::string& run_id, v1:
   }
   RETURN_IF_ERROR(Exec("COMMIT;"));
   return event;
-}
-
-absl::Status RunStore::SetWorkers(const std::string& run_id,
-                                  const std::vector<std::string>& worker_ids, int64_t now_ms) {
-  Stmt up(db_, "UPDATE runs SET worker_ids = ?2, updated_ms = ?3 WHERE run_id = ?1");
-  RETURN_IF_ERROR(up.status());
-  up.Bind(1, run_id).Bind(2, absl::StrJoin(worker_ids, ",")).Bind(3, now_ms);
-  RETURN_IF_ERROR(up.Step().status());
-  if (sqlite3_changes(db_) == 0)
-    return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
-  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::RunStatus> RunStore::GetRun(const std::string& run_id) {

@@ -27,12 +27,12 @@ class RunStore {
 
   // Moves the run from `from` to `to`, recording `message`; fails with FAILED_PRECONDITION when the
   // run is not in `from` or the transition is not allowed. Returns the event written.
+  // When `worker_ids` is given, the run's worker list is replaced in the same transaction, so a
+  // placement is recorded with its workers or not at all.
   absl::StatusOr<v1::RunEvent> Transition(const std::string& run_id, v1::RunState from,
                                           v1::RunState to, const std::string& message,
-                                          int64_t now_ms);
-
-  absl::Status SetWorkers(const std::string& run_id, const std::vector<std::string>& worker_ids,
-                          int64_t now_ms);
+                                          int64_t now_ms,
+                                          const std::vector<std::string>* worker_ids = nullptr);
 
   absl::StatusOr<v1::RunStatus> GetRun(const std::string& run_id);
   // All runs, oldest first.

@@ -56,6 +56,11 @@ TEST(RunStore, TransitionChecksTheCurrentState) {
   EXPECT_EQ(store->EventsAfter("r1", 0)->size(), 1u);  // nothing half-written
   EXPECT_EQ(store->GetRun("nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->CreateRun(NewRun("r1"), "", 3).code(), absl::StatusCode::kInternal);
+  // A refused transition leaves the worker list untouched too.
+  const std::vector<std::string> workers = {"w1"};
+  EXPECT_FALSE(
+      store->Transition("r1", v1::RUN_STATE_STARTING, v1::RUN_STATE_RUNNING, "", 4, &workers).ok());
+  EXPECT_EQ(store->GetRun("r1")->worker_ids_size(), 0);
 }
 
 TEST(RunStore, SurvivesReopen) {
@@ -68,7 +73,10 @@ TEST(RunStore, SurvivesReopen) {
     ASSERT_TRUE(store->CreateRun(NewRun("r2"), "", 2).ok());
     ASSERT_TRUE(
         store->Transition("r2", v1::RUN_STATE_QUEUED, v1::RUN_STATE_CANCELLED, "bye", 3).ok());
-    ASSERT_TRUE(store->SetWorkers("r1", {"w1", "w2"}, 4).ok());
+    const std::vector<std::string> workers = {"w1", "w2"};
+    ASSERT_TRUE(
+        store->Transition("r1", v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING, "placed", 4, &workers)
+            .ok());
   }
   auto store = *RunStore::Open(path);
   auto runs = store->ListRuns();
@@ -77,6 +85,7 @@ TEST(RunStore, SurvivesReopen) {
   EXPECT_EQ((*runs)[0].run_id(), "r1");
   ASSERT_EQ((*runs)[0].worker_ids_size(), 2);
   EXPECT_EQ((*runs)[0].worker_ids(1), "w2");
+  EXPECT_EQ((*runs)[0].state(), v1::RUN_STATE_STARTING);
   EXPECT_EQ((*runs)[1].state(), v1::RUN_STATE_CANCELLED);
   EXPECT_EQ((*runs)[1].message(), "bye");
   std::filesystem::remove_all(tmpl);
