@@ -283,7 +283,19 @@ void Coordinator::StartRun(const Placement& p) {
     std::lock_guard<std::mutex> lock(mu_);
     // The run may have been cancelled or paused while the RPCs ran; then it is no longer ours.
     auto run = store_->GetRun(p.run_id);
-    if (run.ok() && run->state() == v1::RUN_STATE_STARTING) {
+    const bool unreachable = status.code() == absl::StatusCode::kUnavailable ||
+                             status.code() == absl::StatusCode::kDeadlineExceeded;
+    if (run.ok() && run->state() == v1::RUN_STATE_STARTING && unreachable) {
+      // A worker that died but is not yet marked down: not the run's fault. Place it again; the
+      // registry marks that worker down within worker_timeout, so it is not picked twice.
+      absl::Status s = TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_PAUSED,
+                                        absl::StrCat("worker unreachable: ", status.message()));
+      if (s.ok()) {
+        s = TransitionLocked(p.run_id, v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED,
+                             "waiting for an idle target/drafter pair");
+      }
+      if (!s.ok()) LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
+    } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING) {
       const std::string message =
           status.ok()
               ? absl::StrCat("workers prepared (", absl::StrJoin(echoes, "; "),

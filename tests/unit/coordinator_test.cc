@@ -109,6 +109,28 @@ TEST_F(CoordinatorTest, WorkerRefusingTheConfigFailsTheRunWithItsReason) {
   EXPECT_THAT(after.message(), HasSubstr("data.train: path does not exist: /x"));
 }
 
+TEST_F(CoordinatorTest, UnreachableWorkerRequeuesTheRunInsteadOfFailingIt) {
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  std::string t0 = AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  std::string d0 = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  workers_.prepare_errors[t0] = absl::UnavailableError("connection refused");
+  coordinator_->Tick();
+  auto after = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(after.state(), v1::RUN_STATE_QUEUED);
+  EXPECT_THAT(History(run.run_id()),
+              ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+                                     v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED));
+  // t0 falls silent and is marked down; a new target arrives; the run goes to t1 + d0.
+  clock_.AdvanceMs(1001);
+  Beat(d0);
+  std::string t1 = AddWorker("t1", v1::WORKER_ROLE_TARGET);
+  coordinator_->Tick();
+  EXPECT_EQ(workers_.prepared.back(), d0 + ":" + run.run_id());
+  EXPECT_THAT(workers_.prepared, ::testing::Contains(t1 + ":" + run.run_id()));
+  EXPECT_THAT(coordinator_->GetRun(run.run_id())->message(),
+              HasSubstr("training step pipeline is not built yet"));
+}
+
 TEST_F(CoordinatorTest, SilentWorkerIsMarkedDownAfterTheTimeoutAndBlocksPlacement) {
   std::string t = AddWorker("t0", v1::WORKER_ROLE_TARGET);
   std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
