@@ -58,6 +58,16 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadTensorFile(const std::string& path) {
+  ASSIGN_OR_RETURN(auto file, model::SafetensorsFile::Open(path));
+  std::map<std::string, at::Tensor> out;
+  for (const model::TensorInfo& info : file->header().tensors) {
+    ASSIGN_OR_RETURN(model::TensorView view, file->Get(info.name));
+    out[info.name] = ViewToTensor(view, ToScalarType(info.dtype), c10::Device(c10::kCPU));
+  }
+  return out;
+}
+
 absl::Status WeightReader::Check(const std::string& name, const std::vector<int64_t>& shape) const {
   if (!checkpoint_.Has(name)) {
     return absl::NotFoundError(

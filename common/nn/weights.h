@@ -25,6 +25,10 @@ c10::ScalarType ToScalarType(model::DType dtype);
 // file's).
 at::Tensor ViewToTensor(const model::TensorView& view, c10::ScalarType dtype, c10::Device device);
 
+// Every tensor of one .safetensors file, on the CPU in its stored dtype (test references, small
+// files). Errors name the file.
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadTensorFile(const std::string& path);
+
 // "[64, 32]".
 std::string ShapeString(const std::vector<int64_t>& shape);
 

@@ -4,7 +4,6 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/randn.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -29,13 +28,9 @@ std::string ReadText(const fs::path& path) {
   return text.str();
 }
 
-// Not std::filesystem::remove_all: the copy libtorch.so exports crashes on non-empty directories.
 void RemoveTree(const fs::path& path) {
-  auto remove_one = [](const char* p, const struct stat*, int, struct FTW*) -> int {
-    ::remove(p);
-    return 0;
-  };
-  ::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
+  std::error_code ec;
+  fs::remove_all(path, ec);  // safe with LibTorch linked: see cmake/DflashHelpers.cmake
 }
 
 }  // namespace
@@ -70,15 +65,9 @@ fs::path ReferenceDir(std::string* error) {
 }
 
 std::map<std::string, at::Tensor> ReadAll(const fs::path& path) {
-  std::map<std::string, at::Tensor> out;
-  auto file = model::SafetensorsFile::Open(path.string());
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return out;
-  for (const model::TensorInfo& info : (*file)->header().tensors) {
-    auto view = (*file)->Get(info.name);
-    out[info.name] = nn::ViewToTensor(*view, nn::ToScalarType(info.dtype), c10::Device(c10::kCPU));
-  }
-  return out;
+  auto tensors = nn::ReadTensorFile(path.string());
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  return tensors.ok() ? *std::move(tensors) : std::map<std::string, at::Tensor>();
 }
 
 std::string ReadMetadata(const fs::path& path, const std::string& key) {

@@ -56,15 +56,9 @@ std::string GenerateOracleOutputs() {
 }
 
 std::map<std::string, at::Tensor> ReadAll(const fs::path& path) {
-  std::map<std::string, at::Tensor> out;
-  auto file = model::SafetensorsFile::Open(path.string());
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return out;
-  for (const model::TensorInfo& info : (*file)->header().tensors) {
-    auto view = (*file)->Get(info.name);
-    out[info.name] = ViewToTensor(*view, ToScalarType(info.dtype), c10::Device(c10::kCPU));
-  }
-  return out;
+  auto tensors = ReadTensorFile(path.string());
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  return tensors.ok() ? *std::move(tensors) : std::map<std::string, at::Tensor>();
 }
 
 std::vector<int64_t> ToVector(const at::Tensor& t) {
