@@ -11,6 +11,7 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common/model/hf_config.h"
+#include "common/model/safetensors.h"
 #include "common/nn/attention.h"
 #include "tests/nn/oracle.h"
 
@@ -143,6 +145,39 @@ TEST_F(TargetModelTest, MissingTensorIsNamed) {
   EXPECT_NE(model.status().message().find("model.layers.2.mlp.up_proj.weight"),
             absl::string_view::npos)
       << model.status();
+}
+
+TEST_F(TargetModelTest, IntegerWeightInTheFileIsRefusedByName) {
+  // The Qwen3 checkpoint with one projection stored as I32: a dtype no config expects.
+  const fs::path dir =
+      fs::temp_directory_path() / ("dflash-int-weight-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(Dir() / "qwen3" / "config.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  std::map<std::string, at::Tensor> tensors = ReadAll(Dir() / "qwen3" / "model.safetensors");
+  ASSERT_FALSE(tensors.empty());
+  const std::string name = "model.layers.0.self_attn.o_proj.weight";
+  ASSERT_EQ(tensors.count(name), 1u);
+  tensors[name] = tensors[name].to(at::kInt).contiguous();
+  std::vector<model::TensorToWrite> out;
+  for (const auto& [n, t] : tensors) {
+    at::Tensor c = t.contiguous();
+    tensors[n] = c;
+    const model::DType dtype =
+        c.scalar_type() == at::kInt ? model::DType::kI32 : model::DType::kF32;
+    ASSERT_TRUE(c.scalar_type() == at::kInt || c.scalar_type() == at::kFloat) << n;
+    out.push_back({n, dtype, c.sizes().vec(), c.data_ptr(), c.nbytes()});
+  }
+  ASSERT_TRUE(model::WriteSafetensors((dir / "model.safetensors").string(), out, {}).ok());
+  auto model = TargetModel::Load(dir.string(), Fp32());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(model.status().message());
+  EXPECT_NE(msg.find(name + ": dtype I32 in " + (dir / "model.safetensors").string() +
+                     ", expected a floating-point weight"),
+            std::string::npos)
+      << msg;
+  fs::remove_all(dir);
 }
 
 TEST_F(TargetModelTest, RejectsLayerIdOutsideModel) {
