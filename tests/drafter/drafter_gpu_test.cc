@@ -1,0 +1,103 @@
+// The drafter on CUDA against the same drafter on the CPU (the CPU path is itself checked against
+// the independent PyTorch reference in drafter_model_test.cc): forward, weighted loss and every
+// gradient, in fp32 and with bf16 compute. Labelled gpu; skipped without a CUDA device.
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/device/device_probe.h"
+#include "common/drafter/drafter_model.h"
+#include "tests/drafter/test_util.h"
+
+namespace dflash::drafter {
+namespace {
+
+using testing::MaxRelError;
+using testing::TinyConfig;
+
+struct Result {
+  at::Tensor hidden, numerator, denominator, features_grad;
+  std::map<std::string, at::Tensor> grads;
+};
+
+// Documents of 6, 5 and 7 rows; anchors include a document start and a padding block.
+DrafterBatch Batch(const DrafterConfig& c, c10::Device device) {
+  at::manual_seed(5);
+  std::vector<int64_t> positions;
+  for (int64_t len : {6, 5, 7}) {
+    for (int64_t p = 0; p < len; ++p) positions.push_back(p);
+  }
+  std::vector<int64_t> loss_mask(18, 1);
+  loss_mask[8] = 0;
+  return DrafterBatch{at::randn({18, c.feature_dim()}).to(device).requires_grad_(true),
+                      at::randint(0, c.target.vocab_size - 1, {18}, at::kLong).to(device),
+                      at::tensor(positions, at::kLong).to(device),
+                      at::tensor(std::vector<int32_t>{0, 6, 11, 18}, at::kInt).to(device),
+                      at::tensor(std::vector<int64_t>{2, 6, 9, 13, -1}, at::kLong).to(device),
+                      at::tensor(loss_mask, at::kLong).to(device)};
+}
+
+Result RunDrafter(c10::Device device, std::optional<c10::ScalarType> compute_dtype) {
+  const DrafterConfig config = TinyConfig();
+  DrafterOptions options;
+  options.device = device;
+  options.compute_dtype = compute_dtype;
+  options.seed = 3;  // parameters come from a CPU generator: identical on every device
+  options.init_std = 0.2;
+  at::Generator gen = at::detail::createCPUGenerator(77);
+  const int64_t v = config.target.vocab_size, h = config.target.hidden_size;
+  at::Tensor embed = at::randn({v, h}, gen, at::kFloat).to(device);
+  at::Tensor lm_head = (at::randn({v, h}, gen, at::kFloat) * 0.125).to(device);
+  auto model = DrafterModel::Create(config, options, embed, lm_head);
+  EXPECT_TRUE(model.ok()) << model.status();
+  Result r;
+  if (!model.ok()) return r;
+  DrafterBatch batch = Batch(config, device);
+  auto hidden = (*model)->Forward(batch);
+  EXPECT_TRUE(hidden.ok()) << hidden.status();
+  auto loss = (*model)->Loss(batch, *hidden, LossOptions{});
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  loss->numerator.backward();
+  r.hidden = hidden->detach().to(at::kCPU, at::kFloat);
+  r.numerator = loss->numerator.detach().to(at::kCPU);
+  r.denominator = loss->denominator.to(at::kCPU);
+  r.features_grad = batch.features.grad().to(at::kCPU, at::kFloat);
+  for (const NamedParameter& p : (*model)->parameters()) {
+    r.grads[p.name] = p.tensor.grad().to(at::kCPU, at::kFloat);
+  }
+  return r;
+}
+
+void ExpectClose(const Result& got, const Result& want, double tol) {
+  EXPECT_LT(MaxRelError(got.hidden, want.hidden), tol);
+  EXPECT_LT(MaxRelError(got.numerator, want.numerator), tol);
+  EXPECT_LT(MaxRelError(got.denominator, want.denominator), 1e-6);
+  EXPECT_LT(MaxRelError(got.features_grad, want.features_grad), tol);
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  for (const auto& [name, grad] : want.grads) {
+    EXPECT_LT(MaxRelError(got.grads.at(name), grad), tol) << name;
+  }
+}
+
+TEST(DrafterGpu, Fp32MatchesTheCpuDrafter) {
+  if (device::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  const Result cpu = RunDrafter(c10::Device(c10::kCPU), std::nullopt);
+  const Result gpu = RunDrafter(c10::Device(c10::kCUDA, 0), std::nullopt);
+  ExpectClose(gpu, cpu, 1e-4);
+}
+
+TEST(DrafterGpu, Bf16ComputeStaysWithinBf16OfTheCpuDrafter) {
+  if (device::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  const Result cpu = RunDrafter(c10::Device(c10::kCPU), std::nullopt);
+  const Result gpu = RunDrafter(c10::Device(c10::kCUDA, 0), c10::ScalarType::BFloat16);
+  ExpectClose(gpu, cpu, 5e-2);
+}
+
+}  // namespace
+}  // namespace dflash::drafter
