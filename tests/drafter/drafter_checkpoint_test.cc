@@ -20,6 +20,7 @@
 #include "common/model/hf_config.h"
 #include "common/model/safetensors.h"
 #include "nlohmann/json.hpp"
+#include "tests/common/read_file.h"
 #include "tests/drafter/test_util.h"
 
 namespace dflash::drafter {
@@ -30,12 +31,7 @@ using testing::MakeModel;
 using testing::ScopedDir;
 using testing::TinyConfig;
 
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string ReadText(const fs::path& path) { return dflash::testing::ReadFileText(path.string()); }
 
 ExportOptions Fp32() {
   ExportOptions o;

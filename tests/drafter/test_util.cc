@@ -15,18 +15,14 @@
 
 #include "common/model/safetensors.h"
 #include "common/nn/weights.h"
+#include "tests/common/read_file.h"
 
 namespace dflash::drafter::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string ReadText(const fs::path& path) { return dflash::testing::ReadFileText(path.string()); }
 
 void RemoveTree(const fs::path& path) {
   std::error_code ec;

@@ -12,18 +12,14 @@
 
 #include "common/model/safetensors.h"
 #include "common/nn/weights.h"
+#include "tests/common/read_file.h"
 
 namespace dflash::nn::oracle {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string ReadText(const fs::path& path) { return dflash::testing::ReadFileText(path.string()); }
 
 }  // namespace
 
