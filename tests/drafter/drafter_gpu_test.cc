@@ -61,7 +61,9 @@ Result RunDrafter(c10::Device device, std::optional<c10::ScalarType> compute_dty
   DrafterBatch batch = Batch(config, device);
   auto hidden = (*model)->Forward(batch);
   EXPECT_TRUE(hidden.ok()) << hidden.status();
-  auto loss = (*model)->Loss(batch, *hidden, LossOptions{});
+  LossOptions loss_options;
+  loss_options.gamma = 3.0;  // B = 4 has no default gamma (method.md §3.5)
+  auto loss = (*model)->Loss(batch, *hidden, loss_options);
   EXPECT_TRUE(loss.ok()) << loss.status();
   loss->numerator.backward();
   r.hidden = hidden->detach().to(at::kCPU, at::kFloat);
