@@ -24,6 +24,7 @@ DEBS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev prometheus-cpp-dev libmicrohttpd-dev libgtest-dev libgmock-dev
   libsqlite3-dev nlohmann-json3-dev libcli11-dev
+  libpcre2-dev libutf8proc-dev libssl-dev  # tokenizer: Unicode regex, NFC, SHA-256
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for scripts/fuzz.sh
 )
 
