@@ -41,6 +41,9 @@ void Read(MapReader& m, DataSpec* d) {
   m.Get("tokenizer", &d->tokenizer);
   m.Get("chat_template", &d->chat_template);
   m.Get("max_length", &d->max_length);
+  m.Get("long_documents", &d->long_documents);
+  m.Get("on_bad_record", &d->on_bad_record);
+  m.Get("prepared", &d->prepared);
   m.Finish();
 }
 
@@ -157,6 +160,16 @@ void Validate(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   CheckOneOf(e, "data.chat_template", s->data.chat_template, {"auto", "chatml", "llama3"});
   // Documents with fewer than 2*B supervised tokens are dropped (method.md §5).
   CheckRange(e, "data.max_length", s->data.max_length, 2 * s->drafter.block_size, 1 << 20);
+  CheckOneOf(e, "data.long_documents", s->data.long_documents, {"truncate", "split"});
+  CheckOneOf(e, "data.on_bad_record", s->data.on_bad_record, {"skip", "fail"});
+  if (s->data.prepared.empty()) {
+    e->Add("data.prepared", "must be auto or a file path, got an empty string");
+  } else if (s->data.prepared != "auto") {
+    // The prepared file may not exist yet: `dflashctl prepare` writes it.
+    RunSpecOptions no_check = opt;
+    no_check.check_paths = false;
+    NormalizePath(no_check, e, "data.prepared", &s->data.prepared, /*want_dir=*/false, nullptr);
+  }
 
   CheckRange(e, "batching.token_budget", s->batching.token_budget, 256, 1 << 20);
   if (s->batching.token_budget >= 256 && s->batching.token_budget < s->data.max_length) {
@@ -339,7 +352,10 @@ std::string EmitRunSpec(const RunSpec& s) {
   out << YAML::Key << "format" << YAML::Value << s.data.format;
   out << YAML::Key << "tokenizer" << YAML::Value << s.data.tokenizer;
   out << YAML::Key << "chat_template" << YAML::Value << s.data.chat_template;
-  out << YAML::Key << "max_length" << YAML::Value << s.data.max_length << YAML::EndMap;
+  out << YAML::Key << "max_length" << YAML::Value << s.data.max_length;
+  out << YAML::Key << "long_documents" << YAML::Value << s.data.long_documents;
+  out << YAML::Key << "on_bad_record" << YAML::Value << s.data.on_bad_record;
+  out << YAML::Key << "prepared" << YAML::Value << s.data.prepared << YAML::EndMap;
   out << YAML::Key << "batching" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "token_budget" << YAML::Value << s.batching.token_budget;
   out << YAML::Key << "max_anchors" << YAML::Value << s.batching.max_anchors;

@@ -31,6 +31,9 @@ struct DataSpec {
   std::string tokenizer = "auto";      // auto = the target's tokenizer.json
   std::string chat_template = "auto";  // auto|chatml|llama3
   int64_t max_length = 4096;
+  std::string long_documents = "truncate";  // truncate|split: documents over max_length
+  std::string on_bad_record = "skip";       // skip|fail: malformed or unusable input records
+  std::string prepared = "auto";            // prepared data file; auto = beside data.train
 };
 
 struct BatchingSpec {

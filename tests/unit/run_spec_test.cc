@@ -177,6 +177,12 @@ const BadCase kBadCases[] = {
      "drafter.mask_token_id: must be >= 0, got -1"},
     {"MaxLengthBelowTwoBlocks", WithData("train: \"builtin:tiny-chat\", max_length: 16"),
      "data.max_length: must be >= 32, got 16"},
+    {"LongDocumentsUnknown", WithData("train: \"builtin:tiny-chat\", long_documents: drop"),
+     "data.long_documents: must be one of truncate|split, got 'drop'"},
+    {"OnBadRecordUnknown", WithData("train: \"builtin:tiny-chat\", on_bad_record: ignore"),
+     "data.on_bad_record: must be one of skip|fail, got 'ignore'"},
+    {"PreparedEmpty", WithData("train: \"builtin:tiny-chat\", prepared: \"\""),
+     "data.prepared: must be auto or a file path, got an empty string"},
     {"NegativeMaxSteps", Minimal("optim: {max_steps: -5}\n"),
      "optim.max_steps: must be >= 0, got -5"},
     {"PairsTooLow", Minimal("placement: {pairs: 0}\n"), "placement.pairs: must be >= 1, got 0"},
@@ -632,7 +638,8 @@ TEST(RunSpecEmitTest, ExplicitValuesRoundTripByteIdentical) {
       "name: full-run\nseed: 7\n",
       "target: {path: \"builtin:tiny-qwen3\", layer_ids: [1, 9, 17, 25, 33], dtype: float32}\n",
       "drafter: {layers: 2, block_size: 8, mask_token_id: 151669}\n",
-      "data: {train: \"builtin:tiny-chat\", format: pretokenized, max_length: 1024}\n",
+      "data: {train: \"builtin:tiny-chat\", format: pretokenized, max_length: 1024, "
+      "long_documents: split, on_bad_record: fail, prepared: /tmp/x.dfdata}\n",
       "batching: {token_budget: 1024, max_anchors: 16, grad_accum: 2}\n",
       "optim: {lr: 6e-4, warmup_ratio: 0.125, epochs: 3, clip: 0.5, weight_decay: 0.1, "
       "betas: [0.9, 0.95], eps: 1e-8}\n",
