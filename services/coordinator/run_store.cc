@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS runs (
   updated_ms INTEGER NOT NULL,
   worker_ids TEXT NOT NULL DEFAULT '',
   resolved_yaml TEXT NOT NULL,
-  source_yaml TEXT NOT NULL
+  source_yaml TEXT NOT NULL,
+  data_summary BLOB NOT NULL DEFAULT x''
 );
 CREATE TABLE IF NOT EXISTS run_events (
   run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -64,6 +65,15 @@ class Stmt {
     return absl::InternalError(absl::StrCat("sqlite step: ", sqlite3_errmsg(db_)));
   }
   int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  std::string Blob(int col) {
+    const void* b = sqlite3_column_blob(stmt_, col);
+    return b ? std::string(static_cast<const char*>(b), sqlite3_column_bytes(stmt_, col))
+             : std::string();
+  }
+  Stmt& BindBlob(int i, const std::string& v) {
+    sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
   std::string Text(int col) {
     const unsigned char* t = sqlite3_column_text(stmt_, col);
     return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
@@ -89,12 +99,14 @@ v1::RunStatus RowToRun(Stmt& s) {
     r.add_worker_ids(std::string(id));
   }
   r.set_resolved_config_yaml(s.Text(9));
+  const std::string data = s.Blob(10);
+  if (!data.empty() && !r.mutable_data()->ParseFromString(data)) r.clear_data();
   return r;
 }
 
 constexpr const char* kRunColumns =
     "run_id, name, state, message, step, total_steps, created_ms, updated_ms, worker_ids, "
-    "resolved_yaml";
+    "resolved_yaml, data_summary";
 
 }  // namespace
 
@@ -114,10 +126,22 @@ absl::StatusOr<std::unique_ptr<RunStore>> RunStore::Open(const std::string& path
   // FULL: a committed transition survives power loss, not only a process crash.
   RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL;"));
   RETURN_IF_ERROR(store->Exec(kSchema));
+  RETURN_IF_ERROR(store->Migrate());
   return store;
 }
 
 RunStore::~RunStore() { sqlite3_close(db_); }
+
+absl::Status RunStore::Migrate() {
+  // Stores written before a column existed get it added (SQLite has no ADD COLUMN IF NOT EXISTS).
+  Stmt info(db_, "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'data_summary'");
+  RETURN_IF_ERROR(info.status());
+  ASSIGN_OR_RETURN(bool row, info.Step());
+  if (row && info.Int(0) == 0) {
+    RETURN_IF_ERROR(Exec("ALTER TABLE runs ADD COLUMN data_summary BLOB NOT NULL DEFAULT x'';"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RunStore::Exec(const std::string& sql) {
   char* err = nullptr;
@@ -135,11 +159,13 @@ absl::Status RunStore::CreateRun(const v1::RunStatus& run, const std::string& so
   auto body = [&]() -> absl::Status {
     Stmt ins(db_,
              "INSERT INTO runs (run_id, name, state, message, created_ms, updated_ms, "
-             "resolved_yaml, source_yaml) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7)");
+             "resolved_yaml, source_yaml, total_steps, data_summary) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, ?8, ?9)");
     RETURN_IF_ERROR(ins.status());
     ins.Bind(1, run.run_id()).Bind(2, run.name()).Bind(3, int64_t{v1::RUN_STATE_QUEUED});
     ins.Bind(4, run.message()).Bind(5, now_ms).Bind(6, run.resolved_config_yaml());
-    ins.Bind(7, source_yaml);
+    ins.Bind(7, source_yaml).Bind(8, run.total_steps());
+    ins.BindBlob(9, run.has_data() ? run.data().SerializeAsString() : std::string());
     RETURN_IF_ERROR(ins.Step().status());
     Stmt ev(db_,
             "INSERT INTO run_events (run_id, seq, unix_ms, from_state, to_state, message, step) "

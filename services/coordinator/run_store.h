@@ -22,7 +22,8 @@ class RunStore {
   RunStore(const RunStore&) = delete;
   RunStore& operator=(const RunStore&) = delete;
 
-  // Inserts a new run in state QUEUED and its first event. run.run_id must be unique.
+  // Inserts a new run in state QUEUED and its first event. run.run_id must be unique. The run's
+  // total_steps and data summary are stored with it.
   absl::Status CreateRun(const v1::RunStatus& run, const std::string& source_yaml, int64_t now_ms);
 
   // Moves the run from `from` to `to`, recording `message`; fails with FAILED_PRECONDITION when the
@@ -44,6 +45,7 @@ class RunStore {
  private:
   explicit RunStore(sqlite3* db) : db_(db) {}
   absl::Status Exec(const std::string& sql);
+  absl::Status Migrate();
   sqlite3* db_;
 };
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <sqlite3.h>
+
 #include <filesystem>
 
 namespace dflash::coordinator {
@@ -88,6 +90,52 @@ TEST(RunStore, SurvivesReopen) {
   EXPECT_EQ((*runs)[0].state(), v1::RUN_STATE_STARTING);
   EXPECT_EQ((*runs)[1].state(), v1::RUN_STATE_CANCELLED);
   EXPECT_EQ((*runs)[1].message(), "bye");
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST(RunStore, KeepsTotalStepsAndTheDataSummary) {
+  auto store = *RunStore::Open(":memory:");
+  v1::RunStatus run = NewRun("r1");
+  run.set_total_steps(1234);
+  run.mutable_data()->set_documents(99);
+  (*run.mutable_data()->mutable_skipped_by_reason())["malformed_json"] = 3;
+  ASSERT_TRUE(store->CreateRun(run, "", 1).ok());
+  ASSERT_TRUE(store->CreateRun(NewRun("r2"), "", 2).ok());
+  auto got = store->GetRun("r1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->total_steps(), 1234);
+  EXPECT_EQ(got->data().documents(), 99);
+  EXPECT_EQ(got->data().skipped_by_reason().at("malformed_json"), 3);
+  EXPECT_FALSE(store->GetRun("r2")->has_data());
+}
+
+// A store created before the data_summary column existed is upgraded in place and keeps its runs.
+TEST(RunStore, UpgradesAStoreWithoutTheDataColumn) {
+  char tmpl[] = "/tmp/dflash-store-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/runs.sqlite";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const char* old_schema =
+      "CREATE TABLE runs (run_id TEXT PRIMARY KEY, name TEXT NOT NULL, state INTEGER NOT NULL, "
+      "message TEXT NOT NULL DEFAULT '', step INTEGER NOT NULL DEFAULT 0, total_steps INTEGER NOT "
+      "NULL DEFAULT 0, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, worker_ids TEXT "
+      "NOT NULL DEFAULT '', resolved_yaml TEXT NOT NULL, source_yaml TEXT NOT NULL);"
+      "INSERT INTO runs (run_id, name, state, created_ms, updated_ms, resolved_yaml, source_yaml) "
+      "VALUES ('old', 'demo', 1, 5, 5, 'name: demo', '');";
+  ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto store = RunStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto old = (*store)->GetRun("old");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->state(), v1::RUN_STATE_QUEUED);
+  EXPECT_FALSE(old->has_data());
+  v1::RunStatus run = NewRun("new");
+  run.mutable_data()->set_tokens(7);
+  ASSERT_TRUE((*store)->CreateRun(run, "", 6).ok());
+  EXPECT_EQ((*store)->GetRun("new")->data().tokens(), 7);
+  store->reset();
   std::filesystem::remove_all(tmpl);
 }
 
