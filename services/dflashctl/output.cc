@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <ctime>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -83,6 +84,31 @@ std::string RunsTable(const std::vector<v1::RunStatus>& runs) {
   return Table(rows);
 }
 
+// The prepared data as the coordinator found it at submission (docs/data.md).
+std::string DataLines(const v1::DataSummary& d) {
+  std::ostringstream out;
+  out << "data:     " << d.prepared_path() << "\n"
+      << "  documents " << d.documents() << ", tokens " << d.tokens() << " (supervised "
+      << d.supervised_tokens() << "), tokenizer " << d.tokenizer_fingerprint().substr(0, 12) << "\n"
+      << "  records read " << d.records_read() << ", skipped " << d.records_skipped();
+  if (d.records_skipped() > 0) {
+    std::map<std::string, int64_t> sorted(d.skipped_by_reason().begin(),
+                                          d.skipped_by_reason().end());
+    out << " (";
+    bool first = true;
+    for (const auto& [reason, n] : sorted) {
+      out << (first ? "" : ", ") << reason << " " << n;
+      first = false;
+    }
+    out << ")";
+  }
+  out << ", over max_length " << d.documents_over_max_length() << "\n"
+      << "  per epoch: " << d.micro_batches_per_epoch() << " micro-batches per pair x " << d.pairs()
+      << " pairs, " << d.steps_per_epoch() << " steps, fill "
+      << absl::StrFormat("%.1f%%", 100.0 * d.fill_ratio()) << "\n";
+  return out.str();
+}
+
 std::string RunDetails(const v1::RunStatus& r) {
   std::ostringstream out;
   out << "run:      " << r.run_id() << "\n"
@@ -96,6 +122,7 @@ std::string RunDetails(const v1::RunStatus& r) {
       << "workers:  ";
   for (int i = 0; i < r.worker_ids_size(); ++i) out << (i ? ", " : "") << r.worker_ids(i);
   out << (r.worker_ids_size() ? "" : "-") << "\n";
+  if (r.has_data()) out << DataLines(r.data());
   out << "resolved config:\n";
   std::istringstream cfg(r.resolved_config_yaml());
   for (std::string line; std::getline(cfg, line);) out << "  " << line << "\n";

@@ -16,6 +16,7 @@ namespace dflash::ctl {
 std::string ToJson(const google::protobuf::Message& m);
 std::string RunsTable(const std::vector<v1::RunStatus>& runs);
 std::string RunDetails(const v1::RunStatus& run);
+std::string DataLines(const v1::DataSummary& data);
 std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers);
 std::string EventLine(const v1::RunEvent& e);
 std::string FormatBytes(uint64_t bytes);

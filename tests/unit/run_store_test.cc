@@ -2,9 +2,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
-
 #include <sqlite3.h>
+#include <stdlib.h>
 
 #include <filesystem>
 

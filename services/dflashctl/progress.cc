@@ -1,0 +1,84 @@
+#include "services/dflashctl/progress.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/dflashctl/output.h"
+
+namespace dflash::ctl {
+namespace {
+
+constexpr int kBarWidth = 20;
+
+// 1234 -> "1.2K", 3400000 -> "3.4M": counts in a progress line need two significant figures only.
+std::string Short(double v) {
+  if (v < 1e3) return absl::StrFormat("%.0f", v);
+  if (v < 1e6) return absl::StrFormat("%.1fK", v / 1e3);
+  if (v < 1e9) return absl::StrFormat("%.1fM", v / 1e6);
+  return absl::StrFormat("%.1fG", v / 1e9);
+}
+
+std::string Clock(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+}  // namespace
+
+ProgressBar::ProgressBar(std::FILE* out, bool enabled)
+    : out_(out),
+      enabled_(enabled),
+      tty_(isatty(fileno(out)) == 1),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
+
+std::string ProgressBar::Line(const ProgressSample& s, double elapsed_s) {
+  const double frac =
+      s.total_bytes > 0 ? std::min(1.0, static_cast<double>(s.done_bytes) / s.total_bytes) : 0.0;
+  const int filled = static_cast<int>(frac * kBarWidth);
+  std::string line = absl::StrCat(
+      "[", std::string(filled, '#'), std::string(kBarWidth - filled, '.'), "] ",
+      absl::StrFormat("%3.0f%%", 100.0 * frac), "  ", FormatBytes(s.done_bytes), "/",
+      FormatBytes(s.total_bytes), "  ", Short(s.documents), " docs  ", Short(s.tokens), " tok");
+  if (elapsed_s > 0) absl::StrAppend(&line, "  ", Short(s.tokens / elapsed_s), " tok/s");
+  if (frac > 0 && frac < 1) {
+    absl::StrAppend(&line, "  ETA ", Clock(elapsed_s * (1 - frac) / frac));
+  } else if (frac >= 1) {
+    absl::StrAppend(&line, "  in ", Clock(elapsed_s));
+  }
+  return line;
+}
+
+void ProgressBar::Update(const ProgressSample& s) {
+  if (!enabled_) return;
+  Draw(s, /*final=*/false);
+}
+
+void ProgressBar::Finish(const ProgressSample& s) {
+  if (!enabled_) return;
+  Draw(s, /*final=*/true);
+}
+
+void ProgressBar::Draw(const ProgressSample& s, bool final) {
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  if (tty_) {
+    if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    std::fprintf(out_, "\r%s\033[K%s", Line(s, elapsed).c_str(), final ? "\n" : "");
+  } else {
+    const int decile =
+        s.total_bytes > 0 ? static_cast<int>(10.0 * s.done_bytes / s.total_bytes) : 0;
+    if (!final && decile == last_decile_) return;
+    last_decile_ = decile;
+    std::fprintf(out_, "%s\n", Line(s, elapsed).c_str());
+  }
+  std::fflush(out_);
+}
+
+}  // namespace dflash::ctl

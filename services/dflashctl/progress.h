@@ -1,0 +1,44 @@
+// A progress bar for long local work (dflashctl prepare), drawn on stderr.
+//
+// On a terminal it redraws one line at most 10 times a second:
+//   [#########...........]  45%  1.2 GiB/2.7 GiB  12,345 docs  3.4M tok  1.2M tok/s  ETA 0:32
+// Elsewhere (a log file, CI) it prints a plain line at every 10% step, so logs stay readable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace dflash::ctl {
+
+struct ProgressSample {
+  uint64_t done_bytes = 0;
+  uint64_t total_bytes = 0;
+  int64_t documents = 0;
+  int64_t tokens = 0;
+};
+
+class ProgressBar {
+ public:
+  // `enabled` false draws nothing (--output json keeps stderr quiet too: scripts parse stdout).
+  ProgressBar(std::FILE* out, bool enabled);
+  void Update(const ProgressSample& s);
+  // Draws the final state and ends the line.
+  void Finish(const ProgressSample& s);
+
+  // The text of one line, without "\r" or "\n"; exposed for tests.
+  static std::string Line(const ProgressSample& s, double elapsed_s);
+
+ private:
+  void Draw(const ProgressSample& s, bool final);
+
+  std::FILE* out_;
+  bool enabled_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_draw_;
+  int last_decile_ = -1;
+};
+
+}  // namespace dflash::ctl

@@ -1,0 +1,57 @@
+// dflashctl's human output: the progress line and the data summary of `status`.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "services/dflashctl/output.h"
+#include "services/dflashctl/progress.h"
+
+namespace dflash::ctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(ProgressLine, HalfWayShowsBarCountsRateAndEta) {
+  ProgressSample s{512ull << 20, 1024ull << 20, 12345, 3'400'000};
+  const std::string line = ProgressBar::Line(s, 10.0);
+  EXPECT_THAT(line, StartsWith("[##########..........]  50%  512.0 MiB/1.0 GiB"));
+  EXPECT_THAT(line, HasSubstr("12.3K docs  3.4M tok  340.0K tok/s  ETA 0:10"));
+}
+
+TEST(ProgressLine, DoneShowsTotalTimeInsteadOfEta) {
+  ProgressSample s{100, 100, 3, 999};
+  const std::string line = ProgressBar::Line(s, 75.0);
+  EXPECT_THAT(line, StartsWith("[####################] 100%"));
+  EXPECT_THAT(line, HasSubstr("in 1:15"));
+  EXPECT_THAT(line, ::testing::Not(HasSubstr("ETA")));
+}
+
+TEST(ProgressLine, EmptyInputDoesNotDivideByZero) {
+  const std::string line = ProgressBar::Line(ProgressSample{}, 0.0);
+  EXPECT_THAT(line, StartsWith("[....................]   0%  0 B/0 B  0 docs  0 tok"));
+}
+
+TEST(DataLines, ListsSkippedRecordsByReasonInNameOrder) {
+  v1::DataSummary d;
+  d.set_prepared_path("/data/chat.dfdata");
+  d.set_tokenizer_fingerprint("0123456789abcdef0123");
+  d.set_documents(10);
+  d.set_tokens(5000);
+  d.set_supervised_tokens(3000);
+  d.set_records_read(14);
+  d.set_records_skipped(4);
+  (*d.mutable_skipped_by_reason())["unknown_role"] = 1;
+  (*d.mutable_skipped_by_reason())["malformed_json"] = 3;
+  d.set_micro_batches_per_epoch(2);
+  d.set_pairs(1);
+  d.set_steps_per_epoch(2);
+  d.set_fill_ratio(0.9876);
+  const std::string text = DataLines(d);
+  EXPECT_THAT(text, HasSubstr("data:     /data/chat.dfdata\n"));
+  EXPECT_THAT(text, HasSubstr("tokenizer 0123456789ab\n"));
+  EXPECT_THAT(text, HasSubstr("skipped 4 (malformed_json 3, unknown_role 1)"));
+  EXPECT_THAT(text, HasSubstr("fill 98.8%"));
+}
+
+}  // namespace
+}  // namespace dflash::ctl
