@@ -39,6 +39,11 @@ struct AddedToken {
 // One encoded text: ids and, for each id, the byte offset where the token starts in the text that
 // was passed to Encode (after normalization when Encode normalizes; see Encode). offsets[i] <=
 // offsets[i+1]; a token produced by an added token starts at the added token's first byte.
+// Precisely, offsets index Normalize(text): the text with each stretch between added tokens that
+// are matched before normalization (normalized: false) normalized on its own. Tokens are byte
+// spans: a token that starts inside a multi-byte character gets that byte's offset; an added token
+// with lstrip starts where the whitespace it absorbed starts; ByteLevel's prefix space, which is not
+// in the text, belongs to the token at the start of its pre-token.
 struct Encoding {
   std::vector<int32_t> ids;
   std::vector<uint32_t> offsets;
@@ -83,9 +88,9 @@ class Tokenizer {
   int64_t vocab_size() const;
   const std::vector<AddedToken>& added_tokens() const;
 
-  // Identifies the tokenizer by what it does, not by how its file is formatted: a SHA-256 (hex) over
-  // a canonical serialization of normalizer, pre-tokenizer, vocabulary, merges and added tokens.
-  // Two files that tokenize identically but differ in whitespace or key order share it.
+  // Identifies the tokenizer by what it does, not by how its file is formatted: a SHA-256 (hex)
+  // over a canonical serialization of normalizer, pre-tokenizer, vocabulary, merges and added
+  // tokens. Two files that tokenize identically but differ in whitespace or key order share it.
   const std::string& fingerprint() const;
 
  private:

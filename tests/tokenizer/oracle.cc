@@ -1,0 +1,95 @@
+#include "tests/tokenizer/oracle.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/common/read_file.h"
+
+namespace dflash::tokenizer::oracle {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadText(const fs::path& path) { return dflash::testing::ReadFileText(path.string()); }
+
+}  // namespace
+
+fs::path OracleDir() { return fs::path(DFLASH_TOKENIZER_ORACLE_DIR); }
+
+std::string GenerateOracleOutputs() {
+  const fs::path dir = OracleDir();
+  const std::string key =
+      ReadText(DFLASH_TOKENIZER_ORACLE_SCRIPT) + "\npython: " + std::string(DFLASH_PYTHON);
+  if (ReadText(DFLASH_TOKENIZER_ORACLE_SCRIPT).empty()) {
+    return "cannot read " DFLASH_TOKENIZER_ORACLE_SCRIPT;
+  }
+  fs::create_directories(dir.parent_path());
+  const std::string lock_path = dir.string() + ".lock";
+  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) return "cannot lock " + lock_path;
+  std::string error;
+  if (ReadText(dir / "stamp") != key) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const fs::path log = dir / "oracle.log";
+    const std::string cmd = "'" + std::string(DFLASH_PYTHON) +
+                            "' '" DFLASH_TOKENIZER_ORACLE_SCRIPT "' --out '" + dir.string() +
+                            "' >'" + log.string() + "' 2>&1";
+    if (std::system(cmd.c_str()) != 0) {
+      error = "tokenizers_oracle.py failed (" + cmd + "):\n" + ReadText(log);
+    } else {
+      std::ofstream(dir / "stamp", std::ios::binary) << key;
+    }
+  }
+  ::close(lock);  // releases the flock
+  return error;
+}
+
+std::string ReadCases(const std::string& variant, std::vector<Case>* cases) {
+  const fs::path path = OracleDir() / variant / "cases.jsonl";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "cannot open " + path.string();
+  std::string line;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return path.string() + ":" + std::to_string(n) + ": not a JSON object";
+    }
+    cases->push_back({j.at("text").get<std::string>(), j.at("ids").get<std::vector<int32_t>>(),
+                      j.at("decode").get<std::string>(), j.at("decode_skip").get<std::string>()});
+  }
+  return cases->empty() ? path.string() + ": no cases" : "";
+}
+
+std::string Repr(const std::string& s, size_t max) {
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size() && i < max; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    char buf[8];
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7F) {
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > max) out += "...(" + std::to_string(s.size()) + " bytes)";
+  return out + "\"";
+}
+
+}  // namespace dflash::tokenizer::oracle
