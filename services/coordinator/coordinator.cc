@@ -2,11 +2,13 @@
 
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/config/run_spec.h"
+#include "common/data/run_data.h"
 #include "services/coordinator/run_state.h"
 
 namespace dflash::coordinator {
@@ -93,6 +95,28 @@ absl::Status Coordinator::TransitionLocked(const std::string& run_id, v1::RunSta
   return absl::OkStatus();
 }
 
+namespace {
+
+v1::DataSummary ToProto(const data::RunDataSummary& s) {
+  v1::DataSummary d;
+  d.set_prepared_path(s.prepared_path);
+  d.set_tokenizer_fingerprint(s.tokenizer_fingerprint);
+  d.set_documents(s.documents);
+  d.set_tokens(s.tokens);
+  d.set_supervised_tokens(s.supervised_tokens);
+  d.set_records_read(s.records_read);
+  d.set_records_skipped(s.records_skipped);
+  for (const auto& [reason, n] : s.skipped_by_reason) (*d.mutable_skipped_by_reason())[reason] = n;
+  d.set_documents_over_max_length(s.documents_over_max_length);
+  d.set_micro_batches_per_epoch(s.micro_batches_per_epoch);
+  d.set_fill_ratio(s.fill_ratio);
+  d.set_steps_per_epoch(s.steps_per_epoch);
+  d.set_pairs(s.pairs);
+  return d;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml,
                                                      const std::string& source_name, bool dry_run) {
   config::RunSpecOptions opts;
@@ -104,6 +128,19 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   run.set_name(spec.name);
   run.set_state(v1::RUN_STATE_QUEUED);
   run.set_resolved_config_yaml(config::EmitRunSpec(spec));
+  if (!absl::StartsWith(spec.data.train, "builtin:")) {
+    // Training reads prepared data only; refuse now what could not be trained on later. The
+    // structure, tokenizer and settings are checked here; the full checksum pass (seconds on a
+    // large set) is left to the start of training so that SubmitRun answers within its deadline.
+    auto data = data::OpenRunData(spec, /*verify=*/false);
+    if (!data.ok()) {
+      return absl::Status(data.status().code(),
+                          absl::StrCat(source_name.empty() ? "run.yaml" : source_name, ": ",
+                                       data.status().message()));
+    }
+    *run.mutable_data() = ToProto(data->summary);
+    run.set_total_steps(data->summary.total_steps);
+  }
   if (dry_run) {
     run.set_state(v1::RUN_STATE_UNSPECIFIED);  // nothing was queued
     run.set_message("dry run: valid; nothing was queued");
@@ -202,7 +239,9 @@ void Coordinator::Tick() {
           w.run_id(), run->state(), v1::RUN_STATE_PAUSED,
           absl::StrCat(RoleName(w.role()), " worker ", w.worker_id(), " (", w.name(),
                        ") missed heartbeats for more than ", registry_.timeout_ms(), " ms"));
-      if (!s.ok()) LOG_RUN(ERROR, w.run_id(), -1) << "cannot pause: " << s;
+      if (!s.ok()) {
+        LOG_RUN(ERROR, w.run_id(), -1) << "cannot pause: " << s;
+      }
     }
     placements = PlaceQueuedRunsLocked();
     UpdateGaugesLocked();
@@ -294,7 +333,9 @@ void Coordinator::StartRun(const Placement& p) {
         s = TransitionLocked(p.run_id, v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED,
                              "waiting for an idle target/drafter pair");
       }
-      if (!s.ok()) LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
+      if (!s.ok()) {
+        LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
+      }
     } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING) {
       const std::string message =
           status.ok()
@@ -310,7 +351,9 @@ void Coordinator::StartRun(const Placement& p) {
   for (const auto& [target, drafter] : p.pairs) {
     for (const auto& w : {target, drafter}) {
       absl::Status s = workers_->ReleaseRun(w, p.run_id);
-      if (!s.ok()) LOG_RUN(WARNING, p.run_id, -1) << "release: " << s;
+      if (!s.ok()) {
+        LOG_RUN(WARNING, p.run_id, -1) << "release: " << s;
+      }
     }
   }
 }

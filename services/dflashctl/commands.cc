@@ -46,6 +46,14 @@ int Commands::RpcError(const grpc::Status& s, const std::string& what) {
                 << "): " << s.error_message()
                 << "\n  start it, or point --coordinator / DFLASH_COORDINATOR at it\n";
       return kUnreachable;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      // Submit: the run's data is not usable (not prepared, another tokenizer...): the run.yaml is
+      // refused. Elsewhere (cancel of an ended run) it is an ordinary error.
+      if (what != "submit") {
+        std::cerr << "dflashctl: " << what << ": " << s.error_message() << "\n";
+        return kError;
+      }
+      [[fallthrough]];
     case grpc::StatusCode::INVALID_ARGUMENT:
       std::cerr << "dflashctl: " << what << " rejected:\n" << s.error_message() << "\n";
       return kInvalidConfig;

@@ -16,6 +16,7 @@ enum ExitCode : int {
   kInvalidConfig = 3,  // run.yaml rejected (locally or by the coordinator)
   kUnreachable = 4,    // coordinator cannot be reached
   kRunFailed = 5,      // a followed run ended failed or cancelled
+  kBadData = 6,        // prepare: the data was refused (on_bad_record: fail, wrong tokenizer...)
 };
 
 struct GlobalOptions {

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "services/dflashctl/commands.h"
+#include "services/dflashctl/prepare_command.h"
 
 int main(int argc, char** argv) {
   using dflash::ctl::ExitCode;
@@ -34,8 +35,38 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "predicted memory per worker (not built yet)");
   plan->add_option("run_yaml", path, "path to run.yaml")->required();
 
+  dflash::ctl::PrepareArgs pa;
+  auto* prepare =
+      app.add_subcommand("prepare", "tokenize a JSONL data set once into a prepared .dfdata file");
+  prepare->add_option("run_yaml", pa.run_yaml, "take data, tokenizer and settings from run.yaml");
+  prepare->add_option("--data", pa.data, "JSONL input (without run_yaml)");
+  prepare->add_option("--tokenizer", pa.tokenizer, "tokenizer.json (without run_yaml)");
+  prepare->add_option("--out", pa.out, "output file (default: --data with extension .dfdata)");
+  prepare->add_option("--format", pa.format, "chat|pretokenized|text")
+      ->check(CLI::IsMember({"chat", "pretokenized", "text"}));
+  prepare->add_option("--chat_template", pa.chat_template, "auto|chatml|llama3")
+      ->check(CLI::IsMember({"auto", "chatml", "llama3"}));
+  prepare
+      ->add_option("--block_size", pa.block_size,
+                   "drafter block size B: documents with < 2B supervised tokens are dropped")
+      ->check(CLI::Range(2, 64));
+  prepare->add_option("--max_length", pa.max_length, "longest document (over-long are counted)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  prepare->add_option("--on_bad_record", pa.on_bad_record, "skip|fail")
+      ->check(CLI::IsMember({"skip", "fail"}));
+  prepare->add_option("--threads", pa.threads, "tokenizer threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
+  prepare->add_flag("--force", pa.force, "prepare again even when the output is up to date");
+  for (const char* f : {"--data", "--tokenizer", "--out", "--format", "--chat_template",
+                        "--block_size", "--max_length", "--on_bad_record"}) {
+    prepare->get_option(f)->excludes(prepare->get_option("run_yaml"));
+  }
+
   try {
     app.parse(argc, argv);
+    if (*prepare && pa.run_yaml.empty() && (pa.data.empty() || pa.tokenizer.empty())) {
+      throw CLI::ValidationError("prepare", "give run_yaml, or both --data and --tokenizer");
+    }
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -52,5 +83,9 @@ int main(int argc, char** argv) {
   if (*cancel) return cmd.Cancel(run_id);
   if (*workers) return cmd.Workers();
   if (*plan) return cmd.Plan(path);
+  if (*prepare) {
+    pa.json = g.json;
+    return dflash::ctl::RunPrepare(pa);
+  }
   return ExitCode::kUsage;
 }

@@ -64,6 +64,12 @@ void ProgressBar::Finish(const ProgressSample& s) {
   Draw(s, /*final=*/true);
 }
 
+void ProgressBar::Break() {
+  if (!open_line_) return;
+  std::fputc('\n', out_);
+  open_line_ = false;
+}
+
 void ProgressBar::Draw(const ProgressSample& s, bool final) {
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
@@ -71,10 +77,12 @@ void ProgressBar::Draw(const ProgressSample& s, bool final) {
     if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
     last_draw_ = now;
     std::fprintf(out_, "\r%s\033[K%s", Line(s, elapsed).c_str(), final ? "\n" : "");
+    open_line_ = !final;
   } else {
     const int decile =
         s.total_bytes > 0 ? static_cast<int>(10.0 * s.done_bytes / s.total_bytes) : 0;
-    if (!final && decile == last_decile_) return;
+    // The final line repeats nothing: the 100% line may already be out.
+    if (decile == last_decile_ && (!final || decile == 10)) return;
     last_decile_ = decile;
     std::fprintf(out_, "%s\n", Line(s, elapsed).c_str());
   }

@@ -26,6 +26,8 @@ class ProgressBar {
   void Update(const ProgressSample& s);
   // Draws the final state and ends the line.
   void Finish(const ProgressSample& s);
+  // Ends a half-drawn terminal line so that an error message starts on its own line.
+  void Break();
 
   // The text of one line, without "\r" or "\n"; exposed for tests.
   static std::string Line(const ProgressSample& s, double elapsed_s);
@@ -39,6 +41,7 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_;
   int last_decile_ = -1;
+  bool open_line_ = false;  // a terminal line was drawn without its newline
 };
 
 }  // namespace dflash::ctl

@@ -1,0 +1,186 @@
+#include "common/data/run_data.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/batching/plan.h"
+#include "common/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace dflash::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string PrepareHint(const config::RunSpec& spec) {
+  return absl::StrCat("run `dflashctl prepare <run.yaml>` (data.train ", spec.data.train,
+                      ") to create it");
+}
+
+// The JSONL a prepared file was made from must not have changed since: training on a prepared file
+// that no longer matches its source would silently ignore the user's edits.
+absl::Status CheckSourceUnchanged(const RunDataPaths& paths, const PreparedMetadata& m) {
+  if (paths.train_is_prepared) return absl::OkStatus();
+  struct stat st {};
+  if (::stat(paths.train.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("data.train: cannot stat ", paths.train.string()));
+  }
+  const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  if (st.st_size != m.source_bytes || mtime_ns != m.source_mtime_ns) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data.prepared: ", paths.prepared.string(), " was prepared from ", m.source_path, " (",
+        m.source_bytes, " bytes), but data.train ", paths.train.string(), " has changed since (",
+        st.st_size, " bytes now); run `dflashctl prepare <run.yaml>` again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSettings(const config::RunSpec& spec, const PreparedMetadata& m,
+                           const fs::path& prepared) {
+  if (m.data_format != spec.data.format) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data.format: the run says '", spec.data.format, "' but ", prepared.string(),
+                     " was prepared as '", m.data_format, "'; prepare it again"));
+  }
+  if (spec.data.format == "chat" && spec.data.chat_template != "auto" &&
+      m.chat_template != spec.data.chat_template) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data.chat_template: the run says '", spec.data.chat_template, "' but ", prepared.string(),
+        " was rendered with '", m.chat_template, "'; prepare it again"));
+  }
+  return absl::OkStatus();
+}
+
+void FillFromReport(absl::string_view report_json, RunDataSummary* s) {
+  auto parsed = nlohmann::json::parse(report_json, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return;
+  auto report = PrepareReport::FromJson(parsed);
+  if (!report.ok()) return;
+  s->records_read = report->lines_read - report->blank_lines;
+  s->records_skipped = report->dropped_total();
+  for (int r = 0; r < kNumDropReasons; ++r) {
+    const DropStats& d = report->dropped[r];
+    if (d.count > 0) s->skipped_by_reason[std::string(DropReasonName(DropReason(r)))] = d.count;
+  }
+}
+
+absl::Status PlanSummary(const config::RunSpec& spec, const PreparedDataset& data,
+                         RunDataSummary* s) {
+  batching::BatchingOptions o;
+  o.token_budget = spec.batching.token_budget;
+  o.max_length = spec.data.max_length;
+  ASSIGN_OR_RETURN(o.long_documents, batching::ParseLongDocuments(spec.data.long_documents));
+  // placement.pairs auto is settled at placement; until then the plan is made for one pair.
+  o.num_pairs = spec.placement.pairs.value_or(1);
+  o.grad_accum = spec.batching.grad_accum;
+  o.seed = static_cast<uint64_t>(spec.seed);
+  ASSIGN_OR_RETURN(batching::EpochPlan plan, batching::PlanEpoch(data, o, /*epoch=*/0));
+  s->pairs = o.num_pairs;
+  s->micro_batches_per_epoch = plan.micro_batches_per_pair();
+  s->steps_per_epoch = plan.steps();
+  s->fill_ratio = plan.stats().fill_ratio();
+  s->documents_over_max_length = plan.stats().truncated_documents + plan.stats().split_documents;
+  s->total_steps = spec.optim.max_steps > 0
+                       ? spec.optim.max_steps
+                       : static_cast<int64_t>(std::ceil(spec.optim.epochs * plan.steps()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool LooksPrepared(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[sizeof(kPreparedMagic)] = {};
+  if (!in.read(magic, sizeof(magic))) return false;
+  return std::equal(magic, magic + sizeof(magic), kPreparedMagic);
+}
+
+absl::StatusOr<RunDataPaths> ResolveRunDataPaths(const config::RunSpec& spec) {
+  if (absl::StartsWith(spec.data.train, "builtin:")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data.train: ", spec.data.train, " is built in; there is nothing to prepare"));
+  }
+  RunDataPaths p;
+  p.train = spec.data.train;
+  if (spec.data.tokenizer != "auto") {
+    p.tokenizer = spec.data.tokenizer;
+  } else if (absl::StartsWith(spec.target.path, "builtin:")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.tokenizer: auto cannot use the built-in target ", spec.target.path,
+                     " with file data; set data.tokenizer to a tokenizer.json"));
+  } else {
+    p.tokenizer = fs::path(spec.target.path) / "tokenizer.json";
+    std::error_code ec;
+    if (!fs::is_regular_file(p.tokenizer, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("data.tokenizer: auto looks for ",
+                                                     p.tokenizer.string(),
+                                                     ", which does not exist; set data.tokenizer"));
+    }
+  }
+  p.train_is_prepared = LooksPrepared(p.train);
+  if (p.train_is_prepared) {
+    p.prepared = p.train;
+  } else if (spec.data.prepared != "auto") {
+    p.prepared = spec.data.prepared;
+  } else {
+    p.prepared = fs::path(p.train).replace_extension(".dfdata");
+  }
+  return p;
+}
+
+absl::StatusOr<PrepareOptions> PrepareOptionsFor(const config::RunSpec& spec,
+                                                 const RunDataPaths& paths) {
+  if (paths.train_is_prepared) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data.train: ", paths.train.string(), " is already a prepared file; nothing to prepare"));
+  }
+  PrepareOptions o;
+  o.input = paths.train;
+  o.output = paths.prepared;
+  o.tokenizer = paths.tokenizer;
+  ASSIGN_OR_RETURN(o.format, ParseDataFormat(spec.data.format));
+  o.chat_template = spec.data.chat_template;
+  o.block_size = static_cast<int>(spec.drafter.block_size);
+  o.max_length = spec.data.max_length;
+  ASSIGN_OR_RETURN(o.on_bad_record, ParseOnBadRecord(spec.data.on_bad_record));
+  return o;
+}
+
+absl::StatusOr<RunData> OpenRunData(const config::RunSpec& spec, bool verify) {
+  RunData rd;
+  ASSIGN_OR_RETURN(rd.paths, ResolveRunDataPaths(spec));
+  std::error_code ec;
+  if (!fs::exists(rd.paths.prepared, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat("data.prepared: ", rd.paths.prepared.string(),
+                                                      " does not exist; ", PrepareHint(spec)));
+  }
+  ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::FromFile(rd.paths.tokenizer));
+  PreparedOpenOptions open;
+  open.expected_fingerprint = tok->fingerprint();
+  open.verify = verify;
+  auto dataset = PreparedDataset::Open(rd.paths.prepared, open);
+  if (!dataset.ok()) {
+    return absl::Status(dataset.status().code(),
+                        absl::StrCat("data.prepared: ", dataset.status().message()));
+  }
+  rd.dataset = std::move(*dataset);
+  const PreparedMetadata& m = rd.dataset->metadata();
+  RETURN_IF_ERROR(CheckSettings(spec, m, rd.paths.prepared));
+  RETURN_IF_ERROR(CheckSourceUnchanged(rd.paths, m));
+  RunDataSummary& s = rd.summary;
+  s.prepared_path = rd.paths.prepared.string();
+  s.tokenizer_fingerprint = m.tokenizer_fingerprint;
+  s.documents = m.num_documents;
+  s.tokens = m.num_tokens;
+  s.supervised_tokens = m.num_supervised;
+  FillFromReport(rd.dataset->report_json(), &s);
+  RETURN_IF_ERROR(PlanSummary(spec, *rd.dataset, &s));
+  return rd;
+}
+
+}  // namespace dflash::data
