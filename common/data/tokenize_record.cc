@@ -46,7 +46,11 @@ absl::StatusOr<Document> TokenizePieces(const tokenizer::Tokenizer& tok,
     text += normalized;
     piece_end.push_back(text.size());
   }
-  ASSIGN_OR_RETURN(tokenizer::Encoding enc, tok.Encode(text));
+  // The pieces are normalized one by one above; their concatenation is normalized as well because
+  // every template boundary follows a newline or a special token, which no mark composes with.
+  tokenizer::Tokenizer::EncodeOptions encode_options;
+  encode_options.text_is_normalized = true;
+  ASSIGN_OR_RETURN(tokenizer::Encoding enc, tok.Encode(text, encode_options));
   if (enc.offsets.size() != enc.ids.size()) {
     return DFLASH_INTERNAL_ERROR("tokenizer returned offsets and ids of different lengths");
   }

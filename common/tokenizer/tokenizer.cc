@@ -171,6 +171,11 @@ absl::Status Tokenizer::Impl::EncodeNormalized(std::string_view text, uint32_t b
 }
 
 absl::StatusOr<Encoding> Tokenizer::Encode(std::string_view text) const {
+  return Encode(text, EncodeOptions{});
+}
+
+absl::StatusOr<Encoding> Tokenizer::Encode(std::string_view text,
+                                           const EncodeOptions& options) const {
   if (text.size() > (uint32_t{1} << 30)) {
     return absl::InvalidArgumentError(
         absl::StrCat("text of ", text.size(), " bytes is over 1 GiB"));
@@ -197,7 +202,7 @@ absl::StatusOr<Encoding> Tokenizer::Encode(std::string_view text) const {
       out.ids.push_back(s.id);
       out.offsets.push_back(pos);
       pos += static_cast<uint32_t>(piece.size());
-    } else if (impl_->nfc) {
+    } else if (impl_->nfc && !options.text_is_normalized) {
       const std::string normalized = unicode::Nfc(piece);
       RETURN_IF_ERROR(impl_->EncodeNormalized(normalized, pos, &out));
       pos += static_cast<uint32_t>(normalized.size());

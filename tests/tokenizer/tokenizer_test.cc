@@ -291,6 +291,15 @@ TEST(TokenizerTest, OffsetsPointIntoTheNormalizedText) {
     EXPECT_EQ(piece, token == "<|im_end|>" ? token : *byte_level::ToBytes(token)) << i;
   }
   EXPECT_EQ(*tok->Normalize(*normalized), *normalized);
+  // Encoding the normalized text without normalizing again gives the same ids and offsets.
+  Tokenizer::EncodeOptions skip;
+  skip.text_is_normalized = true;
+  auto again = tok->Encode(*normalized, skip);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->ids, enc->ids);
+  EXPECT_EQ(again->offsets, enc->offsets);
+  // The option is a promise: NFD text encoded as if normalized keeps its decomposed bytes.
+  EXPECT_NE(tok->Encode(text, skip)->ids, enc->ids);
 }
 
 TEST(TokenizerTest, NormalizeWithoutAddedTokens) {
