@@ -4,11 +4,8 @@
 // character spans + offsets_mapping). ChatML uses the shipped Qwen2 tokenizer_config.json; Llama-3
 // a derived tokenizer with Llama-3's special tokens and official template. The script runs once per
 // script version into the build tree (DFLASH_DATA_ORACLE_DIR).
-#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/file.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -18,6 +15,7 @@
 #include "common/data/prepare.h"
 #include "common/data/prepared.h"
 #include "nlohmann/json.hpp"
+#include "tests/common/python_oracle.h"
 #include "tests/data/test_files.h"
 
 namespace dflash::data {
@@ -34,28 +32,8 @@ using testing::ReadFile;
 // Runs hf_chat_oracle.py unless its outputs for this script version are already there; returns an
 // error text or "". A file lock makes concurrent test processes wait for one run.
 std::string GenerateOracle() {
-  const fs::path dir(DFLASH_DATA_ORACLE_DIR);
-  const std::string key =
-      ReadFile(DFLASH_DATA_ORACLE_SCRIPT) + "\npython: " + std::string(DFLASH_PYTHON);
-  fs::create_directories(dir.parent_path());
-  const std::string lock_path = dir.string() + ".lock";
-  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) return "cannot lock " + lock_path;
-  std::string error;
-  if (ReadFile(dir / "stamp") != key) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    const fs::path log = dir / "oracle.log";
-    const std::string cmd = absl::StrCat("'", DFLASH_PYTHON, "' '", DFLASH_DATA_ORACLE_SCRIPT,
-                                         "' --out '", dir.string(), "' >'", log.string(), "' 2>&1");
-    if (std::system(cmd.c_str()) != 0) {
-      error = absl::StrCat("hf_chat_oracle.py failed (", cmd, "):\n", ReadFile(log));
-    } else {
-      std::ofstream(dir / "stamp", std::ios::binary) << key;
-    }
-  }
-  ::close(lock);
-  return error;
+  return dflash::testing::RunPythonOracleOnce(DFLASH_PYTHON, DFLASH_DATA_ORACLE_SCRIPT,
+                                              fs::path(DFLASH_DATA_ORACLE_DIR));
 }
 
 class HfChatOracleTest : public ::testing::TestWithParam<ChatTemplate> {

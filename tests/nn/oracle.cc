@@ -1,10 +1,7 @@
 #include "tests/nn/oracle.h"
 
 #include <ATen/TensorOperators.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/file.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -12,43 +9,16 @@
 
 #include "common/model/safetensors.h"
 #include "common/nn/weights.h"
+#include "tests/common/python_oracle.h"
 #include "tests/common/read_file.h"
 
 namespace dflash::nn::oracle {
-namespace {
-
 namespace fs = std::filesystem;
-
-std::string ReadText(const fs::path& path) { return dflash::testing::ReadFileText(path.string()); }
-
-}  // namespace
 
 fs::path OracleDir() { return fs::path(DFLASH_NN_ORACLE_DIR); }
 
 std::string GenerateOracleOutputs() {
-  const fs::path dir = OracleDir();
-  const std::string key =
-      ReadText(DFLASH_NN_ORACLE_SCRIPT) + "\npython: " + std::string(DFLASH_PYTHON);
-  fs::create_directories(dir.parent_path());
-  const std::string lock_path = dir.string() + ".lock";
-  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) return "cannot lock " + lock_path;
-  std::string error;
-  if (ReadText(dir / "stamp") != key) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    const fs::path log = dir / "oracle.log";
-    const std::string cmd = "'" + std::string(DFLASH_PYTHON) +
-                            "' '" DFLASH_NN_ORACLE_SCRIPT "' --out '" + dir.string() + "' >'" +
-                            log.string() + "' 2>&1";
-    if (std::system(cmd.c_str()) != 0) {
-      error = "hf_oracle.py failed (" + cmd + "):\n" + ReadText(log);
-    } else {
-      std::ofstream(dir / "stamp", std::ios::binary) << key;
-    }
-  }
-  ::close(lock);  // releases the flock
-  return error;
+  return dflash::testing::RunPythonOracleOnce(DFLASH_PYTHON, DFLASH_NN_ORACLE_SCRIPT, OracleDir());
 }
 
 std::map<std::string, at::Tensor> ReadAll(const fs::path& path) {

@@ -1,54 +1,21 @@
 #include "tests/tokenizer/oracle.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/python_oracle.h"
 #include "tests/common/read_file.h"
 
 namespace dflash::tokenizer::oracle {
-namespace {
-
 namespace fs = std::filesystem;
-
-std::string ReadText(const fs::path& path) { return dflash::testing::ReadFileText(path.string()); }
-
-}  // namespace
 
 fs::path OracleDir() { return fs::path(DFLASH_TOKENIZER_ORACLE_DIR); }
 
 std::string GenerateOracleOutputs() {
-  const fs::path dir = OracleDir();
-  const std::string key =
-      ReadText(DFLASH_TOKENIZER_ORACLE_SCRIPT) + "\npython: " + std::string(DFLASH_PYTHON);
-  if (ReadText(DFLASH_TOKENIZER_ORACLE_SCRIPT).empty()) {
-    return "cannot read " DFLASH_TOKENIZER_ORACLE_SCRIPT;
-  }
-  fs::create_directories(dir.parent_path());
-  const std::string lock_path = dir.string() + ".lock";
-  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) return "cannot lock " + lock_path;
-  std::string error;
-  if (ReadText(dir / "stamp") != key) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    const fs::path log = dir / "oracle.log";
-    const std::string cmd = "'" + std::string(DFLASH_PYTHON) +
-                            "' '" DFLASH_TOKENIZER_ORACLE_SCRIPT "' --out '" + dir.string() +
-                            "' >'" + log.string() + "' 2>&1";
-    if (std::system(cmd.c_str()) != 0) {
-      error = "tokenizers_oracle.py failed (" + cmd + "):\n" + ReadText(log);
-    } else {
-      std::ofstream(dir / "stamp", std::ios::binary) << key;
-    }
-  }
-  ::close(lock);  // releases the flock
-  return error;
+  return dflash::testing::RunPythonOracleOnce(DFLASH_PYTHON, DFLASH_TOKENIZER_ORACLE_SCRIPT,
+                                              OracleDir());
 }
 
 std::string ReadCases(const std::string& variant, std::vector<Case>* cases) {
