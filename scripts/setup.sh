@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything dflash needs on Debian 12, idempotently (a second run is a fast no-op):
 #   - Debian packages: compilers, CMake, Ninja, ccache, gRPC/protobuf, abseil, yaml-cpp,
-#     prometheus-cpp, libmicrohttpd, GoogleTest/GMock, SQLite, nlohmann-json, CLI11;
+#     prometheus-cpp, libmicrohttpd, GoogleTest/GMock, SQLite, nlohmann-json, CLI11, PCRE2, utf8proc,
+#     OpenSSL, zlib;
 #   - LibTorch from the PyPI wheel torch==2.11.0, in a virtual environment OUTSIDE the source tree
 #     ($DFLASH_VENV, default ~/.local/share/dflash/venv).
 # If you already have LibTorch, set Torch_DIR (or CMAKE_PREFIX_PATH) to it and the wheel is skipped.
@@ -24,7 +25,7 @@ DEBS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev prometheus-cpp-dev libmicrohttpd-dev libgtest-dev libgmock-dev
   libsqlite3-dev nlohmann-json3-dev libcli11-dev
-  libpcre2-dev libutf8proc-dev libssl-dev  # tokenizer: Unicode regex, NFC, SHA-256
+  libpcre2-dev libutf8proc-dev libssl-dev zlib1g-dev  # tokenizer regex, NFC, SHA-256; data CRC
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for scripts/fuzz.sh
 )
 
