@@ -8,4 +8,4 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DFLASH_BUILD_DIR:-$root/build}
 ctest --test-dir "$build" --output-on-failure -j "${DFLASH_TEST_JOBS:-2}" --timeout 300
 # Bounded fuzzing of the untrusted-input parsers (longer runs: scripts/fuzz.sh SECONDS).
-"$root/scripts/fuzz.sh" "${DFLASH_FUZZ_SECONDS:-30}"
+"$root/scripts/fuzz.sh" "${DFLASH_FUZZ_SECONDS:-60}"
