@@ -15,6 +15,10 @@
 
 #include <algorithm>
 
+#ifdef DFLASH_HAVE_FUSED_CE
+#include "common/kernels/fused_ce/fused_ce.h"
+#endif
+
 namespace dflash::drafter {
 namespace {
 
@@ -83,6 +87,19 @@ struct WeightedCeFunction : public torch::autograd::Function<WeightedCeFunction>
 WeightedCeResult WeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                       const at::Tensor& labels, const at::Tensor& weights,
                                       int64_t chunk_rows) {
+#ifdef DFLASH_HAVE_FUSED_CE
+  if (hidden.is_cuda()) {
+    kernels::FusedCeResult r =
+        kernels::FusedWeightedCrossEntropy(hidden, lm_head, labels, weights, chunk_rows);
+    return WeightedCeResult{r.numerator, r.correct};
+  }
+#endif
+  return ChunkedWeightedCrossEntropy(hidden, lm_head, labels, weights, chunk_rows);
+}
+
+WeightedCeResult ChunkedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                             const at::Tensor& labels, const at::Tensor& weights,
+                                             int64_t chunk_rows) {
   TORCH_CHECK(hidden.dim() == 2 && lm_head.dim() == 2 && hidden.size(1) == lm_head.size(1),
               "weighted CE: hidden ", hidden.sizes(), " and lm_head ", lm_head.sizes(),
               " must be [N, H] and [V, H]");

@@ -21,8 +21,18 @@ struct WeightedCeResult {
 // computed for it), the matmul runs in lm_head's dtype and the softmax in fp32; labels [N] int64 in
 // [0, V); weights [N] fp32 (rows of weight 0 still get `correct`, and a zero gradient). Throws
 // c10::Error on misuse.
+//
+// On a CUDA device (when built with CUDA) this runs the fused kernel path
+// (common/kernels/fused_ce/fused_ce.h: gradient computed in forward, 2 GEMMs per chunk, one chunk
+// of logits in lm_head's dtype); elsewhere, and always through ChunkedWeightedCrossEntropy, the
+// recomputing chunked path below, which is the reference.
 WeightedCeResult WeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                       const at::Tensor& labels, const at::Tensor& weights,
                                       int64_t chunk_rows);
+
+// The reference on any device: logits in fp32 per chunk, recomputed in backward (3 GEMMs a chunk).
+WeightedCeResult ChunkedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                             const at::Tensor& labels, const at::Tensor& weights,
+                                             int64_t chunk_rows);
 
 }  // namespace dflash::drafter

@@ -1,0 +1,125 @@
+// The one file of the fused cross-entropy that sees LibTorch: validates tensors, runs the GEMMs,
+// fills FusedCeParams for the row kernel, and wires the result into autograd.
+#include "common/kernels/fused_ce/fused_ce.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+#include "common/kernels/fused_ce/params.h"
+
+namespace dflash::kernels {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+CeDType ToCeDType(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return CeDType::kFloat32;
+    case at::kBFloat16:
+      return CeDType::kBFloat16;
+    case at::kHalf:
+      return CeDType::kFloat16;
+    default:
+      TORCH_CHECK(false, "fused CE: lm_head dtype ", t, " is not fp32, bf16 or fp16");
+  }
+}
+
+struct FusedCeFunction : public torch::autograd::Function<FusedCeFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden,
+                               const at::Tensor& lm_head, const at::Tensor& labels,
+                               const at::Tensor& weights, int64_t chunk_rows, bool lm_head_grad) {
+    const int64_t rows = hidden.size(0), vocab = lm_head.size(0);
+    const at::Tensor head = lm_head.contiguous();
+    at::Tensor loss = at::empty({rows}, hidden.options().dtype(at::kFloat));
+    at::Tensor correct = at::empty({rows}, hidden.options().dtype(at::kBool));
+    at::Tensor grad_hidden = at::empty_like(hidden, at::MemoryFormat::Contiguous);
+    at::Tensor grad_head = lm_head_grad ? at::zeros_like(head) : at::Tensor();
+    const at::Tensor labels_c = labels.contiguous(), weights_c = weights.contiguous();
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream(hidden.device().index()).stream();
+    for (int64_t s = 0; s < rows; s += chunk_rows) {
+      const int64_t m = std::min(chunk_rows, rows - s);
+      const at::Tensor h = hidden.narrow(0, s, m).to(head.scalar_type()).contiguous();
+      at::Tensor logits = at::matmul(h, head.t());  // [m, V], the one chunk alive
+      FusedCeParams p;
+      p.logits = logits.data_ptr();
+      p.dtype = ToCeDType(logits.scalar_type());
+      p.rows = m;
+      p.vocab = vocab;
+      p.ld = logits.stride(0);
+      p.labels = labels_c.data_ptr<int64_t>() + s;
+      p.weights = weights_c.data_ptr<float>() + s;
+      p.loss = loss.data_ptr<float>() + s;
+      p.correct = correct.data_ptr<bool>() + s;
+      const int err = LaunchFusedCeRows(p, stream);
+      TORCH_CHECK(err == cudaSuccess,
+                  "fused CE kernel launch: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+      // logits now hold dlogits; the rows of grad_hidden are contiguous, so the GEMM writes them.
+      at::Tensor rows_out = grad_hidden.narrow(0, s, m);
+      if (grad_hidden.scalar_type() == head.scalar_type()) {
+        at::matmul_out(rows_out, logits, head);
+      } else {
+        rows_out.copy_(at::matmul(logits, head));
+      }
+      if (lm_head_grad) grad_head.addmm_(logits.t(), h);
+    }
+    ctx->saved_data["grad_hidden"] = grad_hidden;
+    if (lm_head_grad) ctx->saved_data["grad_head"] = grad_head;
+    ctx->mark_non_differentiable({correct});
+    return {(loss * weights_c).sum(), correct};
+  }
+
+  // The gradients were computed in forward; the numerator's incoming gradient is a scalar.
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    at::Tensor grad_hidden, grad_head;
+    if (grad_outputs[0].defined()) {
+      // A 0-dim factor keeps the saved gradient's dtype: no fp32 copy of [N, H] (measured: it was
+      // the op's peak, 0.375 GiB at N = 8192, H = 4096).
+      const at::Tensor g = grad_outputs[0];
+      grad_hidden = ctx->saved_data["grad_hidden"].toTensor().mul(g);
+      if (ctx->saved_data.count("grad_head")) {
+        grad_head = ctx->saved_data["grad_head"].toTensor().mul(g);
+      }
+    }
+    return {grad_hidden, grad_head, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+FusedCeResult FusedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                        const at::Tensor& labels, const at::Tensor& weights,
+                                        int64_t chunk_rows, bool lm_head_grad) {
+  TORCH_CHECK(hidden.is_cuda() && lm_head.device() == hidden.device() &&
+                  labels.device() == hidden.device() && weights.device() == hidden.device(),
+              "fused CE: hidden, lm_head, labels and weights must be on one CUDA device");
+  TORCH_CHECK(hidden.dim() == 2 && lm_head.dim() == 2 && hidden.size(1) == lm_head.size(1),
+              "fused CE: hidden ", hidden.sizes(), " and lm_head ", lm_head.sizes(),
+              " must be [N, H] and [V, H]");
+  TORCH_CHECK(
+      labels.dim() == 1 && labels.size(0) == hidden.size(0) && labels.scalar_type() == at::kLong,
+      "fused CE: labels must be [", hidden.size(0), "] int64");
+  TORCH_CHECK(weights.dim() == 1 && weights.size(0) == hidden.size(0) &&
+                  weights.scalar_type() == at::kFloat,
+              "fused CE: weights must be [", hidden.size(0), "] fp32");
+  TORCH_CHECK(chunk_rows >= 1, "fused CE: chunk_rows must be at least 1, got ", chunk_rows);
+  TORCH_CHECK(!lm_head_grad || lm_head.requires_grad(),
+              "fused CE: lm_head_grad needs an lm_head that requires grad");
+  const c10::cuda::CUDAGuard guard(hidden.device());
+  variable_list out = FusedCeFunction::apply(hidden, lm_head_grad ? lm_head : lm_head.detach(),
+                                             labels, weights, chunk_rows, lm_head_grad);
+  return FusedCeResult{out[0], out[1]};
+}
+
+}  // namespace dflash::kernels
