@@ -102,8 +102,10 @@ absl::StatusOr<std::string> TemplateFromConfig(const fs::path& config_path) {
   if (it->is_string()) return it->get<std::string>();
   if (it->is_array()) {
     for (const json& entry : *it) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-          entry["template"].is_string()) {
+      // value("name", "") would throw on a non-string name; the file is not ours.
+      const auto name = entry.is_object() ? entry.find("name") : entry.end();
+      if (entry.is_object() && name != entry.end() && name->is_string() && *name == "default" &&
+          entry.contains("template") && entry["template"].is_string()) {
         return entry["template"].get<std::string>();
       }
     }

@@ -64,6 +64,8 @@ TEST(RecordsTest, ChatRefusalsNameTheField) {
   };
   const Case cases[] = {
       {R"({"messages": [)", DropReason::kMalformedJson, "not valid JSON"},
+      // A number beyond double's range: nlohmann throws out_of_range, not parse_error (fuzzer).
+      {R"({"messages": 1e999999})", DropReason::kMalformedJson, "not valid JSON"},
       {R"([1, 2])", DropReason::kWrongType, "(line): expected a JSON object, got array"},
       {R"({"foo": 1})", DropReason::kMissingField, "messages: missing"},
       {R"({"messages": {}})", DropReason::kWrongType, "messages: expected a list, got object"},
