@@ -112,6 +112,13 @@ TEST(ChatTemplateTest, ResolveAutoErrorsTellTheUserWhatToSet) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("neither ChatML"));
   EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("set data.chat_template"));
+
+  // A list entry whose name is not a string is skipped, not a crash (the file is not ours).
+  WriteFile(dir / "tokenizer_config.json",
+            R"({"chat_template": [{"name": 5, "template": "<|im_start|><|im_end|>"}]})");
+  auto odd = ResolveChatTemplate("auto", dir / "tokenizer.json");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_THAT(std::string(odd.status().message()), HasSubstr("neither a string nor a list"));
 }
 
 }  // namespace
