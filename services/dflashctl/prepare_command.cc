@@ -1,6 +1,8 @@
 #include "services/dflashctl/prepare_command.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -74,6 +76,31 @@ bool UpToDate(const data::PrepareOptions& o) {
          m.block_size == o.block_size && m.max_length == o.max_length;
 }
 
+// Ctrl-C or SIGTERM during a long prepare: the writer's temporary files (possibly many GB) would
+// outlive the process, since a signal skips destructors. The handler removes them with unlink (safe
+// in a signal handler) and exits 128 + signal; the final output is never touched, so an older
+// prepared file under that name survives.
+char g_tmp_main[4096];
+char g_tmp_mask[4096];
+
+extern "C" void RemoveTemporariesAndExit(int sig) {
+  ::unlink(g_tmp_main);
+  ::unlink(g_tmp_mask);
+  ::_exit(128 + sig);
+}
+
+void RemoveTemporariesOnSignal(const fs::path& output) {
+  const std::string main_tmp = output.string() + ".tmp", mask_tmp = output.string() + ".tmp.mask";
+  if (mask_tmp.size() >= sizeof(g_tmp_mask)) return;  // PATH_MAX: cannot happen on Linux
+  std::snprintf(g_tmp_main, sizeof(g_tmp_main), "%s", main_tmp.c_str());
+  std::snprintf(g_tmp_mask, sizeof(g_tmp_mask), "%s", mask_tmp.c_str());
+  struct sigaction sa {};
+  sa.sa_handler = RemoveTemporariesAndExit;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
 int ExitCodeFor(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
@@ -104,6 +131,7 @@ int RunPrepare(const PrepareArgs& a) {
     }
     return kOk;
   }
+  RemoveTemporariesOnSignal(options->output);
   ProgressBar bar(stderr, /*enabled=*/!a.json);
   ProgressSample last;
   auto report = data::Prepare(*options, [&](const data::PrepareProgress& p) {

@@ -147,6 +147,27 @@ TEST_F(DataFlowTest, OnBadRecordFailStopsAtTheFirstBadLineAndWritesNothing) {
   EXPECT_FALSE(fs::exists(dir_ + "/train.dfdata.tmp"));
 }
 
+// Ctrl-C in the middle of a prepare leaves neither the temporary files nor a partial output, and
+// an existing prepared file under the output name is kept as it was.
+TEST_F(DataFlowTest, InterruptedPrepareLeavesNoTemporaryFiles) {
+  {
+    std::ofstream big(dir_ + "/big.jsonl");
+    for (int i = 0; i < 20000; ++i) big << Conversation(i) << "\n";
+  }
+  std::ofstream(dir_ + "/big.dfdata") << "an older prepared file";
+  Process prepare(BinDir() + "/dflashctl/dflashctl",
+                  {"prepare", "--data", dir_ + "/big.jsonl", "--tokenizer",
+                   dir_ + "/target/tokenizer.json", "--force", "--threads", "1"},
+                  dir_ + "/prepare.log");
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir_ + "/big.dfdata.tmp"); }, ms(20000)))
+      << ReadFile(dir_ + "/prepare.log");
+  prepare.Signal(SIGINT);
+  EXPECT_EQ(prepare.Wait(), 128 + SIGINT) << ReadFile(dir_ + "/prepare.log");
+  EXPECT_FALSE(fs::exists(dir_ + "/big.dfdata.tmp"));
+  EXPECT_FALSE(fs::exists(dir_ + "/big.dfdata.tmp.mask"));
+  EXPECT_EQ(ReadFile(dir_ + "/big.dfdata"), "an older prepared file");
+}
+
 TEST_F(DataFlowTest, PrepareWithoutRunYamlNeedsDataAndTokenizer) {
   EXPECT_EQ(Ctl({"prepare"}).exit_code, 2);
   EXPECT_EQ(Ctl({"prepare", "--data", dir_ + "/train.jsonl"}).exit_code, 2);
