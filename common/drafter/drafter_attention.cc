@@ -12,8 +12,22 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
+#include <optional>
+
+#ifdef DFLASH_HAVE_FUSED_ATTN
+#include "common/kernels/dflash_attn/dflash_attn.h"
+#endif
 
 namespace dflash::drafter {
+
+struct KernelPlanCache {
+  std::mutex mu;
+#ifdef DFLASH_HAVE_FUSED_ATTN
+  std::optional<kernels::DflashAttnPlan> plan;
+#endif
+};
+
 namespace {
 
 void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -84,6 +98,7 @@ BlockMask BuildBlockMask(const at::Tensor& anchors, const at::Tensor& doc_ids, i
               "doc_ids must be a 1-D int64 tensor");
   TORCH_CHECK(block_size >= 1, "block_size must be at least 1, got ", block_size);
   BlockMask mask;
+  mask.kernel_plan = std::make_shared<KernelPlanCache>();
   mask.block_size = block_size;
   mask.anchors = anchors;
   mask.doc_ids = doc_ids;
@@ -111,6 +126,39 @@ at::Tensor ReferenceDrafterAttention::Forward(const at::Tensor& q, const at::Ten
     parts.push_back(AttendChunk(q, k, v, mask, scale, j0, std::min(chunk, n - j0)));
   }
   return parts.size() == 1 ? parts.front() : at::cat(parts, 0);
+}
+
+bool FusedDrafterAttention::Supports(const at::Tensor& q, const at::Tensor& k,
+                                     const BlockMask& mask) {
+#ifdef DFLASH_HAVE_FUSED_ATTN
+  return mask.kernel_plan != nullptr && mask.block_size <= 64 &&
+         kernels::SupportsFusedDflashAttention(q, k);
+#else
+  return false;
+#endif
+}
+
+at::Tensor FusedDrafterAttention::Forward(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, const BlockMask& mask,
+                                          double scale) const {
+  if (!Supports(q, k, mask)) return reference_.Forward(q, k, v, mask, scale);
+#ifdef DFLASH_HAVE_FUSED_ATTN
+  CheckShapes(q, k, v, mask);
+  const int64_t group = q.size(1) / k.size(1);
+  kernels::DflashAttnPlan plan;
+  {
+    const std::lock_guard<std::mutex> lock(mask.kernel_plan->mu);
+    auto& cached = mask.kernel_plan->plan;
+    if (!cached || cached->group != group || cached->fwd_items.device() != q.device()) {
+      cached = kernels::MakeDflashAttnPlan(mask.anchors, mask.ctx_begin, mask.doc_ids.size(0),
+                                           mask.block_size, group, q.device());
+    }
+    plan = *cached;
+  }
+  return kernels::FusedDflashAttention(q, k, v, plan, scale);
+#else
+  return reference_.Forward(q, k, v, mask, scale);
+#endif
 }
 
 }  // namespace dflash::drafter

@@ -19,8 +19,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 
 namespace dflash::drafter {
+
+// The fused kernel's work lists for one mask (built on first use, shared by the copies of one
+// BlockMask, so every layer of a step reuses them). Opaque outside drafter_attention.cc.
+struct KernelPlanCache;
 
 // Which keys each block sees, on the compute device.
 struct BlockMask {
@@ -33,6 +38,7 @@ struct BlockMask {
   // so the visible context of block j is exactly rows ctx_begin[j] .. anchors[j]-1: the range form
   // a fused kernel wants. Equal to the doc_ids form by construction (BuildBlockMask).
   at::Tensor ctx_begin;
+  std::shared_ptr<KernelPlanCache> kernel_plan;  // set by BuildBlockMask
 };
 
 // Builds the mask metadata. anchors [n] int64 (ascending among entries >= 0, -1 padding) and
@@ -63,6 +69,21 @@ class ReferenceDrafterAttention : public DrafterAttention {
 
  private:
   int64_t max_score_elements_;
+};
+
+// The fused block-sparse kernel of common/kernels/dflash_attn for the calls it supports (CUDA, bf16,
+// head_dim 64 or 128, query heads per kv head a power of two <= 64, block_size <= 64), the reference
+// for every other call (CPU, fp32, ...). Online softmax: no score matrix exists, forward or
+// backward. In builds without CUDA it is the reference.
+class FusedDrafterAttention : public DrafterAttention {
+ public:
+  at::Tensor Forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const BlockMask& mask, double scale) const override;
+  // True when this call runs the fused kernel.
+  static bool Supports(const at::Tensor& q, const at::Tensor& k, const BlockMask& mask);
+
+ private:
+  ReferenceDrafterAttention reference_;
 };
 
 }  // namespace dflash::drafter

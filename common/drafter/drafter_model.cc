@@ -264,7 +264,7 @@ std::vector<NamedParameter> ParameterSpecs(const DrafterConfig& c) {
 DrafterModel::DrafterModel(DrafterConfig config, DrafterOptions options)
     : config_(std::move(config)),
       options_(options),
-      attention_(std::make_shared<ReferenceDrafterAttention>()) {}
+      attention_(std::make_shared<FusedDrafterAttention>()) {}
 
 DrafterModel::~DrafterModel() = default;
 

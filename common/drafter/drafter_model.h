@@ -152,7 +152,8 @@ class DrafterModel {
   const DrafterConfig& config() const { return config_; }
   const DrafterOptions& options() const { return options_; }
   c10::ScalarType compute_dtype() const { return options_.compute_dtype.value_or(options_.dtype); }
-  // The attention implementation (default: ReferenceDrafterAttention).
+  // The attention implementation (default: FusedDrafterAttention, which is the reference wherever
+  // the fused kernel does not apply, e.g. on the CPU).
   void set_attention(std::shared_ptr<const DrafterAttention> attention) {
     attention_ = std::move(attention);
   }

@@ -1,0 +1,40 @@
+// Fused block-sparse DFlash attention on CUDA (issue 5, deliverables 1-2): the LibTorch side of
+// fwd_kernel.cuh / bwd_kernel.cuh. bf16 only, head_dim 64 or 128 (forward also 256), query heads
+// per kv head a power of two <= 64; SupportsFusedDflashAttention says whether a call qualifies.
+// The CPU reference is drafter::ReferenceDrafterAttention (the GPU tests' oracle).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace dflash::kernels {
+
+// The work lists of schedule.h for one mask, on the compute device (built once per batch and
+// shared by every layer, forward and backward).
+struct DflashAttnPlan {
+  at::Tensor fwd_items;  // [n_fwd, 6] int32 (AttnFwdItem)
+  at::Tensor bwd_items;  // [n_bwd, 6] int32 (AttnBwdItem)
+  at::Tensor anchors;    // [n] int32
+  int64_t context_rows = 0, block_size = 0, group = 0;
+};
+
+// anchors, ctx_begin: [n] int64 on any device (copied to the host once). TORCH_CHECKs the mask.
+DflashAttnPlan MakeDflashAttnPlan(const at::Tensor& anchors, const at::Tensor& ctx_begin,
+                                  int64_t context_rows, int64_t block_size, int64_t group,
+                                  c10::Device device);
+
+// True when q [Q, Hq, D] and k [rows, Hkv, D] can run fused (backward included).
+bool SupportsFusedDflashAttention(const at::Tensor& q, const at::Tensor& k);
+
+// q [Q, Hq, D]; k, v [T + Q, Hkv, D] bf16 on the plan's device; returns [Q, Hq, D], differentiable
+// in q, k and v (backward: bwd_kernel.cuh). Same contract as drafter::DrafterAttention::Forward.
+at::Tensor FusedDflashAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const DflashAttnPlan& plan, double scale);
+
+// Packed causal attention of the target (inference only): q [T, Hq, D], k, v [T, Hkv, D] bf16 on
+// CUDA; cu_seqlens [docs + 1] int64 on the host. Returns [T, Hq, D].
+at::Tensor FusedCausalVarlenAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const at::Tensor& cu_seqlens, double scale);
+
+}  // namespace dflash::kernels

@@ -1,0 +1,203 @@
+// Forward of the fused DFlash attention (and of the target's packed causal attention): one CTA of
+// 4 warps per (work item, kv head); flash-attention style online softmax over 64-key tiles with
+// cp.async double buffering, mma.sync m16n8k16 bf16 -> fp32. No score matrix is ever stored.
+//
+// The tile's 64 rows are P positions x G heads of one kv group (params.h), so each K/V tile read
+// from memory serves all G heads. Keys visited: the item's context range [kv_begin, kv_end) in
+// tiles of 64 (the last one partial), then (drafter) the anchor's B block rows. Work items come
+// from schedule.h, heaviest first, so the long contexts start early.
+#pragma once
+
+#include <math_constants.h>
+
+#include "common/kernels/dflash_attn/mma.cuh"
+#include "common/kernels/dflash_attn/params.h"
+
+namespace dflash::kernels::attn {
+
+template <int D>
+constexpr int FwdSmemBytes() {
+  return (64 * D + 4 * 64 * D) * 2;  // Q + 2 x (K, V)
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(128, 2) DflashAttnFwdKernel(const DflashAttnFwdParams p) {
+  constexpr bool kQInRegs = D <= 128;
+  constexpr int kSteps = D / 16;  // k-steps of Q K^T, n-tile pairs of P V
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* s_q = reinterpret_cast<bf16*>(smem_raw);
+  bf16* s_k = s_q + 64 * D;      // 2 buffers
+  bf16* s_v = s_k + 2 * 64 * D;  // 2 buffers
+
+  const AttnFwdItem it = p.items[blockIdx.x];
+  const int g = blockIdx.y;
+  const int group = p.hq / p.hkv;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const bf16* q = static_cast<const bf16*>(p.q);
+  const bf16* k = static_cast<const bf16*>(p.k);
+  const bf16* v = static_cast<const bf16*>(p.v);
+  const int64_t q_row_stride = static_cast<int64_t>(p.hq) * D;  // elements per position
+  const int64_t kv_row_stride = static_cast<int64_t>(p.hkv) * D;
+  const bf16* q_tile = q + it.q_pos * q_row_stride + static_cast<int64_t>(g) * group * D;
+  // Tile row r -> position r / group, head r % group of the kv group.
+  auto q_row = [&](int r) { return q_tile + (r / group) * q_row_stride + (r % group) * D; };
+
+  const int n_ctx_tiles = it.kv_end > it.kv_begin ? (it.kv_end - it.kv_begin + 63) / 64 : 0;
+  const int n_tiles = n_ctx_tiles + (it.blk_row >= 0 ? 1 : 0);
+  auto tile_start = [&](int t) { return t < n_ctx_tiles ? it.kv_begin + t * 64 : it.blk_row; };
+  auto tile_len = [&](int t) {
+    return t < n_ctx_tiles ? min(64, it.kv_end - it.kv_begin - t * 64) : it.blk_len;
+  };
+  auto load_kv = [&](int t, int buf) {
+    const int start = tile_start(t), len = tile_len(t);
+    const bf16* kb = k + start * kv_row_stride + g * D;
+    const bf16* vb = v + start * kv_row_stride + g * D;
+    LoadTile<D>(s_k + buf * 64 * D, len, [&](int r) { return kb + r * kv_row_stride; }, k, tid);
+    LoadTile<D>(s_v + buf * 64 * D, len, [&](int r) { return vb + r * kv_row_stride; }, v, tid);
+  };
+
+  LoadTile<D>(s_q, it.n_pos * group, q_row, q, tid);
+  if (n_tiles > 0) load_kv(0, 0);
+  CpAsyncCommit();
+
+  // Rows of this thread in the tile: r0 = 16*warp + lane/4 and r0 + 8.
+  const int r0 = warp * 16 + (lane >> 2);
+  const int pos0 = it.q_pos + r0 / group, pos1 = it.q_pos + (r0 + 8) / group;
+  float o_acc[2 * kSteps][4];
+#pragma unroll
+  for (int i = 0; i < 2 * kSteps; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
+  float m_run[2] = {-CUDART_INF_F, -CUDART_INF_F}, l_run[2] = {0.f, 0.f};
+  uint32_t q_frag[kQInRegs ? kSteps : 1][4];
+
+  for (int t = 0; t < n_tiles; ++t) {
+    if (t + 1 < n_tiles) {
+      load_kv(t + 1, (t + 1) & 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    if (kQInRegs && t == 0) {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) Ldsm4(q_frag[kQInRegs ? s : 0], AddrA<D>(s_q, warp * 16, s * 16, lane));
+    }
+    const bf16* kt = s_k + (t & 1) * 64 * D;
+    const bf16* vt = s_v + (t & 1) * 64 * D;
+    const int kstart = tile_start(t), klen = tile_len(t);
+    const int key_steps = (klen + 15) / 16;  // 16-key groups holding any real key
+
+    float s_acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s_acc[i][0] = s_acc[i][1] = s_acc[i][2] = s_acc[i][3] = 0.f;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      uint32_t a[4];
+      if constexpr (kQInRegs) {
+        a[0] = q_frag[s][0], a[1] = q_frag[s][1], a[2] = q_frag[s][2], a[3] = q_frag[s][3];
+      } else {
+        Ldsm4(a, AddrA<D>(s_q, warp * 16, s * 16, lane));
+      }
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (np < key_steps) {
+          uint32_t b[4];
+          Ldsm4(b, AddrBn<D>(kt, np * 16, s * 16, lane));
+          Mma(s_acc[2 * np], a, b[0], b[1]);
+          Mma(s_acc[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    // Scale, mask (keys past the tile; causal: keys after the row's position), row maxima.
+    const bool is_ctx = t < n_ctx_tiles;
+    const bool need_mask = klen < 64 || (kCausal && is_ctx && kstart + 63 > it.q_pos);
+    float m_tile[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s_acc[nt][e] * p.scale_log2;
+        if (need_mask) {
+          const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
+          bool ok = col < klen;
+          if (kCausal && is_ctx) ok = ok && kstart + col <= (e < 2 ? pos0 : pos1);
+          if (!ok) x = -CUDART_INF_F;
+        }
+        s_acc[nt][e] = x;
+        m_tile[e >> 1] = fmaxf(m_tile[e >> 1], x);
+      }
+    }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m_tile[h] = fmaxf(m_tile[h], __shfl_xor_sync(0xffffffffu, m_tile[h], 1));
+      m_tile[h] = fmaxf(m_tile[h], __shfl_xor_sync(0xffffffffu, m_tile[h], 2));
+      const float m_new = fmaxf(m_run[h], m_tile[h]);
+      m_use[h] = m_new == -CUDART_INF_F ? 0.f : m_new;  // a row with nothing visible yet
+      alpha[h] = exp2f(m_run[h] - m_use[h]);
+      m_run[h] = m_new;
+      l_run[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pe = exp2f(s_acc[nt][e] - m_use[e >> 1]);
+        s_acc[nt][e] = pe;
+        l_run[e >> 1] += pe;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kSteps; ++i) {
+      o_acc[i][0] *= alpha[0], o_acc[i][1] *= alpha[0];
+      o_acc[i][2] *= alpha[1], o_acc[i][3] *= alpha[1];
+    }
+    // O += P V: the accumulators of n-tiles 2j, 2j+1 are the A fragment of key step j.
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (j < key_steps) {
+        const uint32_t a[4] = {PackBf16(s_acc[2 * j][0], s_acc[2 * j][1]),
+                               PackBf16(s_acc[2 * j][2], s_acc[2 * j][3]),
+                               PackBf16(s_acc[2 * j + 1][0], s_acc[2 * j + 1][1]),
+                               PackBf16(s_acc[2 * j + 1][2], s_acc[2 * j + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < kSteps; ++dp) {
+          uint32_t b[4];
+          Ldsm4T(b, AddrBt<D>(vt, j * 16, dp * 16, lane));
+          Mma(o_acc[2 * dp], a, b[0], b[1]);
+          Mma(o_acc[2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // the buffer of tile t is refilled by the load of tile t + 2
+  }
+  CpAsyncWait<0>();
+
+  // Normalize and write this thread's rows; rows past n_pos belong to no position.
+  bf16* o = static_cast<bf16*>(p.o);
+  bf16* o_tile = o + it.q_pos * q_row_stride + static_cast<int64_t>(g) * group * D;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int r = r0 + h * 8;
+    if (r / group >= it.n_pos) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int64_t row_off = (r / group) * q_row_stride + (r % group) * D;
+    bf16* orow = o_tile + row_off;
+#pragma unroll
+    for (int nt = 0; nt < 2 * kSteps; ++nt) {
+      const int col = nt * 8 + (lane & 3) * 2;
+      *reinterpret_cast<uint32_t*>(orow + col) =
+          PackBf16(o_acc[nt][2 * h] * inv, o_acc[nt][2 * h + 1] * inv);
+    }
+    if ((lane & 3) == 0) {
+      const int64_t lse_idx =
+          static_cast<int64_t>(it.q_pos + r / group) * p.hq + g * group + (r % group);
+      p.lse[lse_idx] = l > 0.f ? m_run[h] + log2f(l) : CUDART_INF_F;
+    }
+  }
+}
+
+}  // namespace dflash::kernels::attn
