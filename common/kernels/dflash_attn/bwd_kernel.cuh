@@ -213,18 +213,21 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
             Mma(acc[2 * dp + 1], a_ds[kk], b[2], b[3]);
           }
         }
+        // Lanes l and l^1 swap halves so that each adds 4 consecutive columns of one row (one
+        // 16-byte atomic instead of two 8-byte ones): even lanes take row r_lo, odd lanes r_lo+8.
+        const bool odd = lane & 1;
+        const int r = r_lo + (odd ? 8 : 0);
+        float* row = p.dq_accum +
+                     (static_cast<int64_t>(pos + r / group) * p.hq + g * group + r % group) * D;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = r_lo + h * 8;
+        for (int nt = 0; nt < 4; ++nt) {
+          const float recv0 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][0] : acc[nt][2], 1);
+          const float recv1 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][1] : acc[nt][3], 1);
+          const int col = dc * 32 + nt * 8 + ((lane & 3) & ~1) * 2;
           if (r / group < n_pos) {
-            float* row = p.dq_accum + (static_cast<int64_t>(pos + r / group) * p.hq +
-                                       g * group + r % group) * D;
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-              const int col = dc * 32 + nt * 8 + (lane & 3) * 2;
-              atomicAdd(reinterpret_cast<float2*>(row + col),
-                        make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]));
-            }
+            atomicAdd(reinterpret_cast<float4*>(row + col),
+                      odd ? make_float4(recv0, recv1, acc[nt][2], acc[nt][3])
+                          : make_float4(acc[nt][0], acc[nt][1], recv0, recv1));
           }
         }
       }

@@ -17,17 +17,20 @@ namespace dflash::kernels::attn {
 
 template <int D>
 constexpr int FwdSmemBytes() {
-  return (64 * D + 4 * 64 * D) * 2;  // Q + 2 x (K, V)
+  return (64 * D + 3 * 64 * D) * 2;  // Q, 2 x K, V
 }
 
+// Pipeline: K of tile t+1 loads during Q K^T and softmax of tile t (two K buffers); V of tile t+1
+// loads from the end of P V of tile t (one V buffer). Q fragments are read from shared memory at
+// each use: with 64 KB of shared memory and <= 168 registers, three CTAs (12 warps) share an SM.
 template <int D, bool kCausal>
-__global__ void __launch_bounds__(128, 2) DflashAttnFwdKernel(const DflashAttnFwdParams p) {
-  constexpr bool kQInRegs = D <= 128;
+__global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
+    DflashAttnFwdKernel(const DflashAttnFwdParams p) {
   constexpr int kSteps = D / 16;  // k-steps of Q K^T, n-tile pairs of P V
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* s_q = reinterpret_cast<bf16*>(smem_raw);
   bf16* s_k = s_q + 64 * D;      // 2 buffers
-  bf16* s_v = s_k + 2 * 64 * D;  // 2 buffers
+  bf16* s_v = s_k + 2 * 64 * D;  // 1 buffer
 
   const AttnFwdItem it = p.items[blockIdx.x];
   const int g = blockIdx.y;
@@ -48,16 +51,21 @@ __global__ void __launch_bounds__(128, 2) DflashAttnFwdKernel(const DflashAttnFw
   auto tile_len = [&](int t) {
     return t < n_ctx_tiles ? min(64, it.kv_end - it.kv_begin - t * 64) : it.blk_len;
   };
-  auto load_kv = [&](int t, int buf) {
-    const int start = tile_start(t), len = tile_len(t);
-    const bf16* kb = k + start * kv_row_stride + g * D;
-    const bf16* vb = v + start * kv_row_stride + g * D;
-    LoadTile<D>(s_k + buf * 64 * D, len, [&](int r) { return kb + r * kv_row_stride; }, k, tid);
-    LoadTile<D>(s_v + buf * 64 * D, len, [&](int r) { return vb + r * kv_row_stride; }, v, tid);
+  auto load_k = [&](int t) {
+    const bf16* kb = k + tile_start(t) * kv_row_stride + g * D;
+    LoadTile<D>(s_k + (t & 1) * 64 * D, tile_len(t), [&](int r) { return kb + r * kv_row_stride; },
+                k, tid);
+  };
+  auto load_v = [&](int t) {
+    const bf16* vb = v + tile_start(t) * kv_row_stride + g * D;
+    LoadTile<D>(s_v, tile_len(t), [&](int r) { return vb + r * kv_row_stride; }, v, tid);
   };
 
+  // Commit groups, in order: {Q, K0}, {V0}, then per tile t: {K(t+1)}, {V(t+1)}.
   LoadTile<D>(s_q, it.n_pos * group, q_row, q, tid);
-  if (n_tiles > 0) load_kv(0, 0);
+  if (n_tiles > 0) load_k(0);
+  CpAsyncCommit();
+  if (n_tiles > 0) load_v(0);
   CpAsyncCommit();
 
   // Rows of this thread in the tile: r0 = 16*warp + lane/4 and r0 + 8.
@@ -67,23 +75,14 @@ __global__ void __launch_bounds__(128, 2) DflashAttnFwdKernel(const DflashAttnFw
 #pragma unroll
   for (int i = 0; i < 2 * kSteps; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
   float m_run[2] = {-CUDART_INF_F, -CUDART_INF_F}, l_run[2] = {0.f, 0.f};
-  uint32_t q_frag[kQInRegs ? kSteps : 1][4];
 
   for (int t = 0; t < n_tiles; ++t) {
-    if (t + 1 < n_tiles) {
-      load_kv(t + 1, (t + 1) & 1);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
-    if (kQInRegs && t == 0) {
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s) Ldsm4(q_frag[kQInRegs ? s : 0], AddrA<D>(s_q, warp * 16, s * 16, lane));
-    }
+    CpAsyncWait<1>();  // K(t) (and Q) landed; V(t) may still be in flight
+    __syncthreads();   // ... for every thread; and K buffer (t+1)&1 is no longer read
+    if (t + 1 < n_tiles) load_k(t + 1);
+    CpAsyncCommit();  // possibly empty: keeps the group count uniform
     const bf16* kt = s_k + (t & 1) * 64 * D;
-    const bf16* vt = s_v + (t & 1) * 64 * D;
+    const bf16* vt = s_v;
     const int kstart = tile_start(t), klen = tile_len(t);
     const int key_steps = (klen + 15) / 16;  // 16-key groups holding any real key
 
@@ -93,11 +92,7 @@ __global__ void __launch_bounds__(128, 2) DflashAttnFwdKernel(const DflashAttnFw
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       uint32_t a[4];
-      if constexpr (kQInRegs) {
-        a[0] = q_frag[s][0], a[1] = q_frag[s][1], a[2] = q_frag[s][2], a[3] = q_frag[s][3];
-      } else {
-        Ldsm4(a, AddrA<D>(s_q, warp * 16, s * 16, lane));
-      }
+      Ldsm4(a, AddrA<D>(s_q, warp * 16, s * 16, lane));
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         if (np < key_steps) {
@@ -152,6 +147,8 @@ __global__ void __launch_bounds__(128, 2) DflashAttnFwdKernel(const DflashAttnFw
       o_acc[i][0] *= alpha[0], o_acc[i][1] *= alpha[0];
       o_acc[i][2] *= alpha[1], o_acc[i][3] *= alpha[1];
     }
+    CpAsyncWait<1>();  // V(t) landed (K(t+1) may be in flight)
+    __syncthreads();
     // O += P V: the accumulators of n-tiles 2j, 2j+1 are the A fragment of key step j.
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -169,7 +166,9 @@ __global__ void __launch_bounds__(128, 2) DflashAttnFwdKernel(const DflashAttnFw
         }
       }
     }
-    __syncthreads();  // the buffer of tile t is refilled by the load of tile t + 2
+    __syncthreads();  // every warp is done with V(t)
+    if (t + 1 < n_tiles) load_v(t + 1);
+    CpAsyncCommit();
   }
   CpAsyncWait<0>();
 
