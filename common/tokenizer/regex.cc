@@ -149,13 +149,18 @@ absl::Status Regex::ForEachMatch(std::string_view text,
     const int rc = pcre2_jit_match(code, subject, text.size(), pos, 0, state.data, state.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) return absl::InternalError(absl::StrCat("PCRE2 match failed: ", Pcre2Error(rc)));
+    // Copied before on_match: it may match another regex on this thread (a ByteLevel stage with
+    // use_regex inside a Split), which reuses `state` and overwrites the ovector; reading it
+    // afterwards sent this loop back to the inner match's offset, forever (found by
+    // tests/tokenizer/tokenizer_fuzz.cc).
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state.data);
-    on_match(ov[0], ov[1]);
-    if (ov[1] > ov[0]) {
-      pos = ov[1];
+    const size_t begin = ov[0], end = ov[1];
+    on_match(begin, end);
+    if (end > begin) {
+      pos = end;
     } else {  // empty match: step over one code point
-      if (ov[0] >= text.size()) break;
-      pos = ov[0] + 1;
+      if (begin >= text.size()) break;
+      pos = begin + 1;
       while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
     }
   }

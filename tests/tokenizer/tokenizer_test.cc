@@ -102,6 +102,29 @@ TEST(TokenizerTest, EncodesWithMergesAndAddedTokens) {
   EXPECT_TRUE(tok->added_tokens()[0].special);
 }
 
+// A ByteLevel stage that splits with its own regex (use_regex: true, also the default when the
+// field is absent) inside a Split sequence: two regexes match on one thread. Encode used to loop
+// forever here (the outer match offsets were read back after the inner regex had overwritten them;
+// found by tokenizer_fuzz, corpus json_bytelevel_regex_in_split).
+TEST(TokenizerTest, ByteLevelRegexInsideSplitTerminatesAndMatchesPlainByteLevel) {
+  json with_regex = MakeTokenizerJson();
+  with_regex["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true;
+  json absent = MakeTokenizerJson();
+  absent["pre_tokenizer"]["pretokenizers"][1].erase("use_regex");
+  auto plain = Load(MakeTokenizerJson());
+  ASSERT_NE(plain, nullptr);
+  for (const json& j : {with_regex, absent}) {
+    auto tok = Load(j);
+    ASSERT_NE(tok, nullptr);
+    // Words and single spaces: the GPT-2 regex of ByteLevel splits them exactly as the Split did.
+    for (const char* text : {"hello world", "hello world hello", "world<|im_end|>hello world"}) {
+      auto got = tok->EncodeIds(text);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(*got, *plain->EncodeIds(text)) << text;
+    }
+  }
+}
+
 TEST(TokenizerTest, LstripAndRstripAbsorbWhitespace) {
   auto tok = Load(MakeTokenizerJson());
   ASSERT_NE(tok, nullptr);
