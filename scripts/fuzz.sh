@@ -8,7 +8,8 @@
 #   tokenizer           tests/tokenizer/tokenizer_fuzz.cc            (text to encode, tokenizer.json)
 # Exits non-zero on any crash or sanitizer report; the input that caused it is left in
 # build-fuzz/artifacts/<target>/. Add such an input to the target's corpus once the parser is
-# fixed, so that the ordinary build replays it (ctest -R fuzz_replay).
+# fixed, so that the ordinary build replays it (ctest -R fuzz_replay). The gen_* seeds of the
+# prepared corpus come from tests/data/prepared_fuzz_seeds.cc (--write DIR; ctest checks them).
 #
 # Needs clang-14 and libclang-rt-14-dev (libFuzzer and sanitizer runtimes), plus the development
 # packages the normal build uses (abseil, nlohmann-json, PCRE2, utf8proc, OpenSSL, zlib).
@@ -88,7 +89,7 @@ for t in "${targets[@]}"; do
   rc=$?
   set -e
   rm -rf "$work"
-  grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$out/$t.log" | sed "s/^/[fuzz] $t: /" >&2
+  grep -E "^stat::" "$out/$t.log" | sed "s/^/[fuzz] $t: /" >&2  # libFuzzer's final stats
   found=$(find "$out/artifacts/$t" -type f | wc -l)
   if [ "$rc" -ne 0 ] || [ "$found" -ne 0 ]; then
     echo "[fuzz] $t FAILED (exit $rc, $found artifact(s) in $out/artifacts/$t); log:" >&2

@@ -5,7 +5,9 @@
 //         Decode the ids, and Decode arbitrary int32 ids taken from the input;
 //   odd:  parse the rest as a tokenizer.json (FromJson), and encode a fixed text if it loads.
 // An accepted encoding must keep the promises callers rely on (offsets, ids in range, decode
-// round trip). Built by scripts/fuzz.sh with clang -fsanitize=fuzzer, and in the normal build with
+// round trip). The seed fuzz_corpus/json_fixed is the byte 0x01 followed by TinyTokenizerJson(),
+// the JSON of the fixed tokenizer (tokenizer_test.cc's MakeTokenizerJson with fewer merges).
+// Built by scripts/fuzz.sh with clang -fsanitize=fuzzer, and in the normal build with
 // tests/checkpoint/fuzz_replay_main.cc, which replays fuzz_corpus/ as a unit test.
 #include <cstdint>
 #include <cstdio>
@@ -96,6 +98,19 @@ void FuzzEncode(const std::string& text) {
   auto enc = tok.Encode(text);
   auto normalized = tok.Normalize(text);
   Require(enc.ok() == normalized.ok(), "Encode and Normalize agree on validity");
+  Tokenizer::EncodeOptions skip;
+  skip.text_is_normalized = true;
+  // Text that is not normalized but said to be breaks the caller's contract; the ids may differ,
+  // but they must stay in range with offsets inside the text.
+  auto unchecked = tok.Encode(text, skip);
+  Require(unchecked.ok() == enc.ok(), "skipping the normalizer keeps UTF-8 validation");
+  if (unchecked.ok()) {
+    Require(unchecked->ids.size() == unchecked->offsets.size(), "one offset per id (unnormalized)");
+    for (size_t i = 0; i < unchecked->ids.size(); ++i) {
+      Require(unchecked->ids[i] >= 0 && unchecked->ids[i] < tok.vocab_size(), "ids in range");
+      Require(unchecked->offsets[i] <= text.size(), "offsets inside the text");
+    }
+  }
   if (!enc.ok()) return;
   Require(enc->ids.size() == enc->offsets.size(), "one offset per id");
   for (size_t i = 0; i < enc->ids.size(); ++i) {
@@ -103,10 +118,9 @@ void FuzzEncode(const std::string& text) {
     Require(enc->offsets[i] <= normalized->size(), "offsets inside the normalized text");
     Require(i == 0 || enc->offsets[i - 1] <= enc->offsets[i], "offsets non-decreasing");
   }
-  Tokenizer::EncodeOptions skip;
-  skip.text_is_normalized = true;
   auto again = tok.Encode(*normalized, skip);
   Require(again.ok() && again->ids == enc->ids, "normalized text encodes to the same ids");
+  Require(again->offsets == enc->offsets, "normalized text encodes to the same offsets");
   auto decoded = tok.Decode(enc->ids);
   Require(decoded.ok(), "decode of encoded ids");
   // lstrip/rstrip special tokens absorb whitespace, so the round trip is exact only without them.
