@@ -154,9 +154,9 @@ int main(int argc, char** argv) {
       },
       iters);
   const double bwd_ms = both.ms - fwd.ms;
-  const double io_gib = (q.nbytes() * 2 + k.nbytes() * 2 + v.nbytes() * 2 + dout.nbytes() * 2 +
-                         q_rows * hq * 4.0) /
-                        (1 << 30);  // q k v dO in, o dq dk dv out, lse
+  const double io_gib =
+      (q.nbytes() * 2 + k.nbytes() * 2 + v.nbytes() * 2 + dout.nbytes() * 2 + q_rows * hq * 4.0) /
+      (1 << 30);  // q k v dO in, o dq dk dv out, lse
   std::printf(
       "context %lld, anchors %lld, B %lld, heads %lld/%lld, head_dim %lld, %d docs, bf16, "
       "median of %d\n",
@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
   std::printf("| %-22s | %9.3f | %9.3f | %9.3f | %10.1f | %10.1f | %14.3f |\n", "dflash fused",
               fwd.ms, bwd_ms, both.ms, fwd_tflop / fwd.ms * 1e3, bwd_tflop / bwd_ms * 1e3,
               both.peak_extra_gib);
-  std::printf("memory bound of the target (inputs + outputs + LSE) x 1.1: %.3f GiB\n", io_gib * 1.1);
+  std::printf("memory bound of the target (inputs + outputs + LSE) x 1.1: %.3f GiB\n",
+              io_gib * 1.1);
   const std::string json = StrFlag(argc, argv, "--json");
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");

@@ -80,8 +80,8 @@ at::Tensor Long(const std::vector<int64_t>& v) {
 
 void RunDrafterCase(const Geometry& g) {
   const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(testing::Message() << "seed " << seed << " hq " << g.hq << " hkv " << g.hkv
-                                  << " d " << g.d << " B " << g.b);
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " hq " << g.hq << " hkv " << g.hkv << " d "
+                                  << g.d << " B " << g.b);
   std::mt19937_64 rng(seed);
   const MaskInputs m = RandomMask(g, rng);
   const int64_t t = static_cast<int64_t>(m.doc_ids.size());
@@ -97,7 +97,8 @@ void RunDrafterCase(const Geometry& g) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(g.d));
 
   // Reference in fp32 on the CPU.
-  const drafter::BlockMask mask_cpu = drafter::BuildBlockMask(Long(m.anchors), Long(m.doc_ids), g.b);
+  const drafter::BlockMask mask_cpu =
+      drafter::BuildBlockMask(Long(m.anchors), Long(m.doc_ids), g.b);
   const at::Tensor q_ref = q.clone().requires_grad_(true), k_ref = k.clone().requires_grad_(true),
                    v_ref = v.clone().requires_grad_(true);
   const at::Tensor out_ref =
@@ -118,7 +119,8 @@ void RunDrafterCase(const Geometry& g) {
   out.backward(dout.to(cuda, at::kBFloat16));
   for (const auto& [name, got, want] :
        {std::tuple{"out", out, out_ref}, std::tuple{"dq", q_gpu.grad(), q_ref.grad()},
-        std::tuple{"dk", k_gpu.grad(), k_ref.grad()}, std::tuple{"dv", v_gpu.grad(), v_ref.grad()}}) {
+        std::tuple{"dk", k_gpu.grad(), k_ref.grad()},
+        std::tuple{"dv", v_gpu.grad(), v_ref.grad()}}) {
     SCOPED_TRACE(name);
     ASSERT_TRUE(got.defined());
     EXPECT_FALSE(at::isnan(got).any().item<bool>());
@@ -130,7 +132,8 @@ void RunDrafterCase(const Geometry& g) {
     EXPECT_EQ(out.narrow(0, j * g.b, g.b).abs().max().item<float>(), 0.f) << "padding block " << j;
   }
   // A second call with the same mask reuses the plan and gives the same output.
-  const at::Tensor again = fused.Forward(q_gpu.detach(), k_gpu.detach(), v_gpu.detach(), mask, scale);
+  const at::Tensor again =
+      fused.Forward(q_gpu.detach(), k_gpu.detach(), v_gpu.detach(), mask, scale);
   EXPECT_EQ(MaxRelError(again, out), 0.0);
 }
 
@@ -146,7 +149,7 @@ TEST_F(DflashAttnGpu, Gqa4Hd128MatchesTheReference) {
 }
 
 TEST_F(DflashAttnGpu, Hd64AndOtherGroupingsMatchTheReference) {
-  RunDrafterCase({6, 20, 300, 40, 4, 1, 64, 16});   // 4 heads per kv head
+  RunDrafterCase({6, 20, 300, 40, 4, 1, 64, 16});    // 4 heads per kv head
   RunDrafterCase({5, 30, 200, 30, 16, 2, 128, 16});  // 8 per kv head: 2 tiles per block
   RunDrafterCase({4, 10, 150, 25, 2, 2, 64, 16});    // no grouping
   RunDrafterCase({7, 5, 250, 50, 8, 2, 128, 10});    // block size 10
@@ -183,9 +186,9 @@ TEST_F(DflashAttnGpu, CausalVarlenMatchesPerDocumentReference) {
     const at::Tensor want = at::cat(parts, 0);
     const c10::Device cuda(c10::kCUDA, 0);
     Poison(cuda);
-    const at::Tensor got = FusedCausalVarlenAttention(q.to(cuda, at::kBFloat16),
-                                                      k.to(cuda, at::kBFloat16),
-                                                      v.to(cuda, at::kBFloat16), Long(cu), scale);
+    const at::Tensor got =
+        FusedCausalVarlenAttention(q.to(cuda, at::kBFloat16), k.to(cuda, at::kBFloat16),
+                                   v.to(cuda, at::kBFloat16), Long(cu), scale);
     EXPECT_FALSE(at::isnan(got).any().item<bool>());
     EXPECT_LT(MaxRelError(got, want), 2e-2) << "hq " << hq << " hkv " << hkv << " d " << d;
   }
@@ -199,8 +202,8 @@ TEST_F(DflashAttnGpu, UnsupportedCallsFallBackOrAreRefused) {
       drafter::BuildBlockMask(Long({3}).to(cuda), Long(std::vector<int64_t>(16, 0)).to(cuda), 16);
   EXPECT_FALSE(drafter::FusedDrafterAttention::Supports(q32, k32, mask)) << "fp32 -> reference";
   EXPECT_FALSE(drafter::FusedDrafterAttention::Supports(
-      at::randn({16, 6, 64}, opts.dtype(at::kBFloat16)), at::randn({32, 2, 64}, opts.dtype(at::kBFloat16)),
-      mask))
+      at::randn({16, 6, 64}, opts.dtype(at::kBFloat16)),
+      at::randn({32, 2, 64}, opts.dtype(at::kBFloat16)), mask))
       << "3 heads per kv head";
   const at::Tensor out = drafter::FusedDrafterAttention().Forward(q32, k32, k32, mask, 0.125);
   EXPECT_EQ(out.sizes(), q32.sizes());

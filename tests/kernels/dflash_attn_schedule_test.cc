@@ -3,8 +3,6 @@
 // position exactly its visible keys, the backward items visit every visible (key, anchor) pair
 // exactly once, nothing invisible, and no key row is in two items (dK, dV are written without
 // atomics). Runs on any machine.
-#include "common/kernels/dflash_attn/schedule.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +11,8 @@
 #include <set>
 #include <utility>
 #include <vector>
+
+#include "common/kernels/dflash_attn/schedule.h"
 
 namespace dflash::kernels {
 namespace {
@@ -117,7 +117,7 @@ TEST(DflashAttnSchedule, CoversExactlyTheMaskOnRandomBatches) {
   for (int round = 0; round < 20; ++round) {
     const Mask m = RandomMask(rng, 1 + round % 7, 5 + round * 7);
     for (const auto& [b, group] : {std::pair{16, 4}, std::pair{16, 8}, std::pair{10, 1},
-                                  std::pair{8, 64}, std::pair{64, 2}}) {
+                                   std::pair{8, 64}, std::pair{64, 2}}) {
       SCOPED_TRACE(testing::Message() << "round " << round << " B " << b << " G " << group);
       CheckSchedule(m, b, group);
     }

@@ -49,8 +49,10 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
   {
     const bf16* kb = k + it.key_row * kv_row_stride + g * D;
     const bf16* vb = v + it.key_row * kv_row_stride + g * D;
-    LoadTile<D>(s_k, it.n_keys, [&](int r) { return kb + r * kv_row_stride; }, k, tid);
-    LoadTile<D>(s_v, it.n_keys, [&](int r) { return vb + r * kv_row_stride; }, v, tid);
+    LoadTile<D>(
+        s_k, it.n_keys, [&](int r) { return kb + r * kv_row_stride; }, k, tid);
+    LoadTile<D>(
+        s_v, it.n_keys, [&](int r) { return vb + r * kv_row_stride; }, v, tid);
   }
 
   // Query tile u of the item: anchor j_begin + u / q_tiles_per_anchor, positions from its block.
@@ -65,10 +67,11 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
     const int pos = visit_pos(u, &n_pos);
     const int64_t base = pos * q_row_stride + static_cast<int64_t>(g) * group * D;
     auto row_off = [&](int r) { return (r / group) * q_row_stride + (r % group) * D; };
-    LoadTile<D>(s_q + buf * 64 * D, n_pos * group, [&](int r) { return q + base + row_off(r); }, q,
-                tid);
-    LoadTile<D>(s_do + buf * 64 * D, n_pos * group,
-                [&](int r) { return dout + base + row_off(r); }, dout, tid);
+    LoadTile<D>(
+        s_q + buf * 64 * D, n_pos * group, [&](int r) { return q + base + row_off(r); }, q, tid);
+    LoadTile<D>(
+        s_do + buf * 64 * D, n_pos * group, [&](int r) { return dout + base + row_off(r); }, dout,
+        tid);
     if (tid < 64) {
       const bool valid = tid / group < n_pos;
       const int64_t idx = static_cast<int64_t>(pos + tid / group) * p.hq + g * group + tid % group;
@@ -217,8 +220,8 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
         // 16-byte atomic instead of two 8-byte ones): even lanes take row r_lo, odd lanes r_lo+8.
         const bool odd = lane & 1;
         const int r = r_lo + (odd ? 8 : 0);
-        float* row = p.dq_accum +
-                     (static_cast<int64_t>(pos + r / group) * p.hq + g * group + r % group) * D;
+        float* row =
+            p.dq_accum + (static_cast<int64_t>(pos + r / group) * p.hq + g * group + r % group) * D;
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const float recv0 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][0] : acc[nt][2], 1);
@@ -263,7 +266,8 @@ __global__ void DflashAttnDeltaKernel(const bf16* __restrict__ out, const bf16* 
   if (row >= rows) return;
   float acc = 0.f;
   for (int d = lane * 2; d < D; d += 64) {
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(out + row * D + d));
+    const float2 a =
+        __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(out + row * D + d));
     const float2 b =
         __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dout + row * D + d));
     acc += a.x * b.x + a.y * b.y;

@@ -37,7 +37,8 @@ template <typename Item>
 at::Tensor ItemsTensor(const std::vector<Item>& items, c10::Device device) {
   static_assert(sizeof(Item) == 6 * sizeof(int32_t));
   at::Tensor host = at::empty({static_cast<int64_t>(items.size()), 6}, at::kInt);
-  if (!items.empty()) std::memcpy(host.data_ptr<int32_t>(), items.data(), items.size() * sizeof(Item));
+  if (!items.empty())
+    std::memcpy(host.data_ptr<int32_t>(), items.data(), items.size() * sizeof(Item));
   return host.to(device);
 }
 
@@ -167,8 +168,7 @@ at::Tensor FusedDflashAttention(const at::Tensor& q, const at::Tensor& k, const 
   TORCH_CHECK(q.size(0) == n * plan.block_size, "fused attention: q has ", q.size(0),
               " rows, expected ", n, " blocks of ", plan.block_size);
   TORCH_CHECK(k.size(0) == plan.context_rows + n * plan.block_size, "fused attention: k has ",
-              k.size(0), " rows, expected T + Q = ", plan.context_rows, " + ",
-              n * plan.block_size);
+              k.size(0), " rows, expected T + Q = ", plan.context_rows, " + ", n * plan.block_size);
   const c10::cuda::CUDAGuard guard(q.device());
   return DflashAttnFunction::apply(q, k, v, plan.fwd_items, plan.bwd_items, plan.anchors,
                                    plan.block_size, scale);
@@ -181,8 +181,8 @@ at::Tensor FusedCausalVarlenAttention(const at::Tensor& q_in, const at::Tensor& 
   TORCH_CHECK(q_in.size(0) == k_in.size(0), "fused causal attention: q has ", q_in.size(0),
               " rows and k ", k_in.size(0));
   const std::vector<int64_t> cu = HostInt64(cu_seqlens, "cu_seqlens");
-  TORCH_CHECK(!cu.empty() && cu.back() == q_in.size(0), "fused causal attention: cu_seqlens must end at ",
-              q_in.size(0));
+  TORCH_CHECK(!cu.empty() && cu.back() == q_in.size(0),
+              "fused causal attention: cu_seqlens must end at ", q_in.size(0));
   auto items = BuildCausalSchedule(cu, q_in.size(1) / k_in.size(1));
   TORCH_CHECK(items.ok(), std::string(items.status().message()));
   const c10::cuda::CUDAGuard guard(q_in.device());

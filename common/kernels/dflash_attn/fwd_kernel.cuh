@@ -53,12 +53,13 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
   };
   auto load_k = [&](int t) {
     const bf16* kb = k + tile_start(t) * kv_row_stride + g * D;
-    LoadTile<D>(s_k + (t & 1) * 64 * D, tile_len(t), [&](int r) { return kb + r * kv_row_stride; },
-                k, tid);
+    LoadTile<D>(
+        s_k + (t & 1) * 64 * D, tile_len(t), [&](int r) { return kb + r * kv_row_stride; }, k, tid);
   };
   auto load_v = [&](int t) {
     const bf16* vb = v + tile_start(t) * kv_row_stride + g * D;
-    LoadTile<D>(s_v, tile_len(t), [&](int r) { return vb + r * kv_row_stride; }, v, tid);
+    LoadTile<D>(
+        s_v, tile_len(t), [&](int r) { return vb + r * kv_row_stride; }, v, tid);
   };
 
   // Commit groups, in order: {Q, K0}, {V0}, then per tile t: {K(t+1)}, {V(t+1)}.

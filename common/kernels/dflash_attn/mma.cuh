@@ -81,15 +81,18 @@ __device__ __forceinline__ uint32_t AddrA(const __nv_bfloat16* base, int r0, int
 }
 template <int D>
 __device__ __forceinline__ uint32_t AddrBn(const __nv_bfloat16* base, int r0, int c0, int lane) {
-  return SmemAddr(base + Swz<D>(r0 + (lane & 7) + ((lane >> 4) << 3), c0 + (((lane >> 3) & 1) << 3)));
+  return SmemAddr(base +
+                  Swz<D>(r0 + (lane & 7) + ((lane >> 4) << 3), c0 + (((lane >> 3) & 1) << 3)));
 }
 template <int D>
 __device__ __forceinline__ uint32_t AddrBt(const __nv_bfloat16* base, int r0, int c0, int lane) {
-  return SmemAddr(base + Swz<D>(r0 + (lane & 7) + (((lane >> 3) & 1) << 3), c0 + ((lane >> 4) << 3)));
+  return SmemAddr(base +
+                  Swz<D>(r0 + (lane & 7) + (((lane >> 3) & 1) << 3), c0 + ((lane >> 4) << 3)));
 }
 template <int D>
 __device__ __forceinline__ uint32_t AddrAt(const __nv_bfloat16* base, int r0, int c0, int lane) {
-  return SmemAddr(base + Swz<D>(r0 + (lane & 7) + ((lane >> 4) << 3), c0 + (((lane >> 3) & 1) << 3)));
+  return SmemAddr(base +
+                  Swz<D>(r0 + (lane & 7) + ((lane >> 4) << 3), c0 + (((lane >> 3) & 1) << 3)));
 }
 
 // Copies rows [0, 64) of a tile: row i comes from `src(i)` (a pointer to D bf16) when i < n_valid,

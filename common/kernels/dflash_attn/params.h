@@ -1,11 +1,11 @@
-// Parameters of the fused DFlash attention kernels (fwd_kernel.cuh, bwd_kernel.cuh): plain pointers,
-// strides and the work lists of schedule.h, no framework types, so that the CUDA translation units
-// stay free of LibTorch headers.
+// Parameters of the fused DFlash attention kernels (fwd_kernel.cuh, bwd_kernel.cuh): plain
+// pointers, strides and the work lists of schedule.h, no framework types, so that the CUDA
+// translation units stay free of LibTorch headers.
 //
 // Row layout. q and o are [Q, Hq, D] and k, v are [rows_kv, Hkv, D], all contiguous bf16; a CTA
-// owns one kv head g and a tile of 64 "rows" = P positions x G query heads (G = Hq / Hkv, a power of
-// two <= 64, P = 64 / G): tile row r is position r / G and query head g*G + r % G. All G heads of a
-// group read the same keys under the same mask, so a K/V tile loaded once serves 64 rows.
+// owns one kv head g and a tile of 64 "rows" = P positions x G query heads (G = Hq / Hkv, a power
+// of two <= 64, P = 64 / G): tile row r is position r / G and query head g*G + r % G. All G heads
+// of a group read the same keys under the same mask, so a K/V tile loaded once serves 64 rows.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +45,10 @@ struct DflashAttnFwdParams {
 };
 
 struct DflashAttnBwdParams {
-  const void* q = nullptr;   // [Q, Hq, D]
-  const void* k = nullptr;   // [rows_kv, Hkv, D]
+  const void* q = nullptr;  // [Q, Hq, D]
+  const void* k = nullptr;  // [rows_kv, Hkv, D]
   const void* v = nullptr;
-  const void* o = nullptr;   // [Q, Hq, D]
+  const void* o = nullptr;     // [Q, Hq, D]
   const void* dout = nullptr;  // [Q, Hq, D]
   const float* lse = nullptr;  // [Q, Hq] from the forward
   float* delta = nullptr;      // [Q, Hq] scratch: rowsum(dO * O)

@@ -21,8 +21,8 @@ void SortByCost(std::vector<Item>& items, Cost cost) {
 absl::StatusOr<int> PositionsPerTile(int64_t group) {
   if (group < 1 || group > kAttnTileRows || (group & (group - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "fused attention: ", group, " query heads per kv head; the kernels need a power of two <= ",
-        kAttnTileRows));
+        "fused attention: ", group,
+        " query heads per kv head; the kernels need a power of two <= ", kAttnTileRows));
   }
   return static_cast<int>(kAttnTileRows / group);
 }
@@ -52,13 +52,13 @@ absl::StatusOr<DflashSchedule> BuildDflashSchedule(const std::vector<int64_t>& a
     const int64_t a = anchors[j];
     if (a == -1) continue;
     if (a < 0 || a >= context_rows || a <= prev) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("fused attention: anchors[", j, "] = ", a,
-                       " (anchors must be -1 or rows in [0, ", context_rows, "), ascending)"));
+      return absl::InvalidArgumentError(absl::StrCat("fused attention: anchors[", j, "] = ", a,
+                                                     " (anchors must be -1 or rows in [0, ",
+                                                     context_rows, "), ascending)"));
     }
     if (ctx_begin[j] < 0 || ctx_begin[j] > a) {
-      return absl::InvalidArgumentError(absl::StrCat("fused attention: ctx_begin[", j, "] = ",
-                                                     ctx_begin[j], " is not in [0, ", a, "]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fused attention: ctx_begin[", j, "] = ", ctx_begin[j], " is not in [0, ", a, "]"));
     }
     prev = a;
   }
@@ -134,8 +134,8 @@ absl::StatusOr<std::vector<AttnFwdItem>> BuildCausalSchedule(const std::vector<i
   for (size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
     const int64_t begin = cu_seqlens[d], end = cu_seqlens[d + 1];
     if (end < begin) {
-      return absl::InvalidArgumentError(absl::StrCat("fused attention: cu_seqlens[", d + 1, "] = ",
-                                                     end, " < cu_seqlens[", d, "] = ", begin));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fused attention: cu_seqlens[", d + 1, "] = ", end, " < cu_seqlens[", d, "] = ", begin));
     }
     for (int64_t p0 = begin; p0 < end; p0 += *per_tile) {
       AttnFwdItem it{};

@@ -7,7 +7,8 @@
 //            write zeros);
 //   backward: per document, context key tiles of 64 from c_j up to the document's last anchor, each
 //            with the anchors of that document after the tile's first key; plus one block tile per
-//            anchor. Every key row of a kv head is in at most one item, so dK and dV need no atomics.
+//            anchor. Every key row of a kv head is in at most one item, so dK and dV need no
+//            atomics.
 // Target (causal, packed documents): one forward item per tile of P positions of one document.
 // Items are sorted by decreasing work (stable), so the longest start first.
 #pragma once
