@@ -35,7 +35,8 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
 
   const AttnBwdItem it = p.items[blockIdx.x];
   const int g = blockIdx.y;
-  const int group = p.hq / p.hkv;
+  const int group = p.hq / p.hkv;  // a power of two (schedule.h): shifts, not divisions
+  const int gshift = __ffs(group) - 1, gmask = group - 1;
   const int pos_per_tile = 64 / group;
   const int q_tiles_per_anchor = (p.block_size + pos_per_tile - 1) / pos_per_tile;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -66,15 +67,16 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
     int n_pos;
     const int pos = visit_pos(u, &n_pos);
     const int64_t base = pos * q_row_stride + static_cast<int64_t>(g) * group * D;
-    auto row_off = [&](int r) { return (r / group) * q_row_stride + (r % group) * D; };
+    auto row_off = [&](int r) { return ((r >> gshift)) * q_row_stride + ((r & gmask)) * D; };
     LoadTile<D>(
         s_q + buf * 64 * D, n_pos * group, [&](int r) { return q + base + row_off(r); }, q, tid);
     LoadTile<D>(
         s_do + buf * 64 * D, n_pos * group, [&](int r) { return dout + base + row_off(r); }, dout,
         tid);
     if (tid < 64) {
-      const bool valid = tid / group < n_pos;
-      const int64_t idx = static_cast<int64_t>(pos + tid / group) * p.hq + g * group + tid % group;
+      const bool valid = (tid >> gshift) < n_pos;
+      const int64_t idx =
+          static_cast<int64_t>(pos + (tid >> gshift)) * p.hq + g * group + (tid & gmask);
       s_lse[buf * 64 + tid] = valid ? p.lse[idx] : CUDART_INF_F;
       s_delta[buf * 64 + tid] = valid ? p.delta[idx] : 0.f;
     }
@@ -221,13 +223,14 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
         const bool odd = lane & 1;
         const int r = r_lo + (odd ? 8 : 0);
         float* row =
-            p.dq_accum + (static_cast<int64_t>(pos + r / group) * p.hq + g * group + r % group) * D;
+            p.dq_accum +
+            (static_cast<int64_t>(pos + (r >> gshift)) * p.hq + g * group + (r & gmask)) * D;
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const float recv0 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][0] : acc[nt][2], 1);
           const float recv1 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][1] : acc[nt][3], 1);
           const int col = dc * 32 + nt * 8 + ((lane & 3) & ~1) * 2;
-          if (r / group < n_pos) {
+          if ((r >> gshift) < n_pos) {
             atomicAdd(reinterpret_cast<float4*>(row + col),
                       odd ? make_float4(recv0, recv1, acc[nt][2], acc[nt][3])
                           : make_float4(acc[nt][0], acc[nt][1], recv0, recv1));
@@ -235,7 +238,7 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
         }
       }
     }
-    __syncthreads();  // buffers of visit u and s_ds are overwritten next
+    __syncthreads();  // s_ds and this visit's buffers are rewritten next
   }
   CpAsyncWait<0>();
 

@@ -34,7 +34,8 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
 
   const AttnFwdItem it = p.items[blockIdx.x];
   const int g = blockIdx.y;
-  const int group = p.hq / p.hkv;
+  const int group = p.hq / p.hkv;  // a power of two (schedule.h): shifts, not divisions
+  const int gshift = __ffs(group) - 1, gmask = group - 1;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const bf16* q = static_cast<const bf16*>(p.q);
   const bf16* k = static_cast<const bf16*>(p.k);
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
   const int64_t kv_row_stride = static_cast<int64_t>(p.hkv) * D;
   const bf16* q_tile = q + it.q_pos * q_row_stride + static_cast<int64_t>(g) * group * D;
   // Tile row r -> position r / group, head r % group of the kv group.
-  auto q_row = [&](int r) { return q_tile + (r / group) * q_row_stride + (r % group) * D; };
+  auto q_row = [&](int r) { return q_tile + ((r >> gshift)) * q_row_stride + ((r & gmask)) * D; };
 
   const int n_ctx_tiles = it.kv_end > it.kv_begin ? (it.kv_end - it.kv_begin + 63) / 64 : 0;
   const int n_tiles = n_ctx_tiles + (it.blk_row >= 0 ? 1 : 0);
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
 
   // Rows of this thread in the tile: r0 = 16*warp + lane/4 and r0 + 8.
   const int r0 = warp * 16 + (lane >> 2);
-  const int pos0 = it.q_pos + r0 / group, pos1 = it.q_pos + (r0 + 8) / group;
+  const int pos0 = it.q_pos + (r0 >> gshift), pos1 = it.q_pos + ((r0 + 8) >> gshift);
   float o_acc[2 * kSteps][4];
 #pragma unroll
   for (int i = 0; i < 2 * kSteps; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
@@ -182,9 +183,9 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int r = r0 + h * 8;
-    if (r / group >= it.n_pos) continue;
+    if ((r >> gshift) >= it.n_pos) continue;
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int64_t row_off = (r / group) * q_row_stride + (r % group) * D;
+    const int64_t row_off = ((r >> gshift)) * q_row_stride + ((r & gmask)) * D;
     bf16* orow = o_tile + row_off;
 #pragma unroll
     for (int nt = 0; nt < 2 * kSteps; ++nt) {
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
     }
     if ((lane & 3) == 0) {
       const int64_t lse_idx =
-          static_cast<int64_t>(it.q_pos + r / group) * p.hq + g * group + (r % group);
+          static_cast<int64_t>(it.q_pos + (r >> gshift)) * p.hq + g * group + ((r & gmask));
       p.lse[lse_idx] = l > 0.f ? m_run[h] + log2f(l) : CUDART_INF_F;
     }
   }

@@ -102,7 +102,7 @@ template <int D, typename RowPtr>
 __device__ __forceinline__ void LoadTile(__nv_bfloat16* smem, int n_valid, RowPtr src,
                                          const void* any, int tid) {
   constexpr int kChunks = D / 8;
-#pragma unroll 4
+#pragma unroll
   for (int i = tid; i < 64 * kChunks; i += 128) {
     const int row = i / kChunks, c = i % kChunks;
     const bool valid = row < n_valid;
