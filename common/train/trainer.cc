@@ -1,0 +1,260 @@
+#include "common/train/trainer.h"
+
+#include <ATen/core/grad_mode.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/safetensors.h"
+#include "common/nn/weights.h"
+
+namespace dflash::train {
+namespace {
+
+absl::Status FieldError(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("optimizer: ", field, ": ", why));
+}
+
+std::string ShapeOf(const at::Tensor& t) { return nn::ShapeString(t.sizes().vec()); }
+
+}  // namespace
+
+absl::Status ValidateOptimConfig(const OptimConfig& c) {
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) return FieldError("lr", "must be a positive number");
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) return FieldError("beta1", "must be in [0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) return FieldError("beta2", "must be in [0, 1)");
+  if (!(c.eps > 0)) return FieldError("eps", "must be positive");
+  if (!(c.weight_decay >= 0)) return FieldError("weight_decay", "must be >= 0");
+  if (!(c.warmup_ratio >= 0 && c.warmup_ratio < 1)) {
+    return FieldError("warmup_ratio", "must be in [0, 1)");
+  }
+  if (std::isnan(c.clip_norm)) return FieldError("clip_norm", "is NaN");
+  if (c.total_steps < 1) return FieldError("total_steps", "must be at least 1");
+  return absl::OkStatus();
+}
+
+double LearningRate(const OptimConfig& c, int64_t step) {
+  const int64_t warmup =
+      static_cast<int64_t>(std::ceil(c.warmup_ratio * static_cast<double>(c.total_steps)));
+  if (step < warmup) return c.lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  const int64_t decay = std::max<int64_t>(1, c.total_steps - warmup);
+  const double progress =
+      std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay));
+  return c.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+struct DrafterTrainer::Impl {
+  std::vector<at::Tensor> params;
+  std::unique_ptr<torch::optim::AdamW> opt;
+  double numerator = 0, weight_sum = 0;
+  bool nonfinite = false;
+  int64_t micro = 0;
+  std::vector<int64_t> slot_correct, slot_total;
+};
+
+DrafterTrainer::DrafterTrainer(drafter::DrafterModel* model, OptimConfig config,
+                               drafter::LossOptions loss)
+    : model_(model), config_(config), loss_(loss), impl_(std::make_unique<Impl>()) {}
+
+DrafterTrainer::~DrafterTrainer() = default;
+
+absl::StatusOr<std::unique_ptr<DrafterTrainer>> DrafterTrainer::Create(
+    drafter::DrafterModel* model, const OptimConfig& config, const drafter::LossOptions& loss) {
+  if (model == nullptr) return absl::InvalidArgumentError("trainer: no model");
+  if (absl::Status s = ValidateOptimConfig(config); !s.ok()) return s;
+  std::unique_ptr<DrafterTrainer> t(new DrafterTrainer(model, config, loss));
+  for (const drafter::NamedParameter& p : model->parameters()) {
+    if (p.tensor.scalar_type() != at::kFloat) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer: parameter ", p.name, " is ", std::string(c10::toString(p.tensor.scalar_type())),
+          "; AdamW keeps fp32 master weights (DrafterOptions.dtype = fp32)"));
+    }
+    t->impl_->params.push_back(p.tensor);
+  }
+  torch::optim::AdamWOptions options(config.lr);
+  options.betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
+  t->impl_->opt = std::make_unique<torch::optim::AdamW>(t->impl_->params, options);
+  const size_t b = static_cast<size_t>(model->config().block_size);
+  t->impl_->slot_correct.assign(b, 0);
+  t->impl_->slot_total.assign(b, 0);
+  return t;
+}
+
+absl::Status DrafterTrainer::AddMicroBatch(const drafter::DrafterBatch& batch) {
+  absl::StatusOr<at::Tensor> hidden = model_->Forward(batch);
+  if (!hidden.ok()) return hidden.status();
+  absl::StatusOr<drafter::DrafterLoss> loss = model_->Loss(batch, *hidden, loss_);
+  if (!loss.ok()) return loss.status();
+  const double num = loss->numerator.item<double>();
+  Impl& m = *impl_;
+  if (std::isfinite(num)) {
+    loss->numerator.backward();
+  } else {
+    m.nonfinite = true;  // the step will be skipped: no use propagating NaN into the gradients
+  }
+  m.numerator += num;
+  m.weight_sum += loss->denominator.item<double>();
+  const at::Tensor correct = loss->slot_correct.to(at::kCPU).contiguous();
+  const at::Tensor total = loss->slot_total.to(at::kCPU).contiguous();
+  for (size_t k = 0; k < m.slot_correct.size(); ++k) {
+    m.slot_correct[k] += correct.data_ptr<int64_t>()[k];
+    m.slot_total[k] += total.data_ptr<int64_t>()[k];
+  }
+  ++m.micro;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weight_sum) {
+  Impl& m = *impl_;
+  if (m.micro == 0) return absl::FailedPreconditionError("trainer: Step() without a micro-batch");
+  StepStats s;
+  s.step = step_;
+  s.micro_batches = m.micro;
+  s.weight_sum = global_weight_sum.value_or(m.weight_sum);
+  s.loss = s.weight_sum > 0 ? m.numerator / s.weight_sum : 0.0;
+  s.slot_correct = m.slot_correct;
+  s.slot_total = m.slot_total;
+  s.acceptance_length = drafter::ExpectedAcceptanceLength(m.slot_correct, m.slot_total);
+  s.skipped = m.nonfinite || !(s.weight_sum > 0) || !std::isfinite(s.loss);
+  if (!s.skipped) {
+    const at::NoGradGuard no_grad;
+    const double scale = 1.0 / s.weight_sum;
+    for (at::Tensor& p : m.params) {
+      if (p.grad().defined()) p.mutable_grad().mul_(scale);
+    }
+    const double max_norm =
+        config_.clip_norm > 0 ? config_.clip_norm : std::numeric_limits<double>::infinity();
+    s.grad_norm = torch::nn::utils::clip_grad_norm_(m.params, max_norm);
+    s.skipped = !std::isfinite(s.grad_norm);
+  } else {
+    s.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  }
+  if (!s.skipped) {
+    s.lr = LearningRate(config_, step_);
+    for (auto& group : m.opt->param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(s.lr);
+    }
+    m.opt->step();
+  } else {
+    ++skipped_;
+  }
+  for (at::Tensor& p : m.params) p.mutable_grad() = at::Tensor();
+  m.numerator = m.weight_sum = 0;
+  m.nonfinite = false;
+  m.micro = 0;
+  std::fill(m.slot_correct.begin(), m.slot_correct.end(), 0);
+  std::fill(m.slot_total.begin(), m.slot_total.end(), 0);
+  ++step_;
+  return s;
+}
+
+absl::Status DrafterTrainer::SaveState(
+    const std::string& path, const std::map<std::string, std::string>& extra_metadata) const {
+  const Impl& m = *impl_;
+  std::vector<at::Tensor> keep;  // CPU copies alive until written
+  std::vector<model::TensorToWrite> out;
+  auto add = [&](const std::string& name, const at::Tensor& t) {
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    keep.push_back(c);
+    model::TensorToWrite w;
+    w.name = name;
+    w.dtype = c.scalar_type() == at::kLong ? model::DType::kI64 : model::DType::kF32;
+    w.shape = c.sizes().vec();
+    w.data = c.data_ptr();
+    w.nbytes = c.nbytes();
+    out.push_back(std::move(w));
+  };
+  keep.reserve(4 * m.params.size());
+  const auto& specs = model_->parameters();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const at::Tensor& p = m.params[i];
+    const std::string& name = specs[i].name;
+    add("param/" + name, p);
+    auto it = m.opt->state().find(p.unsafeGetTensorImpl());
+    if (it != m.opt->state().end()) {
+      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      add("adam.exp_avg/" + name, st.exp_avg());
+      add("adam.exp_avg_sq/" + name, st.exp_avg_sq());
+      add("adam.step/" + name, at::full({1}, st.step(), at::kLong));
+    } else {  // no step applied yet
+      add("adam.exp_avg/" + name, at::zeros_like(p));
+      add("adam.exp_avg_sq/" + name, at::zeros_like(p));
+      add("adam.step/" + name, at::zeros({1}, at::kLong));
+    }
+  }
+  std::map<std::string, std::string> meta = extra_metadata;
+  meta["trainer.step"] = std::to_string(step_);
+  meta["trainer.skipped"] = std::to_string(skipped_);
+  return model::WriteSafetensors(path, out, meta);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> DrafterTrainer::LoadState(
+    const std::string& path) {
+  absl::StatusOr<std::unique_ptr<model::SafetensorsFile>> file = model::SafetensorsFile::Open(path);
+  if (!file.ok()) return file.status();
+  const std::map<std::string, std::string> meta = (*file)->header().metadata;
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors = nn::ReadTensorFile(path);
+  if (!tensors.ok()) return tensors.status();
+  int64_t step = 0, skipped = 0;
+  try {
+    step = std::stoll(meta.at("trainer.step"));
+    skipped = std::stoll(meta.at("trainer.skipped"));
+  } catch (const std::exception&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": metadata trainer.step / trainer.skipped missing or not integers"));
+  }
+  Impl& m = *impl_;
+  const auto& specs = model_->parameters();
+  // Check everything before changing anything.
+  for (size_t i = 0; i < specs.size(); ++i) {
+    for (const char* kind : {"param/", "adam.exp_avg/", "adam.exp_avg_sq/", "adam.step/"}) {
+      const std::string name = kind + specs[i].name;
+      auto it = tensors->find(name);
+      if (it == tensors->end()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", name, " is missing"));
+      }
+      const bool is_step = std::strcmp(kind, "adam.step/") == 0;
+      const at::Tensor& t = it->second;
+      const bool ok = is_step ? (t.scalar_type() == at::kLong && t.numel() == 1)
+                              : (t.scalar_type() == at::kFloat && t.sizes() == m.params[i].sizes());
+      if (!ok) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": tensor ", name, " is ", std::string(c10::toString(t.scalar_type())), " ",
+            ShapeOf(t), ", expected ", is_step ? "int64 [1]" : "fp32 " + ShapeOf(m.params[i])));
+      }
+    }
+  }
+  const at::NoGradGuard no_grad;
+  auto& state = m.opt->state();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    at::Tensor& p = m.params[i];
+    const std::string& name = specs[i].name;
+    p.copy_(tensors->at("param/" + name));
+    const int64_t n = tensors->at("adam.step/" + name).item<int64_t>();
+    state.erase(p.unsafeGetTensorImpl());
+    if (n > 0) {
+      auto st = std::make_unique<torch::optim::AdamWParamState>();
+      st->step(n);
+      st->exp_avg(tensors->at("adam.exp_avg/" + name).to(p.device()).clone());
+      st->exp_avg_sq(tensors->at("adam.exp_avg_sq/" + name).to(p.device()).clone());
+      state[p.unsafeGetTensorImpl()] = std::move(st);
+    }
+    p.mutable_grad() = at::Tensor();
+  }
+  step_ = step;
+  skipped_ = skipped;
+  m.numerator = m.weight_sum = 0;
+  m.nonfinite = false;
+  m.micro = 0;
+  std::fill(m.slot_correct.begin(), m.slot_correct.end(), 0);
+  std::fill(m.slot_total.begin(), m.slot_total.end(), 0);
+  return meta;
+}
+
+}  // namespace dflash::train

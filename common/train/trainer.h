@@ -1,0 +1,95 @@
+// The drafter's optimizer step (method.md §3.6 and §4): micro-batches accumulate the loss
+// numerator's gradients, the step scales them once by 1 / (the weight sum over the whole step),
+// clips the global norm, and applies AdamW (fp32 master weights and state, the model's
+// parameters) at the warmup + cosine learning rate. A step whose loss or gradient norm is not
+// finite is skipped and counted: the parameters and the optimizer state stay as they were, the
+// step counter (and so the schedule) advances.
+//
+// One rank here; across data-parallel ranks the caller all-reduces the weight sum (and the
+// gradients) and passes the global sum to Step().
+//
+// LibTorch is a PRIVATE dependency (see common/drafter/drafter_model.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/drafter/drafter_model.h"
+
+namespace dflash::train {
+
+struct OptimConfig {
+  double lr = 6e-4;  // peak learning rate
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  double warmup_ratio = 0.04;  // of total_steps, linear from lr / warmup to lr
+  double clip_norm = 1.0;      // global gradient norm; <= 0: no clipping
+  int64_t total_steps = 1;     // optimizer steps of the run (the cosine reaches 0 at the end)
+};
+
+// INVALID_ARGUMENT naming the field.
+absl::Status ValidateOptimConfig(const OptimConfig& config);
+
+// Learning rate of optimizer step `step` (0-based): warmup steps w = ceil(warmup_ratio * total)
+// rise linearly, lr * (step + 1) / w; then cosine from lr down to 0 at step total - 1... total.
+double LearningRate(const OptimConfig& config, int64_t step);
+
+// What one optimizer step did.
+struct StepStats {
+  int64_t step = 0;       // the step just finished (0-based)
+  double loss = 0;        // sum(w * CE) / sum(w) over the step
+  double weight_sum = 0;  // sum(w) used to normalize (global when given)
+  double grad_norm = 0;   // global norm before clipping (NaN/inf on a skipped step)
+  double lr = 0;          // learning rate applied (0 when skipped)
+  bool skipped = false;   // not applied: non-finite loss or gradient norm, or no weight
+  int64_t micro_batches = 0;
+  std::vector<int64_t> slot_correct, slot_total;  // [B], summed over the step's micro-batches
+  double acceptance_length = 0;                   // drafter::ExpectedAcceptanceLength of those
+};
+
+class DrafterTrainer {
+ public:
+  // `model` must outlive the trainer; its parameters are what the optimizer updates.
+  static absl::StatusOr<std::unique_ptr<DrafterTrainer>> Create(drafter::DrafterModel* model,
+                                                                const OptimConfig& config,
+                                                                const drafter::LossOptions& loss);
+  ~DrafterTrainer();
+  DrafterTrainer(const DrafterTrainer&) = delete;
+  DrafterTrainer& operator=(const DrafterTrainer&) = delete;
+
+  // Forward, loss and backward of the numerator for one micro-batch of the current step.
+  absl::Status AddMicroBatch(const drafter::DrafterBatch& batch);
+  // Ends the step. `global_weight_sum`: sum(w) over every rank's micro-batches of this step
+  // (default: this trainer's own sum).
+  absl::StatusOr<StepStats> Step(std::optional<double> global_weight_sum = std::nullopt);
+
+  int64_t step() const { return step_; }              // steps finished
+  int64_t skipped_steps() const { return skipped_; }  // of those, not applied
+  const OptimConfig& config() const { return config_; }
+
+  // Everything a resumed run needs from the trainer, as named fp32/int64 CPU tensors and metadata:
+  // "param/<name>", "adam.exp_avg/<name>", "adam.exp_avg_sq/<name>", "adam.step/<name>", and
+  // metadata "trainer.step", "trainer.skipped". Written atomically by SaveState (safetensors).
+  absl::Status SaveState(const std::string& path,
+                         const std::map<std::string, std::string>& extra_metadata) const;
+  // Restores parameters, optimizer state and counters saved by SaveState for the same drafter
+  // shape; refuses (naming the tensor) a missing or mis-shaped entry before changing anything.
+  // Returns the file's metadata (extra entries included).
+  absl::StatusOr<std::map<std::string, std::string>> LoadState(const std::string& path);
+
+ private:
+  struct Impl;
+  DrafterTrainer(drafter::DrafterModel* model, OptimConfig config, drafter::LossOptions loss);
+  drafter::DrafterModel* model_;
+  OptimConfig config_;
+  drafter::LossOptions loss_;
+  std::unique_ptr<Impl> impl_;
+  int64_t step_ = 0, skipped_ = 0;
+};
+
+}  // namespace dflash::train

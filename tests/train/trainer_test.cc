@@ -1,0 +1,230 @@
+// The drafter's optimizer step (common/train/trainer.h) on the CPU with the tiny drafter of the
+// drafter tests: the learning-rate schedule, the loss falling on a fixed batch, normalization over
+// the step's micro-batches, skipped non-finite steps, and a resumed run that continues the loss
+// curve and the parameters of the uninterrupted run exactly.
+#include "common/train/trainer.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tests/drafter/test_util.h"
+
+namespace dflash::train {
+namespace {
+
+using drafter::DrafterBatch;
+using drafter::DrafterConfig;
+using drafter::testing::MakeModel;
+using drafter::testing::ScopedDir;
+using drafter::testing::TinyConfig;
+
+at::Tensor Longs(const std::vector<int64_t>& v) {
+  return at::tensor(at::ArrayRef<int64_t>(v), at::TensorOptions().dtype(at::kLong));
+}
+
+// Three documents of 6, 5 and 7 rows; anchors inside them; `seed` draws features and ids.
+DrafterBatch Batch(const DrafterConfig& c, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::vector<int64_t> positions;
+  for (int64_t len : {6, 5, 7}) {
+    for (int64_t p = 0; p < len; ++p) positions.push_back(p);
+  }
+  return DrafterBatch{at::randn({18, c.feature_dim()}, gen),
+                      at::randint(0, c.target.vocab_size - 1, {18}, gen, at::kLong),
+                      Longs(positions),
+                      at::tensor({0, 6, 11, 18}, at::TensorOptions().dtype(at::kInt)),
+                      Longs({1, 6, 12, 13}),
+                      Longs(std::vector<int64_t>(18, 1))};
+}
+
+// TinyConfig's B = 4 has no default gamma (method.md §3.5 gives 16, 10 and 8).
+drafter::LossOptions Loss() {
+  drafter::LossOptions l;
+  l.gamma = 4;
+  return l;
+}
+
+OptimConfig Config(int64_t total) {
+  OptimConfig o;
+  o.lr = 1e-2;
+  o.warmup_ratio = 0.1;
+  o.total_steps = total;
+  return o;
+}
+
+TEST(LearningRateTest, WarmsUpLinearlyThenFollowsTheCosineToZero) {
+  OptimConfig c;
+  c.lr = 1.0;
+  c.warmup_ratio = 0.04;
+  c.total_steps = 100;  // 4 warmup steps
+  EXPECT_DOUBLE_EQ(LearningRate(c, 0), 0.25);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 3), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRate(c, 4), 1.0);
+  EXPECT_NEAR(LearningRate(c, 4 + 48), 0.5, 1e-12);  // half way through the 96 decay steps
+  EXPECT_NEAR(LearningRate(c, 99), 0.5 * (1 + std::cos(M_PI * 95.0 / 96.0)), 1e-12);
+  EXPECT_GT(LearningRate(c, 99), 0.0);
+  c.warmup_ratio = 0;
+  EXPECT_DOUBLE_EQ(LearningRate(c, 0), 1.0);
+}
+
+TEST(OptimConfigTest, ErrorsNameTheField) {
+  auto error = [](auto edit) {
+    OptimConfig c;
+    edit(c);
+    return std::string(ValidateOptimConfig(c).message());
+  };
+  EXPECT_TRUE(ValidateOptimConfig(OptimConfig{}).ok());
+  EXPECT_NE(error([](OptimConfig& c) { c.lr = 0; }).find("lr"), std::string::npos);
+  EXPECT_NE(error([](OptimConfig& c) { c.beta2 = 1; }).find("beta2"), std::string::npos);
+  EXPECT_NE(error([](OptimConfig& c) { c.warmup_ratio = 1; }).find("warmup_ratio"),
+            std::string::npos);
+  EXPECT_NE(error([](OptimConfig& c) { c.total_steps = 0; }).find("total_steps"),
+            std::string::npos);
+}
+
+TEST(DrafterTrainerTest, LossFallsOnAFixedBatch) {
+  const DrafterConfig c = TinyConfig();
+  auto model = MakeModel(c, 3);
+  auto trainer = DrafterTrainer::Create(model.get(), Config(40), Loss());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const DrafterBatch batch = Batch(c, 11);
+  std::vector<double> losses;
+  for (int i = 0; i < 40; ++i) {
+    auto added = (*trainer)->AddMicroBatch(batch);
+    ASSERT_TRUE(added.ok()) << added;
+    auto s = (*trainer)->Step();
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_FALSE(s->skipped);
+    EXPECT_GT(s->grad_norm, 0);
+    losses.push_back(s->loss);
+  }
+  EXPECT_LT(losses.back(), 0.5 * losses.front()) << losses.front() << " -> " << losses.back();
+  EXPECT_EQ((*trainer)->step(), 40);
+}
+
+TEST(DrafterTrainerTest, LossIsNormalizedOverTheStepsMicroBatches) {
+  const DrafterConfig c = TinyConfig();
+  auto model = MakeModel(c, 3);
+  auto trainer = DrafterTrainer::Create(model.get(), Config(4), Loss());
+  ASSERT_TRUE(trainer.ok());
+  const DrafterBatch a = Batch(c, 1), b = Batch(c, 2);
+  auto la = model->Loss(a, *model->Forward(a), Loss());
+  auto lb = model->Loss(b, *model->Forward(b), Loss());
+  ASSERT_TRUE(la.ok() && lb.ok());
+  const double want = (la->numerator.item<double>() + lb->numerator.item<double>()) /
+                      (la->denominator.item<double>() + lb->denominator.item<double>());
+  ASSERT_TRUE((*trainer)->AddMicroBatch(a).ok());
+  ASSERT_TRUE((*trainer)->AddMicroBatch(b).ok());
+  auto s = (*trainer)->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_NEAR(s->loss, want, 1e-6 * want);
+  EXPECT_EQ(s->micro_batches, 2);
+  // A global weight sum (data-parallel ranks) divides instead of the local one.
+  ASSERT_TRUE((*trainer)->AddMicroBatch(a).ok());
+  auto g = (*trainer)->Step(4.0 * la->denominator.item<double>());
+  ASSERT_TRUE(g.ok());
+  EXPECT_NEAR(g->weight_sum, 4.0 * la->denominator.item<double>(), 1e-9);
+}
+
+TEST(DrafterTrainerTest, NonFiniteStepIsSkippedAndCounted) {
+  const DrafterConfig c = TinyConfig();
+  auto model = MakeModel(c, 3);
+  auto trainer = DrafterTrainer::Create(model.get(), Config(4), Loss());
+  ASSERT_TRUE(trainer.ok());
+  std::vector<at::Tensor> before;
+  for (const auto& p : model->parameters()) before.push_back(p.tensor.detach().clone());
+  DrafterBatch bad = Batch(c, 5);
+  bad.features[2][0] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE((*trainer)->AddMicroBatch(bad).ok());
+  auto s = (*trainer)->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->skipped);
+  EXPECT_EQ((*trainer)->skipped_steps(), 1);
+  EXPECT_EQ((*trainer)->step(), 1) << "the schedule advances";
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(at::equal(before[i], model->parameters()[i].tensor)) << model->parameters()[i].name;
+  }
+  // The next finite step applies normally.
+  ASSERT_TRUE((*trainer)->AddMicroBatch(Batch(c, 6)).ok());
+  auto next = (*trainer)->Step();
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(next->skipped);
+}
+
+TEST(DrafterTrainerTest, ResumedRunReproducesTheUninterruptedRunExactly) {
+  const DrafterConfig c = TinyConfig();
+  const ScopedDir dir("trainer_resume");
+  const std::string state = (dir.path() / "state.safetensors").string();
+  auto run = [&](DrafterTrainer& t, int from, int to, std::vector<double>* losses) {
+    for (int i = from; i < to; ++i) {
+      ASSERT_TRUE(t.AddMicroBatch(Batch(c, 100 + i)).ok());
+      ASSERT_TRUE(t.AddMicroBatch(Batch(c, 200 + i)).ok());
+      auto s = t.Step();
+      ASSERT_TRUE(s.ok()) << s.status();
+      losses->push_back(s->loss);
+    }
+  };
+  auto model = MakeModel(c, 3);
+  auto trainer = DrafterTrainer::Create(model.get(), Config(10), Loss());
+  ASSERT_TRUE(trainer.ok());
+  std::vector<double> straight, resumed;
+  run(**trainer, 0, 4, &straight);
+  ASSERT_TRUE((*trainer)->SaveState(state, {{"run", "r1"}}).ok());
+  run(**trainer, 4, 10, &straight);
+
+  // The same frozen target embeddings / lm_head (seed 3), drafter weights scrambled: every one of
+  // them must come from the state.
+  auto model2 = MakeModel(c, 3);
+  {
+    const at::NoGradGuard no_grad;
+    for (const auto& p : model2->parameters()) p.tensor.add_(at::randn(p.tensor.sizes()));
+  }
+  auto trainer2 = DrafterTrainer::Create(model2.get(), Config(10), Loss());
+  ASSERT_TRUE(trainer2.ok());
+  auto meta = (*trainer2)->LoadState(state);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->at("run"), "r1");
+  EXPECT_EQ((*trainer2)->step(), 4);
+  run(**trainer2, 4, 10, &resumed);
+  ASSERT_EQ(resumed.size(), 6u);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i], straight[4 + i]) << "step " << 4 + i;  // bitwise on the CPU
+  }
+  for (size_t i = 0; i < model->parameters().size(); ++i) {
+    EXPECT_TRUE(at::equal(model->parameters()[i].tensor, model2->parameters()[i].tensor))
+        << model->parameters()[i].name;
+  }
+}
+
+TEST(DrafterTrainerTest, LoadStateRefusesAnotherShapeBeforeChangingAnything) {
+  const ScopedDir dir("trainer_refuse");
+  const std::string state = (dir.path() / "state.safetensors").string();
+  DrafterConfig small = TinyConfig();
+  auto model = MakeModel(small, 3);
+  auto trainer = DrafterTrainer::Create(model.get(), Config(4), Loss());
+  ASSERT_TRUE(trainer.ok());
+  ASSERT_TRUE((*trainer)->SaveState(state, {}).ok());
+  DrafterConfig bigger = TinyConfig();
+  bigger.num_layers += 1;
+  auto other = MakeModel(bigger, 3);
+  auto trainer2 = DrafterTrainer::Create(other.get(), Config(4), Loss());
+  ASSERT_TRUE(trainer2.ok());
+  const at::Tensor first = other->parameters()[0].tensor.detach().clone();
+  auto r = (*trainer2)->LoadState(state);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("is missing"), std::string::npos) << r.status();
+  EXPECT_TRUE(at::equal(first, other->parameters()[0].tensor)) << "changed before refusing";
+  EXPECT_FALSE((*trainer2)->LoadState((dir.path() / "absent").string()).ok());
+}
+
+}  // namespace
+}  // namespace dflash::train
