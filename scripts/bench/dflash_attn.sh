@@ -12,5 +12,5 @@ for geom in "8192 512" "16384 1024"; do
   echo "== context $1 tokens, $2 anchors, B=16, 32/8 heads, head_dim 128 =="
   "$build/scripts/bench/dflash_attn" --context "$1" --anchors "$2" --mask-out "$out/mask_$1.txt" \
     --json "$out/ours_$1.json"
-  "${PYTHON:-python3}" "$here/dflash_attn_flex.py" --mask "$out/mask_$1.txt" --ours "$out/ours_$1.json"
+  "${PYTHON:-python3}" "$here/dflash_attn_flex.py" --mask "$out/mask_$1.txt" --ours "$out/ours_$1.json" ${DFLASH_FLEX_ARGS:-}
 done
