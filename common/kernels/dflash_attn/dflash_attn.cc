@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/kernels/dflash_attn/params.h"
@@ -62,30 +63,39 @@ void CheckQkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
               " query heads are not a multiple of ", k.size(1), " kv heads");
 }
 
+// Runs the forward kernel over `items` (contiguous q, k, v); returns {o, lse}.
+std::pair<at::Tensor, at::Tensor> RunForward(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, const at::Tensor& items,
+                                             double scale, bool causal) {
+  at::Tensor o = at::empty_like(q);
+  at::Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
+  DflashAttnFwdParams p;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.o = o.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.items = reinterpret_cast<const AttnFwdItem*>(items.data_ptr<int32_t>());
+  p.n_items = static_cast<int32_t>(items.size(0));
+  p.q_rows = static_cast<int32_t>(q.size(0));
+  p.kv_rows = static_cast<int32_t>(k.size(0));
+  p.hq = static_cast<int32_t>(q.size(1));
+  p.hkv = static_cast<int32_t>(k.size(1));
+  p.head_dim = static_cast<int32_t>(q.size(2));
+  p.scale_log2 = static_cast<float>(scale * M_LOG2E);
+  p.causal = causal;
+  CheckCuda(LaunchDflashAttnFwd(p, at::cuda::getCurrentCUDAStream().stream()),
+            causal ? "causal forward" : "forward");
+  return {o, lse};
+}
+
 struct DflashAttnFunction : public torch::autograd::Function<DflashAttnFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
                             const at::Tensor& v_in, const at::Tensor& fwd_items,
                             const at::Tensor& bwd_items, const at::Tensor& anchors,
                             int64_t block_size, double scale) {
     const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-    at::Tensor o = at::empty_like(q);
-    at::Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
-    DflashAttnFwdParams p;
-    p.q = q.data_ptr();
-    p.k = k.data_ptr();
-    p.v = v.data_ptr();
-    p.o = o.data_ptr();
-    p.lse = lse.data_ptr<float>();
-    p.items = reinterpret_cast<const AttnFwdItem*>(fwd_items.data_ptr<int32_t>());
-    p.n_items = static_cast<int32_t>(fwd_items.size(0));
-    p.q_rows = static_cast<int32_t>(q.size(0));
-    p.kv_rows = static_cast<int32_t>(k.size(0));
-    p.hq = static_cast<int32_t>(q.size(1));
-    p.hkv = static_cast<int32_t>(k.size(1));
-    p.head_dim = static_cast<int32_t>(q.size(2));
-    p.scale_log2 = static_cast<float>(scale * M_LOG2E);
-    p.causal = false;
-    CheckCuda(LaunchDflashAttnFwd(p, at::cuda::getCurrentCUDAStream().stream()), "forward");
+    auto [o, lse] = RunForward(q, k, v, fwd_items, scale, /*causal=*/false);
     ctx->save_for_backward({q, k, v, o, lse, bwd_items, anchors});
     ctx->saved_data["block_size"] = block_size;
     ctx->saved_data["scale"] = scale;
@@ -187,26 +197,7 @@ at::Tensor FusedCausalVarlenAttention(const at::Tensor& q_in, const at::Tensor& 
   TORCH_CHECK(items.ok(), std::string(items.status().message()));
   const c10::cuda::CUDAGuard guard(q_in.device());
   const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-  const at::Tensor dev_items = ItemsTensor(*items, q.device());
-  at::Tensor o = at::empty_like(q);
-  at::Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
-  DflashAttnFwdParams p;
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
-  p.o = o.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  p.items = reinterpret_cast<const AttnFwdItem*>(dev_items.data_ptr<int32_t>());
-  p.n_items = static_cast<int32_t>(dev_items.size(0));
-  p.q_rows = static_cast<int32_t>(q.size(0));
-  p.kv_rows = static_cast<int32_t>(k.size(0));
-  p.hq = static_cast<int32_t>(q.size(1));
-  p.hkv = static_cast<int32_t>(k.size(1));
-  p.head_dim = static_cast<int32_t>(q.size(2));
-  p.scale_log2 = static_cast<float>(scale * M_LOG2E);
-  p.causal = true;
-  CheckCuda(LaunchDflashAttnFwd(p, at::cuda::getCurrentCUDAStream().stream()), "causal forward");
-  return o;
+  return RunForward(q, k, v, ItemsTensor(*items, q.device()), scale, /*causal=*/true).first;
 }
 
 }  // namespace dflash::kernels
