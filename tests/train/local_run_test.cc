@@ -5,6 +5,7 @@
 #include "common/train/local_run.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/equal.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/batching/memory_source.h"
+#include "common/drafter/drafter_checkpoint.h"
 #include "tests/drafter/test_util.h"
 
 namespace dflash::train {
@@ -132,6 +134,29 @@ TEST(LocalRunTest, LossFallsOnLearnableData) {
   for (int i = 0; i < 5; ++i) head += losses[i] / 5, tail += losses[195 + i] / 5;
   EXPECT_LT(tail, 0.7 * head) << head << " -> " << tail;  // 5.94 -> 3.41 when written
   EXPECT_GT(last_tau, 1.0);
+
+  // The trained drafter exported in the serving format loads back into a fresh model and
+  // computes the same hidden states.
+  const ScopedDir dir("local_run_export");
+  const std::string out = (dir.path() / "drafter").string();
+  drafter::ExportOptions fp32;
+  fp32.dtype = model::DType::kF32;
+  ASSERT_TRUE(drafter::ExportDrafter(*drafter, out, fp32).ok());
+  auto loaded = TinyDrafter(c, *target);
+  ASSERT_NE(loaded, nullptr);
+  ASSERT_TRUE(drafter::ImportDrafter(out, loaded.get()).ok());
+  batching::PackedBatch packed;
+  const int32_t len0 = static_cast<int32_t>(data.length(0));
+  const int32_t len1 = static_cast<int32_t>(data.length(1));
+  ASSERT_TRUE(batching::MaterializeBatch(data, {{0, 0, len0}, {1, 0, len1}}, 128, &packed).ok());
+  const drafter::DrafterBatch shell = MakeDrafterBatch(packed, {}, at::Tensor());
+  auto features = target->Forward(shell.input_ids, shell.positions, shell.cu_seqlens);
+  ASSERT_TRUE(features.ok()) << features.status();
+  const drafter::DrafterBatch probe = MakeDrafterBatch(packed, {5, 10, len0 + 5}, *features);
+  auto a = drafter->Forward(probe);
+  auto b = loaded->Forward(probe);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(at::equal(*a, *b));
 }
 
 TEST(LocalRunTest, ResumedRunContinuesTheLossCurveExactly) {
