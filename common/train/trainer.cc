@@ -46,6 +46,14 @@ double LearningRate(const OptimConfig& c, int64_t step) {
   const int64_t decay = std::max<int64_t>(1, c.total_steps - warmup);
   const double progress =
       std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay));
+  switch (c.schedule) {
+    case LrSchedule::kLinear:
+      return c.lr * (1.0 - progress);
+    case LrSchedule::kConstant:
+      return c.lr;
+    case LrSchedule::kCosine:
+      break;
+  }
   return c.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 

@@ -24,8 +24,12 @@
 
 namespace dflash::train {
 
+// After warmup: cosine from lr to 0, linear from lr to 0, or constant lr (run.yaml optim.schedule).
+enum class LrSchedule { kCosine, kLinear, kConstant };
+
 struct OptimConfig {
   double lr = 6e-4;  // peak learning rate
+  LrSchedule schedule = LrSchedule::kCosine;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   double warmup_ratio = 0.04;  // of total_steps, linear from lr / warmup to lr
   double clip_norm = 1.0;      // global gradient norm; <= 0: no clipping
@@ -36,7 +40,8 @@ struct OptimConfig {
 absl::Status ValidateOptimConfig(const OptimConfig& config);
 
 // Learning rate of optimizer step `step` (0-based): warmup steps w = ceil(warmup_ratio * total)
-// rise linearly, lr * (step + 1) / w; then cosine from lr down to 0 at step total - 1... total.
+// rise linearly, lr * (step + 1) / w; then, with progress p = (step - w) / (total - w) in [0, 1),
+// cosine lr * (1 + cos(pi p)) / 2, linear lr * (1 - p), or constant lr.
 double LearningRate(const OptimConfig& config, int64_t step);
 
 // What one optimizer step did.

@@ -61,7 +61,7 @@ OptimConfig Config(int64_t total) {
   return o;
 }
 
-TEST(LearningRateTest, WarmsUpLinearlyThenFollowsTheCosineToZero) {
+TEST(LearningRateTest, WarmsUpLinearlyThenDecaysPerSchedule) {
   OptimConfig c;
   c.lr = 1.0;
   c.warmup_ratio = 0.04;
@@ -74,6 +74,11 @@ TEST(LearningRateTest, WarmsUpLinearlyThenFollowsTheCosineToZero) {
   EXPECT_GT(LearningRate(c, 99), 0.0);
   c.warmup_ratio = 0;
   EXPECT_DOUBLE_EQ(LearningRate(c, 0), 1.0);
+  c.schedule = LrSchedule::kLinear;
+  EXPECT_DOUBLE_EQ(LearningRate(c, 50), 0.5);
+  EXPECT_NEAR(LearningRate(c, 99), 0.01, 1e-12);
+  c.schedule = LrSchedule::kConstant;
+  EXPECT_DOUBLE_EQ(LearningRate(c, 99), 1.0);
 }
 
 TEST(OptimConfigTest, ErrorsNameTheField) {

@@ -1,0 +1,63 @@
+#include "common/train/run_options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dflash::train {
+
+absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, int64_t total_steps,
+                                                   int64_t num_pairs) {
+  LocalRunOptions o;
+  o.batching.token_budget = spec.batching.token_budget;
+  o.batching.max_length = spec.data.max_length;
+  absl::StatusOr<batching::LongDocuments> long_docs =
+      batching::ParseLongDocuments(spec.data.long_documents);
+  if (!long_docs.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.long_documents: ", long_docs.status().message()));
+  }
+  o.batching.long_documents = *long_docs;
+  o.batching.grad_accum = spec.batching.grad_accum;
+  o.batching.num_pairs = num_pairs;
+  o.batching.seed = static_cast<uint64_t>(spec.seed);
+  if (absl::Status s = batching::ValidateBatchingOptions(o.batching); !s.ok()) return s;
+  o.max_anchors = spec.batching.max_anchors;
+  if (o.max_anchors < 1) {
+    return absl::InvalidArgumentError("batching.max_anchors: must be at least 1");
+  }
+  const std::optional<double> gamma =
+      spec.loss.gamma ? spec.loss.gamma : config::DefaultGamma(spec.drafter.block_size);
+  if (!gamma) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss.gamma: block_size ", spec.drafter.block_size, " has no default; set loss.gamma"));
+  }
+  o.loss.gamma = *gamma;
+  const config::OptimSpec& opt = spec.optim;
+  o.optim.lr = opt.lr;
+  o.optim.warmup_ratio = opt.warmup_ratio;
+  if (opt.schedule == "cosine") {
+    o.optim.schedule = LrSchedule::kCosine;
+  } else if (opt.schedule == "linear") {
+    o.optim.schedule = LrSchedule::kLinear;
+  } else if (opt.schedule == "constant") {
+    o.optim.schedule = LrSchedule::kConstant;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optim.schedule: '", opt.schedule, "' is not cosine, linear or constant"));
+  }
+  o.optim.clip_norm = opt.clip;  // 0 disables
+  o.optim.weight_decay = opt.weight_decay;
+  if (opt.betas.size() != 2) {
+    return absl::InvalidArgumentError("optim.betas: must be two numbers [beta1, beta2]");
+  }
+  o.optim.beta1 = opt.betas[0];
+  o.optim.beta2 = opt.betas[1];
+  o.optim.eps = opt.eps;
+  o.optim.total_steps = total_steps;
+  if (absl::Status s = ValidateOptimConfig(o.optim); !s.ok()) {
+    // ValidateOptimConfig names OptimConfig's fields; say which run.yaml field that is.
+    return absl::InvalidArgumentError(absl::StrCat("optim: ", s.message()));
+  }
+  return o;
+}
+
+}  // namespace dflash::train
