@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/batching/anchors.h"
 #include "common/batching/cursor.h"
+#include "common/drafter/drafter_checkpoint.h"
 
 namespace dflash::train {
 namespace {
@@ -57,6 +58,11 @@ absl::StatusOr<std::unique_ptr<LocalRun>> LocalRun::Create(const batching::Docum
   if (target->layer_ids() != drafter->config().target_layer_ids) {
     return absl::InvalidArgumentError(
         "local run: the target captures other layers than the drafter's target_layer_ids");
+  }
+  if (!options.init_from.empty() && resume_from.empty()) {
+    if (absl::Status s = drafter::ImportDrafter(options.init_from, drafter); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("drafter.init_from: ", s.message()));
+    }
   }
   std::unique_ptr<LocalRun> run(new LocalRun());
   run->source_ = source;

@@ -29,6 +29,10 @@ drafter::DrafterBatch MakeDrafterBatch(const batching::PackedBatch& batch,
 
 struct LocalRunOptions {
   batching::BatchingOptions batching;  // num_pairs must be 1
+  // drafter.init_from: an exported drafter (method.md §7) to start from instead of the random
+  // initialization, checked against the run's drafter (drafter_checkpoint.h ImportDrafter). Not
+  // applied when resuming: the checkpoint holds the weights.
+  std::string init_from;
   int64_t max_anchors = 512;
   drafter::LossOptions loss;
   OptimConfig optim;

@@ -20,6 +20,7 @@ absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, 
   o.batching.num_pairs = num_pairs;
   o.batching.seed = static_cast<uint64_t>(spec.seed);
   if (absl::Status s = batching::ValidateBatchingOptions(o.batching); !s.ok()) return s;
+  o.init_from = spec.drafter.init_from;
   o.max_anchors = spec.batching.max_anchors;
   if (o.max_anchors < 1) {
     return absl::InvalidArgumentError("batching.max_anchors: must be at least 1");

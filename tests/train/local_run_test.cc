@@ -157,6 +157,24 @@ TEST(LocalRunTest, LossFallsOnLearnableData) {
   auto b = loaded->Forward(probe);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(at::equal(*a, *b));
+
+  // drafter.init_from: a new run starts from the exported weights (same hidden states before any
+  // step); an export of another shape is refused naming the field.
+  auto started = TinyDrafter(c, *target);
+  LocalRunOptions from = Options(10);
+  from.init_from = out;
+  auto run2 = LocalRun::Create(&data, target.get(), started.get(), from);
+  ASSERT_TRUE(run2.ok()) << run2.status();
+  auto c2 = started->Forward(probe);
+  ASSERT_TRUE(c2.ok());
+  EXPECT_TRUE(at::equal(*a, *c2));
+  DrafterConfig wider = c;
+  wider.num_layers += 1;
+  auto other = TinyDrafter(wider, *target);
+  auto refused = LocalRun::Create(&data, target.get(), other.get(), from);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("drafter.init_from"), std::string::npos)
+      << refused.status();
 }
 
 TEST(LocalRunTest, ResumedRunContinuesTheLossCurveExactly) {

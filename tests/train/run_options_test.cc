@@ -21,7 +21,7 @@ config::RunSpec Parse(const std::string& extra) {
 
 TEST(RunOptionsTest, MapsEveryField) {
   const config::RunSpec spec = Parse(
-      "drafter: {block_size: 16}\n"
+      "drafter: {block_size: 16, init_from: /some/exported/drafter}\n"
       "batching: {token_budget: 2048, max_anchors: 64, grad_accum: 3}\n"
       "optim: {lr: 2.0e-4, warmup_ratio: 0.1, schedule: linear, clip: 0.5, weight_decay: 0.01, "
       "betas: [0.8, 0.95], eps: 1.0e-6}\n");
@@ -34,6 +34,7 @@ TEST(RunOptionsTest, MapsEveryField) {
   EXPECT_EQ(o->batching.num_pairs, 2);
   EXPECT_EQ(o->batching.seed, 9u);
   EXPECT_EQ(o->max_anchors, 64);
+  EXPECT_EQ(o->init_from, "/some/exported/drafter");
   EXPECT_DOUBLE_EQ(o->loss.gamma, 7.0);  // method.md §3.5 for B = 16
   EXPECT_DOUBLE_EQ(o->optim.lr, 2e-4);
   EXPECT_DOUBLE_EQ(o->optim.warmup_ratio, 0.1);
