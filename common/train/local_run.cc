@@ -3,6 +3,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/tensor.h>
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "common/batching/anchors.h"
 #include "common/batching/cursor.h"
 #include "common/drafter/drafter_checkpoint.h"
+#include "common/train/checkpoints.h"
 
 namespace dflash::train {
 namespace {
@@ -119,7 +121,26 @@ absl::StatusOr<StepStats> LocalRun::Step() {
     s = trainer_->AddMicroBatch(MakeDrafterBatch(scratch_, *anchors, features));
     if (!s.ok()) return s;
   }
-  return trainer_->Step();
+  absl::StatusOr<StepStats> stats = trainer_->Step();
+  if (!stats.ok()) return stats;
+  const int64_t done = trainer_->step();
+  if (!options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
+      (done % options_.checkpoint_every == 0 || done == options_.optim.total_steps)) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.checkpoint_dir, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat(options_.checkpoint_dir, ": cannot create: ", ec.message()));
+    }
+    if (absl::Status c = SaveCheckpoint(CheckpointPath(options_.checkpoint_dir, done)); !c.ok()) {
+      return c;
+    }
+    if (absl::Status c = PruneCheckpoints(options_.checkpoint_dir, options_.checkpoint_keep);
+        !c.ok()) {
+      return c;
+    }
+  }
+  return stats;
 }
 
 absl::Status LocalRun::SaveCheckpoint(const std::string& path) const {

@@ -36,6 +36,12 @@ struct LocalRunOptions {
   int64_t max_anchors = 512;
   drafter::LossOptions loss;
   OptimConfig optim;
+  // checkpoint.every_steps / keep: after every `checkpoint_every`-th step and after the last one
+  // (optim.total_steps), Step() writes CheckpointPath(checkpoint_dir, step) and keeps the newest
+  // `checkpoint_keep` (checkpoints.h). Empty dir or every <= 0: Step() writes none.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int64_t checkpoint_keep = 3;
 };
 
 class LocalRun {
@@ -47,7 +53,7 @@ class LocalRun {
                                                           drafter::DrafterModel* drafter,
                                                           const LocalRunOptions& options,
                                                           const std::string& resume_from = "");
-  // Plans, runs and applies the next optimizer step.
+  // Plans, runs and applies the next optimizer step (and checkpoints, see LocalRunOptions).
   absl::StatusOr<StepStats> Step();
   int64_t step() const { return trainer_->step(); }
   // Trainer state plus the data cursor ("data.cursor" metadata), atomically.

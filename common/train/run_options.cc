@@ -21,6 +21,11 @@ absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, 
   o.batching.seed = static_cast<uint64_t>(spec.seed);
   if (absl::Status s = batching::ValidateBatchingOptions(o.batching); !s.ok()) return s;
   o.init_from = spec.drafter.init_from;
+  o.checkpoint_every = spec.checkpoint.every_steps;
+  o.checkpoint_keep = spec.checkpoint.keep;
+  if (o.checkpoint_keep < 1) {
+    return absl::InvalidArgumentError("checkpoint.keep: must be at least 1");
+  }
   o.max_anchors = spec.batching.max_anchors;
   if (o.max_anchors < 1) {
     return absl::InvalidArgumentError("batching.max_anchors: must be at least 1");

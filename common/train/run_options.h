@@ -12,6 +12,7 @@ namespace dflash::train {
 
 // `total_steps`: the run's optimizer steps (optim.max_steps, or derived from optim.epochs and the
 // data by the caller); `num_pairs`: data-parallel pairs. INVALID_ARGUMENT naming the field.
+// checkpoint_dir stays empty: it is the caller's (the run's directory).
 absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, int64_t total_steps,
                                                    int64_t num_pairs = 1);
 

@@ -10,7 +10,10 @@
 #include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -19,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/batching/memory_source.h"
 #include "common/drafter/drafter_checkpoint.h"
+#include "common/train/checkpoints.h"
 #include "tests/drafter/test_util.h"
 
 namespace dflash::train {
@@ -215,6 +219,52 @@ TEST(LocalRunTest, ResumedRunContinuesTheLossCurveExactly) {
   auto refused = LocalRun::Create(&data, target.get(), drafter.get(), Options(8), bare);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("data.cursor"), std::string::npos) << refused.status();
+}
+
+// checkpoint.every_steps 3, keep 2, 8 steps: step-3 and step-6 are written, then step-8 (the last
+// step); the newest two stay. The latest resumes at step 8. Foreign and temporary files are
+// ignored.
+TEST(LocalRunTest, CheckpointsEveryNStepsAndAtTheEndKeepingTheNewest) {
+  const DrafterConfig c = TinyConfig();
+  const ScopedDir dir("local_run_rotation");
+  const std::string ckpts = (dir.path() / "checkpoints").string();
+  const batching::InMemorySource data = CountingData(20, 6);
+  auto target = TinyTarget(c, 1);
+  auto drafter = TinyDrafter(c, *target);
+  LocalRunOptions options = Options(8);
+  options.checkpoint_dir = ckpts;
+  options.checkpoint_every = 3;
+  options.checkpoint_keep = 2;
+  auto run = LocalRun::Create(&data, target.get(), drafter.get(), options);
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (int i = 0; i < 8; ++i) {
+    auto s = (*run)->Step();
+    ASSERT_TRUE(s.ok()) << s.status();
+    if (i == 3) {  // after step 4 (one checkpoint, step 3)
+      auto latest = LatestCheckpoint(ckpts);
+      ASSERT_TRUE(latest.ok() && latest->has_value());
+      EXPECT_EQ(**latest, CheckpointPath(ckpts, 3));
+    }
+  }
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(ckpts)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-000000000006.safetensors",
+                                             "step-000000000008.safetensors"}));
+  std::ofstream(std::filesystem::path(ckpts) / "step-000000000099.safetensors.tmp") << "x";
+  std::ofstream(std::filesystem::path(ckpts) / "notes.txt") << "x";
+  auto latest = LatestCheckpoint(ckpts);
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(**latest, CheckpointPath(ckpts, 8));
+  auto resumed = LocalRun::Create(&data, target.get(), drafter.get(), options, **latest);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ((*resumed)->step(), 8);
+  auto none = LatestCheckpoint((dir.path() / "absent").string());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_FALSE(PruneCheckpoints(ckpts, 0).ok());
 }
 
 }  // namespace

@@ -24,7 +24,8 @@ TEST(RunOptionsTest, MapsEveryField) {
       "drafter: {block_size: 16, init_from: /some/exported/drafter}\n"
       "batching: {token_budget: 2048, max_anchors: 64, grad_accum: 3}\n"
       "optim: {lr: 2.0e-4, warmup_ratio: 0.1, schedule: linear, clip: 0.5, weight_decay: 0.01, "
-      "betas: [0.8, 0.95], eps: 1.0e-6}\n");
+      "betas: [0.8, 0.95], eps: 1.0e-6}\n"
+      "checkpoint: {every_steps: 50, keep: 4}\n");
   auto o = LocalRunOptionsFor(spec, 500, 2);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->batching.token_budget, 2048);
@@ -45,6 +46,9 @@ TEST(RunOptionsTest, MapsEveryField) {
   EXPECT_DOUBLE_EQ(o->optim.beta2, 0.95);
   EXPECT_DOUBLE_EQ(o->optim.eps, 1e-6);
   EXPECT_EQ(o->optim.total_steps, 500);
+  EXPECT_EQ(o->checkpoint_every, 50);
+  EXPECT_EQ(o->checkpoint_keep, 4);
+  EXPECT_TRUE(o->checkpoint_dir.empty());
 }
 
 TEST(RunOptionsTest, RefusesWhatItCannotHonourByField) {
