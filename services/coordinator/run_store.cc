@@ -36,6 +36,14 @@ CREATE TABLE IF NOT EXISTS run_events (
   step INTEGER NOT NULL,
   PRIMARY KEY (run_id, seq)
 );
+CREATE TABLE IF NOT EXISTS run_steps (
+  run_id TEXT NOT NULL REFERENCES runs(run_id),
+  step INTEGER NOT NULL,
+  cursor TEXT NOT NULL,
+  metrics TEXT NOT NULL,
+  unix_ms INTEGER NOT NULL,
+  PRIMARY KEY (run_id, step)
+);
 )sql";
 
 // RAII prepared statement with bind helpers; errors carry the SQL error text.
@@ -284,6 +292,75 @@ absl::StatusOr<std::vector<v1::RunEvent>> RunStore::EventsAfter(const std::strin
     events.push_back(std::move(e));
   }
   return events;
+}
+
+absl::StatusOr<bool> RunStore::CommitStep(const std::string& run_id, int64_t step,
+                                          const std::string& cursor, const std::string& metrics,
+                                          int64_t now_ms) {
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  bool inserted = false;
+  auto body = [&]() -> absl::Status {
+    Stmt cur(db_, "SELECT state, step FROM runs WHERE run_id = ?1");
+    RETURN_IF_ERROR(cur.status());
+    cur.Bind(1, run_id);
+    ASSIGN_OR_RETURN(bool found, cur.Step());
+    if (!found) return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
+    const auto state = static_cast<v1::RunState>(cur.Int(0));
+    const int64_t next = cur.Int(1);  // steps committed so far = the next step to commit
+    if (step < next) {                // a retried commit: accepted only if it is the same step
+      Stmt old(db_, "SELECT cursor FROM run_steps WHERE run_id = ?1 AND step = ?2");
+      RETURN_IF_ERROR(old.status());
+      old.Bind(1, run_id).Bind(2, step);
+      ASSIGN_OR_RETURN(bool have, old.Step());
+      if (have && old.Text(0) == cursor) return absl::OkStatus();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "run ", run_id, ": step ", step, " is already committed with another data cursor"));
+    }
+    if (step > next) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("run ", run_id, ": step ", step, " committed before step ", next));
+    }
+    if (state != v1::RUN_STATE_RUNNING) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("run ", run_id, " is ", StateName(state), ", not running"));
+    }
+    Stmt ins(db_,
+             "INSERT INTO run_steps (run_id, step, cursor, metrics, unix_ms) "
+             "VALUES (?1, ?2, ?3, ?4, ?5)");
+    RETURN_IF_ERROR(ins.status());
+    ins.Bind(1, run_id).Bind(2, step).Bind(3, cursor).Bind(4, metrics).Bind(5, now_ms);
+    RETURN_IF_ERROR(ins.Step().status());
+    Stmt up(db_, "UPDATE runs SET step = ?2, updated_ms = ?3 WHERE run_id = ?1");
+    RETURN_IF_ERROR(up.status());
+    up.Bind(1, run_id).Bind(2, step + 1).Bind(3, now_ms);
+    RETURN_IF_ERROR(up.Step().status());
+    inserted = true;
+    return absl::OkStatus();
+  };
+  absl::Status s = body();
+  if (!s.ok()) {
+    Exec("ROLLBACK;").IgnoreError();
+    return s;
+  }
+  RETURN_IF_ERROR(Exec("COMMIT;"));
+  return inserted;
+}
+
+absl::StatusOr<std::optional<CommittedStep>> RunStore::LastCommittedStep(
+    const std::string& run_id) {
+  Stmt s(db_,
+         "SELECT step, cursor, metrics, unix_ms FROM run_steps WHERE run_id = ?1 "
+         "ORDER BY step DESC LIMIT 1");
+  RETURN_IF_ERROR(s.status());
+  s.Bind(1, run_id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return std::optional<CommittedStep>();
+  CommittedStep c;
+  c.step = s.Int(0);
+  c.cursor = s.Text(1);
+  c.metrics = s.Text(2);
+  c.unix_ms = s.Int(3);
+  return std::optional<CommittedStep>(std::move(c));
 }
 
 }  // namespace dflash::coordinator

@@ -1,9 +1,12 @@
-// Durable run state in SQLite (WAL): the runs table and an append-only log of every transition.
+// Durable run state in SQLite (WAL): the runs table, an append-only log of every transition, and
+// the committed steps.
 // A transition is one transaction that checks the expected current state, so two writers can never
 // both move a run out of the same state.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,14 @@
 struct sqlite3;
 
 namespace dflash::coordinator {
+
+// One committed optimizer step.
+struct CommittedStep {
+  int64_t step = 0;     // 0-based
+  std::string cursor;   // the data cursor after the step (batching::SerializeCursor)
+  std::string metrics;  // JSON: loss, accuracy, timings, ... as reported
+  int64_t unix_ms = 0;
+};
 
 class RunStore {
  public:
@@ -34,6 +45,17 @@ class RunStore {
                                           v1::RunState to, const std::string& message,
                                           int64_t now_ms,
                                           const std::vector<std::string>* worker_ids = nullptr);
+
+  // Records optimizer step `step` of a RUNNING run as trained, with the data cursor after it and
+  // its metrics, and sets the run's step to step + 1, in one transaction: exactly once and in
+  // order. Returns true when recorded; false when this step was already committed with the same
+  // cursor (a retried commit: nothing changes). FAILED_PRECONDITION for a step committed with
+  // another cursor, a step that is not the next one, or a run that is not running.
+  absl::StatusOr<bool> CommitStep(const std::string& run_id, int64_t step,
+                                  const std::string& cursor, const std::string& metrics,
+                                  int64_t now_ms);
+  // The run's highest committed step (nullopt before the first): where a resumed run continues.
+  absl::StatusOr<std::optional<CommittedStep>> LastCommittedStep(const std::string& run_id);
 
   absl::StatusOr<v1::RunStatus> GetRun(const std::string& run_id);
   // All runs, oldest first.

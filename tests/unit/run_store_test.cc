@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <string>
 
 namespace dflash::coordinator {
 namespace {
@@ -136,6 +138,43 @@ TEST(RunStore, UpgradesAStoreWithoutTheDataColumn) {
   EXPECT_EQ((*store)->GetRun("new")->data().tokens(), 7);
   store->reset();
   std::filesystem::remove_all(tmpl);
+}
+
+// Steps are committed exactly once and in order, only while the run is running; a retried commit
+// of the same step is accepted without effect; the last committed step survives a reopen.
+TEST(RunStore, CommitsStepsExactlyOnceAndInOrder) {
+  const std::string path = ::testing::TempDir() + "/steps_" + std::to_string(getpid()) + ".db";
+  std::filesystem::remove(path);
+  {
+    auto store = *RunStore::Open(path);
+    ASSERT_TRUE(store->CreateRun(NewRun("r1"), "", 1).ok());
+    auto early = store->CommitStep("r1", 0, "c0", "{}", 2);
+    EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << "queued run";
+    EXPECT_THAT(std::string(early.status().message()), HasSubstr("not running"));
+    ASSERT_TRUE(store->Transition("r1", v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING, "", 3).ok());
+    ASSERT_TRUE(store->Transition("r1", v1::RUN_STATE_STARTING, v1::RUN_STATE_RUNNING, "", 4).ok());
+    EXPECT_FALSE(store->LastCommittedStep("r1")->has_value());
+    EXPECT_TRUE(*store->CommitStep("r1", 0, "c0", "{\"loss\": 5.1}", 5));
+    EXPECT_TRUE(*store->CommitStep("r1", 1, "c1", "{\"loss\": 4.9}", 6));
+    EXPECT_FALSE(*store->CommitStep("r1", 1, "c1", "{\"loss\": 4.9}", 7)) << "retried commit";
+    auto other = store->CommitStep("r1", 1, "cX", "{}", 8);
+    EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(other.status().message()), HasSubstr("another data cursor"));
+    auto gap = store->CommitStep("r1", 3, "c3", "{}", 9);
+    EXPECT_EQ(gap.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(gap.status().message()), HasSubstr("step 3 committed before step 2"));
+    EXPECT_EQ(store->GetRun("r1")->step(), 2);
+    EXPECT_EQ(store->CommitStep("nope", 0, "", "", 1).status().code(), absl::StatusCode::kNotFound);
+  }
+  auto reopened = *RunStore::Open(path);
+  auto last = reopened->LastCommittedStep("r1");
+  ASSERT_TRUE(last.ok() && last->has_value()) << last.status();
+  EXPECT_EQ((*last)->step, 1);
+  EXPECT_EQ((*last)->cursor, "c1");
+  EXPECT_EQ((*last)->metrics, "{\"loss\": 4.9}");
+  EXPECT_EQ((*last)->unix_ms, 6);
+  EXPECT_EQ(reopened->GetRun("r1")->step(), 2);
+  std::filesystem::remove(path);
 }
 
 }  // namespace
