@@ -15,6 +15,7 @@
 
 #include "common/model/safetensors.h"
 #include "common/nn/weights.h"
+#include "tests/common/max_rel_error.h"
 #include "tests/common/read_file.h"
 
 namespace dflash::drafter::testing {
@@ -74,10 +75,7 @@ std::string ReadMetadata(const fs::path& path, const std::string& key) {
 }
 
 double MaxRelError(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor x = a.detach().to(at::kCPU, at::kDouble), y = b.detach().to(at::kCPU, at::kDouble);
-  const double scale = y.abs().max().item<double>();
-  const double diff = (x - y).abs().max().item<double>();
-  return scale > 0 ? diff / scale : diff;
+  return dflash::testing::MaxRelError(a, b);
 }
 
 DrafterConfig TinyConfig() {

@@ -28,15 +28,12 @@
 #include "common/device/device_probe.h"
 #include "common/drafter/drafter_attention.h"
 #include "common/kernels/dflash_attn/dflash_attn.h"
+#include "tests/common/max_rel_error.h"
 
 namespace dflash::kernels {
 namespace {
 
-double MaxRelError(const at::Tensor& got, const at::Tensor& want) {
-  const at::Tensor g = got.to(at::kCPU, at::kDouble), w = want.to(at::kCPU, at::kDouble);
-  const double denom = std::max(w.abs().max().item<double>(), 1e-30);
-  return (g - w).abs().max().item<double>() / denom;
-}
+using dflash::testing::MaxRelError;
 
 void Poison(const c10::Device& cuda) {
   // Freed NaN memory that the caching allocator hands to the op's outputs and gradients.
@@ -80,7 +77,7 @@ at::Tensor Long(const std::vector<int64_t>& v) {
 
 void RunDrafterCase(const Geometry& g) {
   const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(testing::Message() << "seed " << seed << " hq " << g.hq << " hkv " << g.hkv << " d "
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " hq " << g.hq << " hkv " << g.hkv << " d "
                                   << g.d << " B " << g.b);
   std::mt19937_64 rng(seed);
   const MaskInputs m = RandomMask(g, rng);
@@ -157,7 +154,7 @@ TEST_F(DflashAttnGpu, Hd64AndOtherGroupingsMatchTheReference) {
 
 TEST_F(DflashAttnGpu, CausalVarlenMatchesPerDocumentReference) {
   const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   at::Generator gen = at::detail::createCPUGenerator(seed);
   for (const auto& [hq, hkv, d] : {std::tuple{8, 2, 128}, std::tuple{4, 4, 64}}) {

@@ -23,16 +23,12 @@
 #include "common/device/device_probe.h"
 #include "common/drafter/weighted_ce.h"
 #include "common/kernels/fused_ce/fused_ce.h"
+#include "tests/common/max_rel_error.h"
 
 namespace dflash::kernels {
 namespace {
 
-// max |a - b| / max |b|: the scale-aware error used by every GPU test of the project.
-double MaxRelError(const at::Tensor& got, const at::Tensor& want) {
-  const at::Tensor g = got.to(at::kCPU, at::kDouble), w = want.to(at::kCPU, at::kDouble);
-  const double denom = std::max(w.abs().max().item<double>(), 1e-30);
-  return (g - w).abs().max().item<double>() / denom;
-}
+using dflash::testing::MaxRelError;
 
 struct Case {
   int64_t rows, hidden, vocab, chunk;
@@ -43,7 +39,7 @@ struct Case {
 
 void RunCase(const Case& c) {
   const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << c.rows << " V " << c.vocab
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " rows " << c.rows << " V " << c.vocab
                                   << " chunk " << c.chunk << " " << c.dtype);
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const at::Tensor h = at::randn({c.rows, c.hidden}, gen, at::kFloat);
