@@ -151,6 +151,16 @@ absl::Status RunStore::Migrate() {
   return absl::OkStatus();
 }
 
+absl::Status RunStore::InTransaction(const std::function<absl::Status()>& body) {
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  absl::Status s = body();
+  if (!s.ok()) {
+    Exec("ROLLBACK;").IgnoreError();
+    return s;
+  }
+  return Exec("COMMIT;");
+}
+
 absl::Status RunStore::Exec(const std::string& sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
@@ -163,8 +173,7 @@ absl::Status RunStore::Exec(const std::string& sql) {
 
 absl::Status RunStore::CreateRun(const v1::RunStatus& run, const std::string& source_yaml,
                                  int64_t now_ms) {
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
-  auto body = [&]() -> absl::Status {
+  return InTransaction([&]() -> absl::Status {
     Stmt ins(db_,
              "INSERT INTO runs (run_id, name, state, message, created_ms, updated_ms, "
              "resolved_yaml, source_yaml, total_steps, data_summary) "
@@ -182,13 +191,7 @@ absl::Status RunStore::CreateRun(const v1::RunStatus& run, const std::string& so
     ev.Bind(1, run.run_id()).Bind(2, now_ms).Bind(3, int64_t{v1::RUN_STATE_UNSPECIFIED});
     ev.Bind(4, int64_t{v1::RUN_STATE_QUEUED}).Bind(5, run.message());
     return ev.Step().status();
-  };
-  absl::Status s = body();
-  if (!s.ok()) {
-    Exec("ROLLBACK;").IgnoreError();
-    return s;
-  }
-  return Exec("COMMIT;");
+  });
 }
 
 absl::StatusOr<v1::RunEvent> RunStore::Transition(const std::string& run_id, v1::RunState from,
@@ -199,9 +202,8 @@ absl::StatusOr<v1::RunEvent> RunStore::Transition(const std::string& run_id, v1:
     return absl::FailedPreconditionError(absl::StrCat(
         "run ", run_id, ": transition ", StateName(from), " -> ", StateName(to), " not allowed"));
   }
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
   v1::RunEvent event;
-  auto body = [&]() -> absl::Status {
+  RETURN_IF_ERROR(InTransaction([&]() -> absl::Status {
     Stmt cur(db_,
              "SELECT state, step, (SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = "
              "?1) FROM runs WHERE run_id = ?1");
@@ -238,13 +240,7 @@ absl::StatusOr<v1::RunEvent> RunStore::Transition(const std::string& run_id, v1:
     ev.Bind(1, run_id).Bind(2, event.seq()).Bind(3, now_ms).Bind(4, int64_t{from});
     ev.Bind(5, int64_t{to}).Bind(6, message).Bind(7, event.step());
     return ev.Step().status();
-  };
-  absl::Status s = body();
-  if (!s.ok()) {
-    Exec("ROLLBACK;").IgnoreError();
-    return s;
-  }
-  RETURN_IF_ERROR(Exec("COMMIT;"));
+  }));
   return event;
 }
 
@@ -297,9 +293,8 @@ absl::StatusOr<std::vector<v1::RunEvent>> RunStore::EventsAfter(const std::strin
 absl::StatusOr<bool> RunStore::CommitStep(const std::string& run_id, int64_t step,
                                           const std::string& cursor, const std::string& metrics,
                                           int64_t now_ms) {
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
   bool inserted = false;
-  auto body = [&]() -> absl::Status {
+  RETURN_IF_ERROR(InTransaction([&]() -> absl::Status {
     Stmt cur(db_, "SELECT state, step FROM runs WHERE run_id = ?1");
     RETURN_IF_ERROR(cur.status());
     cur.Bind(1, run_id);
@@ -336,13 +331,7 @@ absl::StatusOr<bool> RunStore::CommitStep(const std::string& run_id, int64_t ste
     RETURN_IF_ERROR(up.Step().status());
     inserted = true;
     return absl::OkStatus();
-  };
-  absl::Status s = body();
-  if (!s.ok()) {
-    Exec("ROLLBACK;").IgnoreError();
-    return s;
-  }
-  RETURN_IF_ERROR(Exec("COMMIT;"));
+  }));
   return inserted;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,8 @@ class RunStore {
  private:
   explicit RunStore(sqlite3* db) : db_(db) {}
   absl::Status Exec(const std::string& sql);
+  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT, rolled back when it fails.
+  absl::Status InTransaction(const std::function<absl::Status()>& body);
   absl::Status Migrate();
   sqlite3* db_;
 };
