@@ -3,12 +3,14 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/batching/plan.h"
+#include "common/data/builtin_data.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -69,16 +71,11 @@ void FillFromReport(absl::string_view report_json, RunDataSummary* s) {
   }
 }
 
-absl::Status PlanSummary(const config::RunSpec& spec, const PreparedDataset& data,
+absl::Status PlanSummary(const config::RunSpec& spec, const batching::DocumentSource& data,
                          RunDataSummary* s) {
-  batching::BatchingOptions o;
-  o.token_budget = spec.batching.token_budget;
-  o.max_length = spec.data.max_length;
-  ASSIGN_OR_RETURN(o.long_documents, batching::ParseLongDocuments(spec.data.long_documents));
   // placement.pairs auto is settled at placement; until then the plan is made for one pair.
-  o.num_pairs = spec.placement.pairs.value_or(1);
-  o.grad_accum = spec.batching.grad_accum;
-  o.seed = static_cast<uint64_t>(spec.seed);
+  ASSIGN_OR_RETURN(batching::BatchingOptions o,
+                   BatchingOptionsFor(spec, spec.placement.pairs.value_or(1)));
   ASSIGN_OR_RETURN(batching::EpochPlan plan, batching::PlanEpoch(data, o, /*epoch=*/0));
   s->pairs = o.num_pairs;
   s->micro_batches_per_epoch = plan.micro_batches_per_pair();
@@ -92,6 +89,25 @@ absl::Status PlanSummary(const config::RunSpec& spec, const PreparedDataset& dat
 }
 
 }  // namespace
+
+absl::StatusOr<batching::BatchingOptions> BatchingOptionsFor(const config::RunSpec& spec,
+                                                             int64_t num_pairs) {
+  batching::BatchingOptions o;
+  o.token_budget = spec.batching.token_budget;
+  o.max_length = spec.data.max_length;
+  absl::StatusOr<batching::LongDocuments> long_docs =
+      batching::ParseLongDocuments(spec.data.long_documents);
+  if (!long_docs.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.long_documents: ", long_docs.status().message()));
+  }
+  o.long_documents = *long_docs;
+  o.grad_accum = spec.batching.grad_accum;
+  o.num_pairs = num_pairs;
+  o.seed = static_cast<uint64_t>(spec.seed);
+  RETURN_IF_ERROR(batching::ValidateBatchingOptions(o));
+  return o;
+}
 
 bool LooksPrepared(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -153,6 +169,24 @@ absl::StatusOr<PrepareOptions> PrepareOptionsFor(const config::RunSpec& spec,
 
 absl::StatusOr<RunData> OpenRunData(const config::RunSpec& spec, bool verify) {
   RunData rd;
+  if (absl::StartsWith(spec.data.train, "builtin:")) {
+    auto builtin = BuiltinDataset(spec.data.train.substr(std::strlen("builtin:")));
+    if (!builtin.ok()) {
+      return absl::Status(builtin.status().code(),
+                          absl::StrCat("data.train: ", builtin.status().message()));
+    }
+    RunDataSummary& s = rd.summary;
+    for (int64_t i = 0; i < (*builtin)->num_documents(); ++i) {
+      const batching::DocumentView doc = (*builtin)->document(i);
+      s.tokens += static_cast<int64_t>(doc.tokens.size());
+      for (uint8_t m : doc.loss_mask) s.supervised_tokens += m != 0;
+    }
+    s.documents = (*builtin)->num_documents();
+    s.records_read = s.documents;
+    rd.builtin = *std::move(builtin);
+    RETURN_IF_ERROR(PlanSummary(spec, *rd.builtin, &s));
+    return rd;
+  }
   ASSIGN_OR_RETURN(rd.paths, ResolveRunDataPaths(spec));
   std::error_code ec;
   if (!fs::exists(rd.paths.prepared, ec)) {

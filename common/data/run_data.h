@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/batching/batcher.h"
 #include "common/config/run_spec.h"
 #include "common/data/prepare.h"
 #include "common/data/prepared.h"
@@ -32,6 +33,11 @@ struct RunDataPaths {
 
 // True when the file starts with the prepared-data magic (a missing file is not prepared).
 bool LooksPrepared(const std::filesystem::path& path);
+
+// The run's packing settings (data.max_length, data.long_documents, batching.*, seed) for
+// `num_pairs` data-parallel pairs; INVALID_ARGUMENT naming the field.
+absl::StatusOr<batching::BatchingOptions> BatchingOptionsFor(const config::RunSpec& spec,
+                                                             int64_t num_pairs);
 
 // Errors: data.tokenizer auto on a target without tokenizer.json; builtin data (nothing to read).
 absl::StatusOr<RunDataPaths> ResolveRunDataPaths(const config::RunSpec& spec);
@@ -59,13 +65,19 @@ struct RunDataSummary {
 };
 
 struct RunData {
-  RunDataPaths paths;
-  std::unique_ptr<PreparedDataset> dataset;
+  RunDataPaths paths;                                 // empty for builtin data
+  std::unique_ptr<PreparedDataset> dataset;           // prepared file data, or null
+  std::unique_ptr<batching::DocumentSource> builtin;  // data.train: builtin:NAME, or null
   RunDataSummary summary;
+  // What training reads: the prepared file, or the built-in data set.
+  const batching::DocumentSource& source() const {
+    return dataset ? static_cast<const batching::DocumentSource&>(*dataset) : *builtin;
+  }
 };
 
 // Opens and checks the run's prepared data and plans epoch 0 for the summary. `verify` also reads
-// the whole file once for its checksum (PreparedOpenOptions::verify).
+// the whole file once for its checksum (PreparedOpenOptions::verify). data.train builtin:NAME opens
+// the generated data set (builtin_data.h) instead; its summary has no prepared path or tokenizer.
 absl::StatusOr<RunData> OpenRunData(const config::RunSpec& spec, bool verify = true);
 
 }  // namespace dflash::data

@@ -28,6 +28,16 @@ const std::vector<MetricDef>& Catalogue() {
        "Run state transitions, by target state."},
       {"dflash_coordinator_run_step", T::kGauge, "coordinator",
        "Last committed optimizer step of the run."},
+      {"dflash_coordinator_run_loss", T::kGauge, "coordinator",
+       "Loss of the run's last committed step (method.md §3.4)."},
+      {"dflash_coordinator_run_acceptance_length", T::kGauge, "coordinator",
+       "Expected acceptance length of the run's last committed step (method.md §3.6)."},
+      {"dflash_coordinator_run_tokens_per_second", T::kGauge, "coordinator",
+       "Context tokens per second of the run's last committed step."},
+      {"dflash_coordinator_run_tokens_total", T::kCounter, "coordinator",
+       "Context tokens trained by the run's committed steps."},
+      {"dflash_coordinator_run_skipped_steps_total", T::kCounter, "coordinator",
+       "Steps not applied (non-finite loss or gradient norm)."},
       // Workers (both roles).
       {"dflash_worker_up", T::kGauge, "worker", "1 while the worker process serves."},
       {"dflash_worker_registered", T::kGauge, "worker",
@@ -48,6 +58,10 @@ const std::vector<MetricDef>& Catalogue() {
        "Peak bytes allocated by LibTorch's CUDA caching allocator."},
       {"dflash_worker_host_rss_bytes", T::kGauge, "worker", "Resident set size of the process."},
       {"dflash_worker_step", T::kGauge, "worker", "Last step the worker completed for its run."},
+      {"dflash_worker_tokens_total", T::kCounter, "worker",
+       "Context tokens of the micro-batches the worker completed (target: ran, drafter: trained)."},
+      {"dflash_worker_micro_batches_total", T::kCounter, "worker",
+       "Micro-batches the worker completed."},
   };
   return defs;
 }

@@ -1,25 +1,16 @@
 #include "common/train/run_options.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/data/run_data.h"
 
 namespace dflash::train {
 
 absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, int64_t total_steps,
                                                    int64_t num_pairs) {
   LocalRunOptions o;
-  o.batching.token_budget = spec.batching.token_budget;
-  o.batching.max_length = spec.data.max_length;
-  absl::StatusOr<batching::LongDocuments> long_docs =
-      batching::ParseLongDocuments(spec.data.long_documents);
-  if (!long_docs.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.long_documents: ", long_docs.status().message()));
-  }
-  o.batching.long_documents = *long_docs;
-  o.batching.grad_accum = spec.batching.grad_accum;
-  o.batching.num_pairs = num_pairs;
-  o.batching.seed = static_cast<uint64_t>(spec.seed);
-  if (absl::Status s = batching::ValidateBatchingOptions(o.batching); !s.ok()) return s;
+  absl::StatusOr<batching::BatchingOptions> batching = data::BatchingOptionsFor(spec, num_pairs);
+  if (!batching.ok()) return batching.status();
+  o.batching = *batching;
   o.init_from = spec.drafter.init_from;
   o.checkpoint_every = spec.checkpoint.every_steps;
   o.checkpoint_keep = spec.checkpoint.keep;

@@ -128,10 +128,11 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   run.set_name(spec.name);
   run.set_state(v1::RUN_STATE_QUEUED);
   run.set_resolved_config_yaml(config::EmitRunSpec(spec));
-  if (!absl::StartsWith(spec.data.train, "builtin:")) {
-    // Training reads prepared data only; refuse now what could not be trained on later. The
-    // structure, tokenizer and settings are checked here; the full checksum pass (seconds on a
-    // large set) is left to the start of training so that SubmitRun answers within its deadline.
+  {
+    // Training reads prepared (or built-in) data only; refuse now what could not be trained on
+    // later. The structure, tokenizer and settings are checked here; the full checksum pass
+    // (seconds on a large set) is left to the start of training so that SubmitRun answers within
+    // its deadline.
     auto data = data::OpenRunData(spec, /*verify=*/false);
     if (!data.ok()) {
       return absl::Status(data.status().code(),
@@ -164,7 +165,9 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
 
 absl::StatusOr<v1::RunStatus> Coordinator::GetRun(const std::string& run_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  return store_->GetRun(run_id);
+  ASSIGN_OR_RETURN(v1::RunStatus run, store_->GetRun(run_id));
+  FillProgressLocked(&run);
+  return run;
 }
 
 absl::StatusOr<std::vector<v1::RunStatus>> Coordinator::ListRuns() {
@@ -243,10 +246,24 @@ void Coordinator::Tick() {
         LOG_RUN(ERROR, w.run_id(), -1) << "cannot pause: " << s;
       }
     }
+    RequeuePausedRunsLocked();
     placements = PlaceQueuedRunsLocked();
     UpdateGaugesLocked();
   }
   for (const Placement& p : placements) StartRun(p);
+}
+
+void Coordinator::RequeuePausedRunsLocked() {
+  auto runs = store_->ListRuns();
+  if (!runs.ok()) return;
+  for (const v1::RunStatus& run : *runs) {
+    // A paused run whose step thread has ended waits for workers again; it continues from its
+    // newest checkpoint when placed (run_driver.cc).
+    if (run.state() != v1::RUN_STATE_PAUSED || drivers_.count(run.run_id()) > 0) continue;
+    TransitionLocked(run.run_id(), v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED,
+                     "waiting for an idle target/drafter pair to resume")
+        .IgnoreError();
+  }
 }
 
 std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
@@ -269,7 +286,12 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
       continue;
     }
     size_t available = std::min(targets.size(), drafters.size());
-    size_t wanted = spec->placement.pairs ? static_cast<size_t>(*spec->placement.pairs) : available;
+    // placement.pairs auto: every idle pair, as far as this build can train data-parallel (one
+    // pair until the drafters' gradient all-reduce exists; an explicit count above that is
+    // placed and refused by the drafters, naming the field).
+    constexpr size_t kMaxAutoPairs = 1;
+    size_t wanted = spec->placement.pairs ? static_cast<size_t>(*spec->placement.pairs)
+                                          : std::min(available, kMaxAutoPairs);
     if (available == 0 || wanted > available) continue;  // stays queued until workers free up
     Placement p;
     p.run_id = run.run_id();
@@ -295,67 +317,6 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
     placements.push_back(std::move(p));
   }
   return placements;
-}
-
-void Coordinator::StartRun(const Placement& p) {
-  // Control RPCs run without the lock: a slow worker must not stall heartbeats of the others.
-  absl::Status status;
-  std::vector<std::string> echoes;
-  for (const auto& [target, drafter] : p.pairs) {
-    for (const auto& [self, peer] :
-         {std::make_pair(target, drafter), std::make_pair(drafter, target)}) {
-      v1::PrepareRunRequest req;
-      req.set_run_id(p.run_id);
-      req.set_resolved_config_yaml(p.resolved_yaml);
-      req.set_peer_worker_id(peer.worker_id());
-      auto resp = workers_->PrepareRun(self, req);
-      if (!resp.ok()) {
-        status = resp.status();
-        break;
-      }
-      echoes.push_back(absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
-    }
-    if (!status.ok()) break;
-  }
-  std::vector<v1::WorkerInfo> to_release;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // The run may have been cancelled or paused while the RPCs ran; then it is no longer ours.
-    auto run = store_->GetRun(p.run_id);
-    const bool unreachable = status.code() == absl::StatusCode::kUnavailable ||
-                             status.code() == absl::StatusCode::kDeadlineExceeded;
-    if (run.ok() && run->state() == v1::RUN_STATE_STARTING && unreachable) {
-      // A worker that died but is not yet marked down: not the run's fault. Place it again; the
-      // registry marks that worker down within worker_timeout, so it is not picked twice.
-      absl::Status s = TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_PAUSED,
-                                        absl::StrCat("worker unreachable: ", status.message()));
-      if (s.ok()) {
-        s = TransitionLocked(p.run_id, v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED,
-                             "waiting for an idle target/drafter pair");
-      }
-      if (!s.ok()) {
-        LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
-      }
-    } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING) {
-      const std::string message =
-          status.ok()
-              ? absl::StrCat("workers prepared (", absl::StrJoin(echoes, "; "),
-                             "); the training step pipeline is not built yet, so nothing was "
-                             "trained")
-              : absl::StrCat("preparing workers failed: ", status.message());
-      TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_FAILED, message)
-          .IgnoreError();
-    }
-    UpdateGaugesLocked();
-  }
-  for (const auto& [target, drafter] : p.pairs) {
-    for (const auto& w : {target, drafter}) {
-      absl::Status s = workers_->ReleaseRun(w, p.run_id);
-      if (!s.ok()) {
-        LOG_RUN(WARNING, p.run_id, -1) << "release: " << s;
-      }
-    }
-  }
 }
 
 void Coordinator::UpdateGaugesLocked() {

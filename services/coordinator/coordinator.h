@@ -5,9 +5,11 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,6 +26,10 @@ namespace dflash::coordinator {
 struct CoordinatorOptions {
   int64_t heartbeat_interval_ms = 1000;
   int64_t worker_timeout_ms = 10000;
+  // Run directories live in <state_dir>/runs/<run id>/ (run.yaml, checkpoints/, export/).
+  std::string state_dir;
+  // Tests: drive a started run to its end inside Tick() instead of on a thread of its own.
+  bool inline_steps = false;
 };
 
 class Coordinator {
@@ -31,6 +37,7 @@ class Coordinator {
   // Recovers runs from the store: a run that was starting or running when the previous
   // coordinator stopped is paused (its workers hold no state for it any more).
   // `metrics` may be null.
+  ~Coordinator();  // stops and joins the runs' step threads (their runs pause on restart)
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options,
                                                              std::unique_ptr<RunStore> store,
                                                              const Clock* clock,
@@ -66,6 +73,7 @@ class Coordinator {
     std::string resolved_yaml;
     std::vector<std::pair<v1::WorkerInfo, v1::WorkerInfo>> pairs;  // (target, drafter)
   };
+  struct Training;  // run_driver.cc: what a started run's step loop holds
 
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<RunStore> store,
               const Clock* clock, WorkerControl* workers, metrics::MetricsServer* metrics);
@@ -74,7 +82,18 @@ class Coordinator {
                                 const std::string& message,
                                 const std::vector<std::string>* worker_ids = nullptr);
   std::vector<Placement> PlaceQueuedRunsLocked();
+  void RequeuePausedRunsLocked();
+  // run_driver.cc: prepares the workers, then trains the run to its end (or until it is
+  // cancelled, paused or fails); on its own thread unless options_.inline_steps.
   void StartRun(const Placement& placement);
+  absl::Status SetUpTraining(const Placement& p, Training* t);
+  void DriveRun(std::shared_ptr<Training> t);
+  // One step on every worker of the run; commits it. Returns false when the run must stop.
+  bool RunOneStep(Training* t);
+  void EndRun(Training* t, const absl::Status& status);
+  void ReleaseWorkers(const Placement& p);
+  std::string RunDir(const std::string& run_id) const;
+  void FillProgressLocked(v1::RunStatus* run);
   void UpdateGaugesLocked();
 
   const CoordinatorOptions options_;
@@ -86,6 +105,9 @@ class Coordinator {
   std::condition_variable events_cv_;  // notified on every run transition
   std::unique_ptr<RunStore> store_;
   WorkerRegistry registry_;
+  uint64_t attempts_ = 0;                       // numbers each start of a run (channel names)
+  std::map<std::string, std::thread> drivers_;  // run id -> its step thread
+  bool stopping_ = false;
 };
 
 }  // namespace dflash::coordinator

@@ -39,7 +39,8 @@ grpc::Status CoordinatorService::CancelRun(grpc::ServerContext*, const v1::Cance
 grpc::Status CoordinatorService::WatchRun(grpc::ServerContext* ctx, const v1::WatchRunRequest* req,
                                           grpc::ServerWriter<v1::RunEvent>* writer) {
   int64_t after = req->after_seq();
-  // Wakes at least every 500 ms to notice a client that went away.
+  int64_t progress_sent = -1;  // newest committed step sent as a progress event
+  // Wakes at least every 500 ms to notice a client that went away and to send progress.
   constexpr std::chrono::milliseconds kPoll{500};
   while (!ctx->IsCancelled()) {
     bool terminal = false;
@@ -48,6 +49,22 @@ grpc::Status CoordinatorService::WatchRun(grpc::ServerContext* ctx, const v1::Wa
     for (const auto& e : *events) {
       if (!writer->Write(e)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
       after = e.seq();
+    }
+    // Progress: the newest committed step, as an event that carries no transition (its seq is
+    // the last transition's, so a resumed watch does not skip anything).
+    auto run = c_->GetRun(req->run_id());
+    if (run.ok() && run->has_last_step() && run->last_step().step() > progress_sent &&
+        run->state() == v1::RUN_STATE_RUNNING) {
+      v1::RunEvent p;
+      p.set_seq(after);
+      p.set_run_id(run->run_id());
+      p.set_from_state(run->state());
+      p.set_to_state(run->state());
+      p.set_step(run->step());
+      *p.mutable_progress() = run->last_step();
+      p.set_total_steps(run->total_steps());
+      if (!writer->Write(p)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+      progress_sent = run->last_step().step();
     }
     if (terminal && events->empty()) return grpc::Status::OK;
   }

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   dflash::coordinator::CoordinatorOptions options;
   options.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
   options.worker_timeout_ms = cfg.worker_timeout_ms;
+  options.state_dir = cfg.state_dir;
   auto coordinator = dflash::coordinator::Coordinator::Create(
       options, *std::move(store), dflash::RealClock::Get(), &worker_control, metrics->get());
   if (!coordinator.ok()) return Fail("recovery", coordinator.status());

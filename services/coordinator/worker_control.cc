@@ -77,4 +77,20 @@ absl::Status GrpcWorkerControl::ReleaseRun(const v1::WorkerInfo& worker,
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::RunStepResponse> GrpcWorkerControl::RunStep(const v1::WorkerInfo& worker,
+                                                               const v1::RunStepRequest& req) {
+  // A step ends well before this: each side gives up on its feature channel after 10 minutes
+  // (services/worker_common/feature_channel.h) and answers with the error.
+  constexpr int64_t kStepDeadlineMs = 30 * 60 * 1000;
+  Stubs* stubs = GetStubs(worker.control_address());
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, kStepDeadlineMs);
+  v1::RunStepResponse resp;
+  grpc::Status s = worker.role() == v1::WORKER_ROLE_TARGET
+                       ? stubs->target->RunStep(&ctx, req, &resp)
+                       : stubs->drafter->RunStep(&ctx, req, &resp);
+  if (!s.ok()) return Annotated(s, worker, "RunStep");
+  return resp;
+}
+
 }  // namespace dflash::coordinator

@@ -19,6 +19,9 @@ class WorkerControl {
   virtual absl::StatusOr<v1::PrepareRunResponse> PrepareRun(const v1::WorkerInfo& worker,
                                                             const v1::PrepareRunRequest& req) = 0;
   virtual absl::Status ReleaseRun(const v1::WorkerInfo& worker, const std::string& run_id) = 0;
+  // One training step; may take long (its deadline is the step's, not the control deadline).
+  virtual absl::StatusOr<v1::RunStepResponse> RunStep(const v1::WorkerInfo& worker,
+                                                      const v1::RunStepRequest& req) = 0;
 };
 
 // gRPC implementation; one channel per worker address, every call with a deadline.
@@ -29,6 +32,8 @@ class GrpcWorkerControl : public WorkerControl {
   absl::StatusOr<v1::PrepareRunResponse> PrepareRun(const v1::WorkerInfo& worker,
                                                     const v1::PrepareRunRequest& req) override;
   absl::Status ReleaseRun(const v1::WorkerInfo& worker, const std::string& run_id) override;
+  absl::StatusOr<v1::RunStepResponse> RunStep(const v1::WorkerInfo& worker,
+                                              const v1::RunStepRequest& req) override;
 
  private:
   struct Stubs;

@@ -20,6 +20,7 @@ class WorkerRegistry {
   // for another worker that registered since.
   WorkerRegistry(const Clock* clock, int64_t timeout_ms, std::string incarnation)
       : clock_(clock), timeout_ms_(timeout_ms), incarnation_(std::move(incarnation)) {}
+  const std::string& incarnation() const { return incarnation_; }
 
   // Registers a worker. A worker that registers again under the same name (it restarted) keeps
   // its id; its old assignment is dropped, since the new process holds no run state.

@@ -13,6 +13,7 @@
 #include "common/rpc/channel.h"
 #include "services/coordinator/run_state.h"
 #include "services/dflashctl/output.h"
+#include "services/dflashctl/progress.h"
 
 namespace dflash::ctl {
 namespace {
@@ -108,6 +109,8 @@ int Commands::Follow(const std::string& run_id) {
   // Watches until the run ends; a dropped stream is resumed from the last event seen.
   int64_t after = 0;
   int attempts = 0;
+  // The step line goes to stdout with the events, so that they interleave in order.
+  StepProgress progress(stdout, !opts_.json);
   while (true) {
     grpc::ClientContext ctx;
     v1::WatchRunRequest req;
@@ -118,11 +121,25 @@ int Commands::Follow(const std::string& run_id) {
     while (reader->Read(&e)) {
       after = e.seq();
       attempts = 0;
-      if (opts_.json)
+      if (opts_.json) {
         std::cout << ToJson(e) << "\n" << std::flush;
-      else
+      } else if (e.has_progress()) {
+        const v1::StepMetrics& m = e.progress();
+        StepSample sample;
+        sample.step = m.step() + 1;
+        sample.total_steps = e.total_steps();
+        sample.epoch = m.epoch();
+        sample.loss = m.loss();
+        sample.acceptance_length = m.acceptance_length();
+        sample.step_seconds = m.seconds();
+        sample.tokens_per_s = m.seconds() > 0 ? m.tokens() / m.seconds() : 0;
+        progress.Update(sample);
+      } else {
+        progress.Break();
         std::cout << EventLine(e) << "\n" << std::flush;
+      }
     }
+    progress.Break();
     grpc::Status s = reader->Finish();
     if (s.ok()) break;
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE || ++attempts > 5) {
@@ -212,6 +229,51 @@ int Commands::Plan(const std::string& path) {
   grpc::Status s = stub_->PlanRun(&ctx, req, &resp);
   if (!s.ok()) return RpcError(s, "plan");
   std::cout << resp.table();
+  return kOk;
+}
+
+int Commands::Export(const std::string& run_id, const std::string& out, bool force) {
+  v1::GetRunRequest req;
+  req.set_run_id(run_id);
+  v1::GetRunResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, opts_.timeout_ms);
+  grpc::Status s = stub_->GetRun(&ctx, req, &resp);
+  if (!s.ok()) return RpcError(s, "export " + run_id);
+  const v1::RunStatus& run = resp.run();
+  const fs::path src = fs::path(run.run_dir()) / "export";
+  std::error_code ec;
+  if (run.state() != v1::RUN_STATE_DONE || !fs::is_regular_file(src / "model.safetensors", ec)) {
+    std::cerr << "dflashctl: export " << run_id << ": the run is "
+              << coordinator::StateName(run.state())
+              << "; the serving-format drafter is written when it finishes (" << src.string()
+              << (run.run_dir().empty() ? "" : ", on the coordinator's machine") << ")\n";
+    return kError;
+  }
+  const fs::path dst(out);
+  if (fs::exists(dst, ec) && !force) {
+    std::cerr << "dflashctl: export: " << out << " exists; give --force to replace it\n";
+    return kError;
+  }
+  // Copied next to the destination, then renamed: a reader never sees half a drafter.
+  const fs::path tmp = dst.string() + ".tmp-export";
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (!ec) fs::copy(src, tmp, fs::copy_options::recursive, ec);
+  if (!ec && fs::exists(dst)) fs::remove_all(dst, ec);
+  if (!ec) fs::rename(tmp, dst, ec);
+  if (ec) {
+    fs::remove_all(tmp);
+    std::cerr << "dflashctl: export: cannot write " << out << ": " << ec.message() << "\n";
+    return kError;
+  }
+  if (opts_.json) {
+    std::cout << "{\"run_id\":\"" << run_id << "\",\"out\":\"" << fs::absolute(dst).string()
+              << "\"}\n";
+  } else {
+    std::cout << "exported the drafter of run " << run_id << " (step " << run.step() << ") to "
+              << out << " (config.json + model.safetensors, method.md §7)\n";
+  }
   return kOk;
 }
 

@@ -34,6 +34,8 @@ class Commands {
   int Cancel(const std::string& run_id);
   int Workers();
   int Plan(const std::string& path);
+  // Copies a finished run's serving-format drafter (<run dir>/export) to `out`.
+  int Export(const std::string& run_id, const std::string& out, bool force);
 
  private:
   int Follow(const std::string& run_id);

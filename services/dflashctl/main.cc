@@ -32,6 +32,12 @@ int main(int argc, char** argv) {
   auto* cancel = app.add_subcommand("cancel", "cancel a run");
   cancel->add_option("run_id", run_id, "run id")->required();
   auto* workers = app.add_subcommand("workers", "list registered workers");
+  std::string export_out;
+  bool export_force = false;
+  auto* exp = app.add_subcommand("export", "copy a finished run's drafter (serving format) to DIR");
+  exp->add_option("run_id", run_id, "run id")->required();
+  exp->add_option("--out", export_out, "destination directory")->required();
+  exp->add_flag("--force", export_force, "replace an existing destination");
   auto* plan = app.add_subcommand("plan", "predicted memory per worker (not built yet)");
   plan->add_option("run_yaml", path, "path to run.yaml")->required();
 
@@ -83,6 +89,7 @@ int main(int argc, char** argv) {
   if (*cancel) return cmd.Cancel(run_id);
   if (*workers) return cmd.Workers();
   if (*plan) return cmd.Plan(path);
+  if (*exp) return cmd.Export(run_id, export_out, export_force);
   if (*prepare) {
     pa.json = g.json;
     return dflash::ctl::RunPrepare(pa);

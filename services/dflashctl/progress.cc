@@ -89,4 +89,43 @@ void ProgressBar::Draw(const ProgressSample& s, bool final) {
   std::fflush(out_);
 }
 
+StepProgress::StepProgress(std::FILE* out, bool enabled)
+    : out_(out), enabled_(enabled), tty_(isatty(fileno(out)) == 1) {}
+
+std::string StepProgress::Line(const StepSample& s) {
+  const double frac =
+      s.total_steps > 0 ? std::min(1.0, static_cast<double>(s.step) / s.total_steps) : 0.0;
+  const int filled = static_cast<int>(frac * kBarWidth);
+  std::string line =
+      absl::StrCat("[", std::string(filled, '#'), std::string(kBarWidth - filled, '.'), "]  step ",
+                   s.step, "/", s.total_steps, "  epoch ", s.epoch,
+                   absl::StrFormat("  loss %.4f  acc.len %.2f", s.loss, s.acceptance_length), "  ",
+                   Short(s.tokens_per_s), " tok/s");
+  if (s.step < s.total_steps && s.step_seconds > 0) {
+    absl::StrAppend(&line, "  ETA ", Clock(s.step_seconds * (s.total_steps - s.step)));
+  }
+  return line;
+}
+
+void StepProgress::Update(const StepSample& s) {
+  if (!enabled_) return;
+  if (tty_) {
+    std::fprintf(out_, "\r%s\033[K", Line(s).c_str());
+    open_line_ = true;
+  } else {
+    const int decile = s.total_steps > 0 ? static_cast<int>(10 * s.step / s.total_steps) : 0;
+    if (decile == last_decile_) return;
+    last_decile_ = decile;
+    std::fprintf(out_, "%s\n", Line(s).c_str());
+  }
+  std::fflush(out_);
+}
+
+void StepProgress::Break() {
+  if (!open_line_) return;
+  std::fputc('\n', out_);
+  std::fflush(out_);
+  open_line_ = false;
+}
+
 }  // namespace dflash::ctl

@@ -44,4 +44,31 @@ class ProgressBar {
   bool open_line_ = false;  // a terminal line was drawn without its newline
 };
 
+// The live line of a followed training run (dflashctl submit), drawn on stderr the same way:
+//   [########............]  step 80/200  epoch 0  loss 3.412  acc.len 2.31  12.3K tok/s  ETA 0:12
+struct StepSample {
+  int64_t step = 0;  // steps done
+  int64_t total_steps = 0;
+  int64_t epoch = 0;
+  double loss = 0, acceptance_length = 0;
+  double tokens_per_s = 0;  // of the newest step
+  double step_seconds = 0;  // of the newest step
+};
+
+class StepProgress {
+ public:
+  StepProgress(std::FILE* out, bool enabled);
+  void Update(const StepSample& s);
+  // Ends a half-drawn terminal line (before an event line or at the end).
+  void Break();
+  static std::string Line(const StepSample& s);
+
+ private:
+  std::FILE* out_;
+  bool enabled_;
+  bool tty_;
+  int last_decile_ = -1;
+  bool open_line_ = false;
+};
+
 }  // namespace dflash::ctl

@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/device/device_probe.h"
@@ -17,29 +19,51 @@ std::string RoleLabel(const v1::WorkerInfo& w) {
 
 }  // namespace
 
-WorkerCore::WorkerCore(v1::WorkerInfo self, SettingsEcho echo, metrics::MetricsServer* metrics)
-    : self_(std::move(self)), echo_(std::move(echo)), metrics_(metrics) {}
+WorkerCore::WorkerCore(v1::WorkerInfo self, StepRunnerFactory runners,
+                       metrics::MetricsServer* metrics)
+    : self_(std::move(self)), runners_(std::move(runners)), metrics_(metrics) {}
 
 absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareRunRequest& req) {
   if (req.run_id().empty()) return absl::InvalidArgumentError("run_id: must not be empty");
+  int gpu;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!run_id_.empty() && run_id_ != req.run_id()) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", self_.name(), " already holds run ", run_id_));
     }
+    gpu = self_.device().kind() == "cuda" ? self_.device().index() : -1;
   }
   // The worker parses the resolved config itself: paths must exist where the worker runs.
   auto spec = config::ParseRunSpec(req.resolved_config_yaml(), absl::StrCat("run ", req.run_id()),
                                    config::RunSpecOptions{"", /*check_paths=*/true});
   if (!spec.ok()) return spec.status();
+  RunContext ctx;
+  ctx.run_id = req.run_id();
+  ctx.spec = *std::move(spec);
+  ctx.gpu = gpu;
+  ctx.pair = req.pair();
+  ctx.num_pairs = std::max<int64_t>(1, req.num_pairs());
+  ctx.total_steps = req.total_steps();
+  ctx.resume_checkpoint = req.resume_checkpoint();
+  ctx.channel = req.channel();
+  if (ctx.channel.empty()) return absl::InvalidArgumentError("channel: must not be empty");
+  if (ctx.total_steps < 1) return absl::InvalidArgumentError("total_steps: must be at least 1");
+  std::shared_ptr<StepRunner> runner = runners_();
+  absl::StatusOr<std::map<std::string, std::string>> applied = runner->Prepare(ctx);
+  if (!applied.ok()) {
+    LOG_RUN(WARNING, req.run_id(), -1) << "cannot prepare: " << applied.status();
+    return applied.status();
+  }
   v1::PrepareRunResponse resp;
-  for (const auto& [k, v] : echo_(*spec)) (*resp.mutable_applied())[k] = v;
+  for (const auto& [k, v] : *applied) (*resp.mutable_applied())[k] = v;
   std::lock_guard<std::mutex> lock(mu_);
+  if (runner_) runner_->Abort();  // a previous attempt of the same run
   run_id_ = req.run_id();
+  runner_ = std::move(runner);
   step_ = 0;
-  LOG_RUN(INFO, run_id_, -1) << "prepared (peer " << req.peer_worker_id() << "), applying "
-                             << resp.applied_size() << " settings";
+  LOG_RUN(INFO, run_id_, -1) << "prepared (peer " << req.peer_worker_id() << ", pair " << ctx.pair
+                             << "), applying " << resp.applied_size() << " settings";
   return resp;
 }
 
@@ -47,13 +71,81 @@ absl::Status WorkerCore::ReleaseRun(const std::string& run_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (run_id_ == run_id && !run_id.empty()) {
     LOG_RUN(INFO, run_id_, step_) << "released";
+    if (runner_) runner_->Abort();
+    runner_.reset();
     run_id_.clear();
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::RunStepResponse> WorkerCore::RunStep(const v1::RunStepRequest& req) {
-  return absl::UnimplementedError("RunStep: the training step pipeline is not built yet");
+  std::shared_ptr<StepRunner> runner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (run_id_.empty() || run_id_ != req.run_id() || !runner_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", self_.name(), " does not hold run ", req.run_id(),
+                       run_id_.empty() ? std::string(" (it holds none)")
+                                       : absl::StrCat(" (it holds ", run_id_, ")")));
+    }
+    runner = runner_;
+  }
+  StepWork work;
+  work.step = req.step();
+  work.epoch = req.epoch();
+  for (const v1::MicroBatch& m : req.micro_batches()) {
+    StepMicroBatch& mb = work.micro_batches.emplace_back();
+    mb.batch_id = m.batch_id();
+    for (const v1::Piece& p : m.pieces())
+      mb.pieces.push_back({p.document(), p.begin(), p.length()});
+    mb.anchors.assign(m.anchors().begin(), m.anchors().end());
+  }
+  work.checkpoint_path = req.checkpoint_path();
+  work.checkpoint_metadata.insert(req.checkpoint_metadata().begin(),
+                                  req.checkpoint_metadata().end());
+  work.export_dir = req.export_dir();
+  std::lock_guard<std::mutex> step_lock(step_mu_);
+  absl::StatusOr<StepReport> report = runner->RunStep(work);
+  if (!report.ok()) {
+    LOG_RUN(WARNING, req.run_id(), req.step()) << "step failed: " << report.status();
+    return report.status();
+  }
+  UpdateStepMetrics(*report);
+  v1::RunStepResponse resp;
+  resp.set_checksum(report->checksum);
+  v1::StepMetrics* m = resp.mutable_metrics();
+  m->set_step(report->step);
+  m->set_epoch(req.epoch());
+  m->set_loss(report->loss);
+  m->set_weight_sum(report->weight_sum);
+  m->set_grad_norm(report->grad_norm);
+  m->set_lr(report->lr);
+  m->set_skipped(report->skipped);
+  m->set_micro_batches(report->micro_batches);
+  m->set_tokens(report->tokens);
+  for (double a : report->slot_accuracy) m->add_slot_accuracy(a);
+  m->set_acceptance_length(report->acceptance_length);
+  m->set_skipped_steps(report->skipped_steps);
+  return resp;
+}
+
+void WorkerCore::UpdateStepMetrics(const StepReport& report) {
+  std::string name, role;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    step_ = report.step + 1;
+    name = self_.name();
+    role = RoleLabel(self_);
+  }
+  if (!metrics_) return;
+  const prometheus::Labels l = {{"worker", name}, {"role", role}};
+  metrics_->Gauge("dflash_worker_step").Add(l).Set(static_cast<double>(report.step + 1));
+  metrics_->Counter("dflash_worker_tokens_total")
+      .Add(l)
+      .Increment(static_cast<double>(report.tokens));
+  metrics_->Counter("dflash_worker_micro_batches_total")
+      .Add(l)
+      .Increment(static_cast<double>(report.micro_batches));
 }
 
 v1::WorkerStatusResponse WorkerCore::Status() {
@@ -70,6 +162,8 @@ void WorkerCore::ReconcileAssignment(const std::string& assigned_run_id) {
   if (!run_id_.empty() && run_id_ != assigned_run_id) {
     LOG_RUN(WARNING, run_id_, step_) << "coordinator no longer assigns this run to me "
                                      << "(assigned: '" << assigned_run_id << "'); dropping it";
+    if (runner_) runner_->Abort();
+    runner_.reset();
     run_id_.clear();
   }
 }

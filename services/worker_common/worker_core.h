@@ -16,15 +16,14 @@
 #include "common/metrics/catalogue.h"
 #include "dflash/v1/registry.grpc.pb.h"
 #include "dflash/v1/worker.pb.h"
+#include "services/worker_common/step_runner.h"
 
 namespace dflash::worker {
 
-// Role-specific part: which resolved settings this role applies, as "field.path" -> value.
-using SettingsEcho = std::function<std::map<std::string, std::string>(const config::RunSpec&)>;
-
 class WorkerCore {
  public:
-  WorkerCore(v1::WorkerInfo self, SettingsEcho echo, metrics::MetricsServer* metrics);
+  // `runners` makes the role-specific half (step_runner.h) for each run the worker prepares.
+  WorkerCore(v1::WorkerInfo self, StepRunnerFactory runners, metrics::MetricsServer* metrics);
 
   // Control RPCs (called by the gRPC adapter).
   absl::StatusOr<v1::PrepareRunResponse> PrepareRun(const v1::PrepareRunRequest& req);
@@ -42,12 +41,17 @@ class WorkerCore {
   v1::DeviceInfo ReadDevice();
 
  private:
+  void UpdateStepMetrics(const StepReport& report);
+
   std::mutex mu_;
   v1::WorkerInfo self_;
-  SettingsEcho echo_;
+  StepRunnerFactory runners_;
   metrics::MetricsServer* metrics_;
   std::string run_id_;
   int64_t step_ = 0;
+  // The held run's runner; shared so that ReleaseRun can abort a step still using it.
+  std::shared_ptr<StepRunner> runner_;
+  std::mutex step_mu_;  // one step at a time
 };
 
 // Registers with the coordinator (retrying with backoff until it answers) and heartbeats every

@@ -28,7 +28,7 @@ int Fail(const std::string& process, const std::string& what, const absl::Status
 
 }  // namespace
 
-int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, SettingsEcho echo) {
+int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory runners) {
   BlockTerminationSignals();
   const std::string process = absl::StrCat("dflash-", RoleName(role), "-worker");
   CLI::App app{absl::StrCat("dflash ", RoleName(role), " worker")};
@@ -105,7 +105,7 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, SettingsEcho echo)
   d->set_compute_capability(device->compute_capability);
   self.set_metrics_address(WithPort(cfg.metrics_listen, (*metrics)->port()));
 
-  WorkerCore core(self, std::move(echo), metrics->get());
+  WorkerCore core(self, std::move(runners), metrics->get());
   WorkerControlService<v1::TargetWorker::Service> target_service(&core);
   WorkerControlService<v1::DrafterWorker::Service> drafter_service(&core);
   grpc::Service* service = role == v1::WORKER_ROLE_TARGET

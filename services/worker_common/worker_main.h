@@ -7,6 +7,6 @@
 
 namespace dflash::worker {
 
-int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, SettingsEcho echo);
+int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory runners);
 
 }  // namespace dflash::worker

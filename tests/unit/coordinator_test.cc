@@ -17,12 +17,23 @@ constexpr char kRunYaml[] = R"(
 name: unit
 target: {path: "builtin:tiny-qwen3"}
 data: {train: "builtin:tiny-chat", max_length: 256}
-batching: {token_budget: 1024}
+batching: {token_budget: 1024, max_anchors: 16, grad_accum: 2}
+optim: {max_steps: 5}
+checkpoint: {every_steps: 2, keep: 2}
 )";
 
 class CoordinatorTest : public ::testing::Test {
  protected:
-  void SetUp() override { Reopen(":memory:"); }
+  void SetUp() override {
+    char tmpl[] = "/tmp/dflash-coord-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    state_dir_ = tmpl;
+    Reopen(":memory:");
+  }
+  void TearDown() override {
+    coordinator_.reset();
+    std::filesystem::remove_all(state_dir_);
+  }
 
   void Reopen(const std::string& path) {
     coordinator_.reset();
@@ -31,6 +42,8 @@ class CoordinatorTest : public ::testing::Test {
     CoordinatorOptions opts;
     opts.heartbeat_interval_ms = 100;
     opts.worker_timeout_ms = 1000;
+    opts.state_dir = state_dir_;
+    opts.inline_steps = true;  // a placed run trains to its end inside Tick()
     auto c = Coordinator::Create(opts, *std::move(store), &clock_, &workers_, nullptr);
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = *std::move(c);
@@ -58,6 +71,7 @@ class CoordinatorTest : public ::testing::Test {
     return states;
   }
 
+  std::string state_dir_;
   FakeClock clock_;
   FakeWorkerControl workers_;
   std::unique_ptr<Coordinator> coordinator_;
@@ -88,14 +102,77 @@ TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
   EXPECT_THAT(workers_.prepared,
               ::testing::ElementsAre(t + ":" + run.run_id(), d + ":" + run.run_id()));
   auto after = *coordinator_->GetRun(run.run_id());
-  // The step pipeline does not exist yet: the run says so instead of pretending to train.
-  EXPECT_EQ(after.state(), v1::RUN_STATE_FAILED);
-  EXPECT_THAT(after.message(), HasSubstr("training step pipeline is not built yet"));
-  EXPECT_THAT(
-      History(run.run_id()),
-      ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING, v1::RUN_STATE_FAILED));
+  EXPECT_EQ(after.state(), v1::RUN_STATE_DONE) << after.message();
+  EXPECT_THAT(History(run.run_id()),
+              ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+                                     v1::RUN_STATE_RUNNING, v1::RUN_STATE_DONE));
+  // Every step went to both workers, in order, and was committed once.
+  ASSERT_EQ(workers_.steps.size(), 10u);
+  for (int step = 0; step < 5; ++step) {
+    EXPECT_THAT(workers_.steps, ::testing::Contains(t + ":" + std::to_string(step)));
+    EXPECT_THAT(workers_.steps, ::testing::Contains(d + ":" + std::to_string(step)));
+  }
+  EXPECT_EQ(after.step(), 5);
+  EXPECT_EQ(after.total_steps(), 5);
+  EXPECT_EQ(after.last_step().step(), 4);
+  EXPECT_DOUBLE_EQ(after.last_step().loss(), 5.0 - 0.04);
+  EXPECT_GT(after.last_step().tokens(), 0);
+  EXPECT_EQ(after.run_dir(),
+            (std::filesystem::absolute(state_dir_) / "runs" / run.run_id()).string());
+  EXPECT_TRUE(std::filesystem::exists(after.run_dir() + "/run.yaml"));
+  // The target gets the pieces, the drafter the anchors, under the same batch ids; the drafter
+  // is asked for checkpoints at steps 2 and 4 and the last (5), and the export at the end.
+  std::vector<std::string> checkpoints;
+  for (const auto& req : workers_.requests) {
+    ASSERT_EQ(req.micro_batches_size(), 2);
+    for (const auto& mb : req.micro_batches()) {
+      EXPECT_EQ(mb.batch_id() >> 20, static_cast<uint64_t>(req.step() + 1));
+      EXPECT_GT(mb.tokens(), 0);
+    }
+    if (!req.checkpoint_path().empty()) {
+      checkpoints.push_back(std::filesystem::path(req.checkpoint_path()).filename().string());
+      EXPECT_EQ(req.checkpoint_metadata().count("data.cursor"), 1u);
+    }
+    EXPECT_EQ(!req.export_dir().empty(),
+              req.step() == 4 && req.micro_batches(0).anchors_size() > 0);
+  }
+  EXPECT_THAT(checkpoints, ::testing::ElementsAre("step-000000000002.safetensors",
+                                                  "step-000000000004.safetensors",
+                                                  "step-000000000005.safetensors"));
   EXPECT_EQ(workers_.released.size(), 2u);
   for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
+}
+
+TEST_F(CoordinatorTest, DrafterThatTrainedOnOtherFeaturesFailsTheRun) {
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  workers_.drafter_checksum_offset = 1;
+  coordinator_->Tick();
+  auto after = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(after.state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(after.message(), HasSubstr("trained on other features than its target sent"));
+  EXPECT_EQ(after.step(), 0);  // nothing committed
+}
+
+TEST_F(CoordinatorTest, WorkerLostMidStepPausesThenRequeuesTheRun) {
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  workers_.on_step = [&](const v1::WorkerInfo& w, const v1::RunStepRequest& req) {
+    if (req.step() == 3 && w.worker_id() == d) {
+      workers_.step_errors[d] = absl::UnavailableError("connection reset");
+    }
+  };
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->step(), 3);  // steps 0..2 committed
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_PAUSED);
+  coordinator_->Tick();  // the step thread has ended: the run waits for workers again
+  EXPECT_THAT(
+      History(run.run_id()),
+      ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING, v1::RUN_STATE_RUNNING,
+                             v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+                             v1::RUN_STATE_RUNNING, v1::RUN_STATE_PAUSED));
 }
 
 TEST_F(CoordinatorTest, WorkerRefusingTheConfigFailsTheRunWithItsReason) {
@@ -127,8 +204,7 @@ TEST_F(CoordinatorTest, UnreachableWorkerRequeuesTheRunInsteadOfFailingIt) {
   coordinator_->Tick();
   EXPECT_EQ(workers_.prepared.back(), d0 + ":" + run.run_id());
   EXPECT_THAT(workers_.prepared, ::testing::Contains(t1 + ":" + run.run_id()));
-  EXPECT_THAT(coordinator_->GetRun(run.run_id())->message(),
-              HasSubstr("training step pipeline is not built yet"));
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_DONE);
 }
 
 TEST_F(CoordinatorTest, SilentWorkerIsMarkedDownAfterTheTimeoutAndBlocksPlacement) {
@@ -171,12 +247,15 @@ TEST_F(CoordinatorTest, WorkerLostWhileStartingPausesTheRun) {
     coordinator_->Tick();
   };
   coordinator_->Tick();
-  auto after = *coordinator_->GetRun(run.run_id());
-  EXPECT_EQ(after.state(), v1::RUN_STATE_PAUSED);
-  EXPECT_THAT(after.message(), HasSubstr("target worker " + t + " (t0) missed heartbeats"));
-  EXPECT_THAT(
-      History(run.run_id()),
-      ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING, v1::RUN_STATE_PAUSED));
+  // Paused, then queued again at once (to resume when a pair is idle); t0 is down, so it waits.
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_QUEUED);
+  bool terminal;
+  auto events =
+      *coordinator_->WaitForEvents(run.run_id(), 0, std::chrono::milliseconds(0), &terminal);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[2].to_state(), v1::RUN_STATE_PAUSED);
+  EXPECT_THAT(events[2].message(), HasSubstr("target worker " + t + " (t0) missed heartbeats"));
+  EXPECT_EQ(events[3].to_state(), v1::RUN_STATE_QUEUED);
   for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
 }
 

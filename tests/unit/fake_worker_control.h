@@ -30,7 +30,34 @@ class FakeWorkerControl : public WorkerControl {
     return absl::OkStatus();
   }
 
+  // Both roles answer with the same checksum (what a pair that agrees reports); the drafter adds
+  // metrics whose loss falls with the step.
+  absl::StatusOr<v1::RunStepResponse> RunStep(const v1::WorkerInfo& worker,
+                                              const v1::RunStepRequest& req) override {
+    if (on_step) on_step(worker, req);
+    std::lock_guard<std::mutex> lock(mu_);
+    steps.push_back(worker.worker_id() + ":" + std::to_string(req.step()));
+    requests.push_back(req);
+    auto it = step_errors.find(worker.worker_id());
+    if (it != step_errors.end()) return it->second;
+    v1::RunStepResponse resp;
+    resp.set_checksum(static_cast<int64_t>(req.micro_batches_size()) +
+                      (worker.role() == v1::WORKER_ROLE_DRAFTER ? drafter_checksum_offset : 0));
+    if (worker.role() == v1::WORKER_ROLE_DRAFTER) {
+      v1::StepMetrics* m = resp.mutable_metrics();
+      m->set_step(req.step());
+      m->set_loss(5.0 - 0.01 * static_cast<double>(req.step()));
+      m->set_acceptance_length(1.5);
+    }
+    return resp;
+  }
+
   std::mutex mu_;
+  std::vector<std::string> steps;  // "worker:step" in call order
+  std::vector<v1::RunStepRequest> requests;
+  std::map<std::string, absl::Status> step_errors;  // by worker id
+  int64_t drafter_checksum_offset = 0;              // nonzero: the drafter "trained" on other data
+  std::function<void(const v1::WorkerInfo&, const v1::RunStepRequest&)> on_step;
   std::vector<std::string> prepared;
   std::vector<std::string> released;
   std::map<std::string, absl::Status> prepare_errors;  // by worker id

@@ -1,0 +1,143 @@
+#include "common/train/run_setup.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/config/builtins.h"
+#include "common/nn/builtin_target.h"
+
+namespace dflash::train {
+namespace {
+
+constexpr char kBuiltin[] = "builtin:";
+constexpr int64_t kDefaultFeatures = 5;  // method.md §2: K = 5
+
+bool IsBuiltin(const std::string& path) { return absl::StartsWith(path, kBuiltin); }
+std::string BuiltinName(const std::string& path) { return path.substr(sizeof(kBuiltin) - 1); }
+
+}  // namespace
+
+absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec) {
+  absl::StatusOr<model::TransformerConfig> c =
+      IsBuiltin(spec.target.path) ? nn::BuiltinTargetConfig(BuiltinName(spec.target.path))
+                                  : model::LoadHfConfig(spec.target.path);
+  if (!c.ok()) {
+    return absl::Status(c.status().code(), absl::StrCat("target.path: ", c.status().message()));
+  }
+  return c;
+}
+
+absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
+                                                 const model::TransformerConfig& target) {
+  std::vector<int64_t> ids;
+  if (spec.target.layer_ids) {
+    ids = *spec.target.layer_ids;
+  } else if (target.target_layer_ids) {
+    ids = *target.target_layer_ids;
+  } else {
+    ids = model::DefaultTargetLayerIds(target.num_hidden_layers, kDefaultFeatures);
+  }
+  for (int64_t id : ids) {
+    if (id < 0 || id >= target.num_hidden_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("target.layer_ids: ", absl::StrJoin(ids, ","),
+                                                     ": id ", id, " is outside the target's ",
+                                                     target.num_hidden_layers, " layers"));
+    }
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("target.layer_ids: no layer");
+  return ids;
+}
+
+absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& spec,
+                                                        const model::TransformerConfig& target) {
+  drafter::DrafterConfig c;
+  c.target = target;
+  c.num_layers = spec.drafter.layers;
+  c.block_size = spec.drafter.block_size;
+  absl::StatusOr<std::vector<int64_t>> ids = RunLayerIds(spec, target);
+  if (!ids.ok()) return ids.status();
+  c.target_layer_ids = *ids;
+  if (spec.drafter.mask_token_id) {
+    c.mask_token_id = *spec.drafter.mask_token_id;
+  } else if (IsBuiltin(spec.target.path)) {
+    c.mask_token_id = config::TinyQwen3::kMaskTokenId;
+  } else if (target.mask_token_id) {
+    c.mask_token_id = *target.mask_token_id;
+  } else if (target.model_type == "qwen3" && target.vocab_size > drafter::kQwen3MaskTokenId) {
+    c.mask_token_id = drafter::kQwen3MaskTokenId;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "drafter.mask_token_id: auto knows no mask token for a ", target.model_type,
+        " target with ", target.vocab_size, " tokens; set it to an id the data never uses"));
+  }
+  if (c.mask_token_id >= target.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("drafter.mask_token_id: ", c.mask_token_id,
+                                                   " is not below the target's vocabulary (",
+                                                   target.vocab_size, ")"));
+  }
+  if (absl::Status s = drafter::ValidateDrafterConfig(c); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("drafter: ", s.message()));
+  }
+  return c;
+}
+
+absl::StatusOr<c10::ScalarType> RunTargetDtype(const config::RunSpec& spec) {
+  if (spec.target.dtype == "bfloat16") return c10::ScalarType::BFloat16;
+  if (spec.target.dtype == "float16") return c10::ScalarType::Half;
+  if (spec.target.dtype == "float32") return c10::ScalarType::Float;
+  return absl::InvalidArgumentError(
+      absl::StrCat("target.dtype: '", spec.target.dtype, "' is not bfloat16, float16 or float32"));
+}
+
+absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::RunSpec& spec,
+                                                               c10::Device device,
+                                                               bool embeddings_only) {
+  absl::StatusOr<model::TransformerConfig> config = RunTargetConfig(spec);
+  if (!config.ok()) return config.status();
+  nn::TargetModelOptions options;
+  absl::StatusOr<std::vector<int64_t>> ids = RunLayerIds(spec, *config);
+  if (!ids.ok()) return ids.status();
+  options.layer_ids = embeddings_only ? std::vector<int64_t>{0} : *ids;
+  absl::StatusOr<c10::ScalarType> dtype = RunTargetDtype(spec);
+  if (!dtype.ok()) return dtype.status();
+  options.dtype = *dtype;
+  options.device = device;
+  absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
+      IsBuiltin(spec.target.path) ? nn::BuiltinTarget(BuiltinName(spec.target.path), options)
+                                  : nn::TargetModel::Load(spec.target.path, options);
+  if (!target.ok()) {
+    return absl::Status(target.status().code(),
+                        absl::StrCat("target.path: ", target.status().message()));
+  }
+  return target;
+}
+
+absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> CreateRunDrafter(
+    const config::RunSpec& spec, const nn::TargetModel& target, c10::Device device) {
+  absl::StatusOr<drafter::DrafterConfig> config = RunDrafterConfig(spec, target.config());
+  if (!config.ok()) return config.status();
+  drafter::DrafterOptions options;
+  options.device = device;
+  options.seed = static_cast<uint64_t>(spec.seed);
+  absl::StatusOr<c10::ScalarType> dtype = RunTargetDtype(spec);
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype != c10::ScalarType::Float) options.compute_dtype = *dtype;
+  return drafter::DrafterModel::Create(*config, options, target.embed_tokens(), target.lm_head());
+}
+
+std::map<std::string, std::string> RunSettings(const config::RunSpec& spec,
+                                               const drafter::DrafterConfig& drafter) {
+  return {
+      {"target.path", spec.target.path},
+      {"target.dtype", spec.target.dtype},
+      {"target.layer_ids", absl::StrJoin(drafter.target_layer_ids, ",")},
+      {"drafter.layers", std::to_string(drafter.num_layers)},
+      {"drafter.block_size", std::to_string(drafter.block_size)},
+      {"drafter.mask_token_id", std::to_string(drafter.mask_token_id)},
+      {"batching.token_budget", std::to_string(spec.batching.token_budget)},
+      {"data.max_length", std::to_string(spec.data.max_length)},
+      {"placement.transport", spec.placement.transport},
+  };
+}
+
+}  // namespace dflash::train

@@ -1,0 +1,53 @@
+// run.yaml -> the models a worker runs: the target (HF checkpoint directory or builtin:NAME) with
+// the run's feature layers, and the drafter (method.md §2) shaped from the target and the run's
+// drafter settings. Target and drafter workers call the same functions, so both sides agree on
+// layer ids, shapes and the mask token without talking to each other; the settings echo
+// (RunSettings) is what they report to the coordinator.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/config/run_spec.h"
+#include "common/drafter/drafter_model.h"
+#include "common/nn/target_model.h"
+
+namespace dflash::train {
+
+// The target's config.json (or a built-in's config).
+absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec);
+
+// target.layer_ids, else the checkpoint's target_layer_ids, else method.md §2's rule for K = 5.
+absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
+                                                 const model::TransformerConfig& target);
+
+// The drafter config: the target's shape, drafter.layers/block_size, the layer ids above and
+// drafter.mask_token_id (auto: the built-in target's, Qwen3's 151669 for a Qwen3 vocabulary large
+// enough, else an error naming the field).
+absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& spec,
+                                                        const model::TransformerConfig& target);
+
+// target.dtype as a scalar type (INVALID_ARGUMENT naming the field).
+absl::StatusOr<c10::ScalarType> RunTargetDtype(const config::RunSpec& spec);
+
+// The target with the run's feature layers, on `device`. With `embeddings_only`, only what the
+// drafter borrows is needed (embed_tokens, lm_head): just layer 0 is loaded besides them.
+absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::RunSpec& spec,
+                                                               c10::Device device,
+                                                               bool embeddings_only = false);
+
+// A freshly initialized drafter (seeded by the run's seed) on `device`, borrowing `target`'s
+// embeddings and lm_head; fp32 master weights, compute in target.dtype.
+absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> CreateRunDrafter(
+    const config::RunSpec& spec, const nn::TargetModel& target, c10::Device device);
+
+// The settings a worker applies, as "field.path" -> value (PrepareRunResponse.applied).
+std::map<std::string, std::string> RunSettings(const config::RunSpec& spec,
+                                               const drafter::DrafterConfig& drafter);
+
+}  // namespace dflash::train

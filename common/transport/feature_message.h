@@ -1,0 +1,43 @@
+// What travels from a target worker to its drafter for one micro-batch: the packed batch the
+// target ran (token ids, loss mask, document offsets, positions, document ids) and its features
+// [T, K*H], in one flat byte message with a fixed header and a CRC-32 over everything after it.
+// The transport carries the batch id beside the message (shm_ring.h); the message itself is
+// checked for size, shape and checksum on decode, so a torn or foreign slot is refused, never
+// trained on.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/batching/packed_batch.h"
+
+namespace dflash::transport {
+
+// Element type of the features (the target's dtype).
+enum class FeatureDType : uint32_t { kFloat32 = 1, kBFloat16 = 2, kFloat16 = 3 };
+size_t FeatureDTypeSize(FeatureDType dtype);
+
+// The largest message for a micro-batch of at most `token_budget` tokens (and as many pieces).
+size_t MaxFeatureMessageBytes(int64_t token_budget, int64_t feature_dim, FeatureDType dtype);
+
+// Writes the message into `out` (resized). `features` holds T * feature_dim elements of `dtype`,
+// row-major, T = batch.input_ids.size(). Returns the CRC-32 written into the header.
+absl::StatusOr<uint32_t> EncodeFeatureMessage(const batching::PackedBatch& batch,
+                                              const void* features, int64_t feature_dim,
+                                              FeatureDType dtype, std::vector<uint8_t>* out);
+
+struct DecodedFeatures {
+  batching::PackedBatch batch;  // input_ids, loss_mask, cu_seqlens, positions, doc_ids
+  int64_t feature_dim = 0;
+  FeatureDType dtype = FeatureDType::kFloat32;
+  const uint8_t* features = nullptr;  // T * feature_dim elements, inside the decoded message
+  uint32_t crc32 = 0;
+};
+
+// DATA_LOSS for a checksum mismatch, INVALID_ARGUMENT for a malformed header or sizes.
+absl::StatusOr<DecodedFeatures> DecodeFeatureMessage(absl::Span<const uint8_t> message);
+
+}  // namespace dflash::transport

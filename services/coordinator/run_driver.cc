@@ -1,0 +1,397 @@
+// The coordinator's step pipeline (architecture.md): a placed run's workers are prepared (with the
+// run's newest checkpoint when it resumes), then each optimizer step is planned here (packing,
+// anchors), sent to every target and drafter of the run at once, checked (the drafter must have
+// trained on exactly the features its target sent) and committed to the run store exactly once,
+// in order, before the next step starts. Checkpoints and the final export are written by the
+// drafter into the run directory when the step that ends them asks for it.
+#include <google/protobuf/util/json_util.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/batching/anchors.h"
+#include "common/batching/packed_batch.h"
+#include "common/config/run_spec.h"
+#include "common/data/run_data.h"
+#include "common/model/safetensors.h"
+#include "common/train/checkpoints.h"
+#include "services/coordinator/coordinator.h"
+#include "services/coordinator/run_state.h"
+
+namespace dflash::coordinator {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kCursorKey[] = "data.cursor";  // as LocalRun writes it (common/train/local_run.cc)
+
+bool Unreachable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+struct Coordinator::Training {
+  Placement p;
+  config::RunSpec spec;
+  data::RunData data;
+  batching::BatchingOptions batching;
+  std::unique_ptr<batching::Batcher> batcher;
+  int64_t total_steps = 0;
+  int64_t step = 0;  // the next step to train
+  std::string run_dir, checkpoint_dir, export_dir, resume_from;
+  batching::PackedBatch scratch;
+};
+
+std::string Coordinator::RunDir(const std::string& run_id) const {
+  return options_.state_dir.empty() ? std::string()
+                                    : (fs::absolute(options_.state_dir) / "runs" / run_id).string();
+}
+
+absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
+  t->p = p;
+  ASSIGN_OR_RETURN(
+      t->spec, config::ParseRunSpec(p.resolved_yaml, p.run_id, config::RunSpecOptions{"", true}));
+  ASSIGN_OR_RETURN(t->data, data::OpenRunData(t->spec, /*verify=*/true));
+  const int64_t pairs = static_cast<int64_t>(p.pairs.size());
+  ASSIGN_OR_RETURN(t->batching, data::BatchingOptionsFor(t->spec, pairs));
+  if (t->spec.optim.max_steps > 0) {
+    t->total_steps = t->spec.optim.max_steps;
+  } else {
+    ASSIGN_OR_RETURN(batching::EpochPlan plan,
+                     batching::PlanEpoch(t->data.source(), t->batching, /*epoch=*/0));
+    t->total_steps = static_cast<int64_t>(std::ceil(t->spec.optim.epochs * plan.steps()));
+  }
+  if (t->total_steps < 1) return absl::FailedPreconditionError("the data gives no training step");
+  t->run_dir = RunDir(p.run_id);
+  if (t->run_dir.empty()) return absl::FailedPreconditionError("the coordinator has no state_dir");
+  t->checkpoint_dir = (fs::path(t->run_dir) / "checkpoints").string();
+  t->export_dir = (fs::path(t->run_dir) / "export").string();
+  std::error_code ec;
+  fs::create_directories(t->checkpoint_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(t->checkpoint_dir, ": ", ec.message()));
+  {
+    std::ofstream yaml(fs::path(t->run_dir) / "run.yaml", std::ios::trunc);
+    yaml << "# resolved config of run " << p.run_id << "\n" << p.resolved_yaml;
+    if (!yaml) return absl::InternalError(absl::StrCat(t->run_dir, "/run.yaml: cannot write"));
+  }
+  // Resume: the newest checkpoint holds the drafter's state and the data cursor after its step.
+  ASSIGN_OR_RETURN(std::optional<std::string> latest, train::LatestCheckpoint(t->checkpoint_dir));
+  std::optional<batching::DataCursor> cursor;
+  if (latest) {
+    ASSIGN_OR_RETURN(auto file, model::SafetensorsFile::Open(*latest));
+    auto it = file->header().metadata.find(kCursorKey);
+    if (it == file->header().metadata.end()) {
+      return absl::DataLossError(absl::StrCat(*latest, ": no ", kCursorKey, " metadata"));
+    }
+    ASSIGN_OR_RETURN(cursor, batching::ParseCursor(it->second));
+    t->resume_from = *latest;
+  }
+  ASSIGN_OR_RETURN(t->batcher, batching::Batcher::Create(&t->data.source(), t->batching,
+                                                         cursor ? &*cursor : nullptr));
+  t->step = cursor ? cursor->step : 0;
+  return absl::OkStatus();
+}
+
+void Coordinator::StartRun(const Placement& p) {
+  // Control RPCs run without the lock: a slow worker must not stall heartbeats of the others.
+  auto training = std::make_shared<Training>();
+  absl::Status status = SetUpTraining(p, training.get());
+  std::vector<std::string> echoes;
+  uint64_t attempt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    attempt = ++attempts_;
+  }
+  for (size_t i = 0; status.ok() && i < p.pairs.size(); ++i) {
+    const auto& [target, drafter] = p.pairs[i];
+    // Target first: it creates the pair's channel, which the drafter then opens.
+    for (const auto& [self, peer] :
+         {std::make_pair(target, drafter), std::make_pair(drafter, target)}) {
+      v1::PrepareRunRequest req;
+      req.set_run_id(p.run_id);
+      req.set_resolved_config_yaml(p.resolved_yaml);
+      req.set_peer_worker_id(peer.worker_id());
+      req.set_pair(static_cast<int64_t>(i));
+      req.set_num_pairs(static_cast<int64_t>(p.pairs.size()));
+      req.set_total_steps(training->total_steps);
+      req.set_resume_checkpoint(training->resume_from);
+      req.set_channel(
+          absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", attempt, "-p", i));
+      auto resp = workers_->PrepareRun(self, req);
+      if (!resp.ok()) {
+        status = resp.status();
+        break;
+      }
+      echoes.push_back(absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
+    }
+  }
+  bool train = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The run may have been cancelled or paused while the RPCs ran; then it is no longer ours.
+    auto run = store_->GetRun(p.run_id);
+    if (run.ok() && run->state() == v1::RUN_STATE_STARTING && Unreachable(status)) {
+      // A worker that died but is not yet marked down: not the run's fault. Place it again; the
+      // registry marks that worker down within worker_timeout, so it is not picked twice.
+      absl::Status s = TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_PAUSED,
+                                        absl::StrCat("worker unreachable: ", status.message()));
+      if (s.ok()) {
+        s = TransitionLocked(p.run_id, v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED,
+                             "waiting for an idle target/drafter pair");
+      }
+      if (!s.ok()) LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
+    } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING && !status.ok()) {
+      TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_FAILED,
+                       absl::StrCat("preparing the run failed: ", status.message()))
+          .IgnoreError();
+    } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING && !stopping_) {
+      const std::string from =
+          training->resume_from.empty()
+              ? std::string("from step 0")
+              : absl::StrCat("resuming at step ", training->step, " from ",
+                             fs::path(training->resume_from).filename().string());
+      train = TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_RUNNING,
+                               absl::StrCat("training ", training->total_steps, " steps ", from,
+                                            " (", absl::StrJoin(echoes, "; "), ")"))
+                  .ok();
+    }
+    UpdateGaugesLocked();
+    if (train && !options_.inline_steps) {
+      drivers_[p.run_id] = std::thread([this, training] { DriveRun(training); });
+    }
+  }
+  if (!train) {
+    ReleaseWorkers(p);
+    return;
+  }
+  if (options_.inline_steps) DriveRun(training);
+}
+
+void Coordinator::DriveRun(std::shared_ptr<Training> t) {
+  while (RunOneStep(t.get())) {
+  }
+  ReleaseWorkers(t->p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = drivers_.find(t->p.run_id);
+  if (it != drivers_.end()) {
+    it->second.detach();  // this thread, ending now
+    drivers_.erase(it);
+  }
+}
+
+bool Coordinator::RunOneStep(Training* t) {
+  const std::string& run_id = t->p.run_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto run = store_->GetRun(run_id);
+    if (stopping_ || !run.ok() || run->state() != v1::RUN_STATE_RUNNING) return false;
+  }
+  if (t->step >= t->total_steps) {
+    EndRun(t, absl::OkStatus());
+    return false;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  absl::StatusOr<batching::StepPlan> plan = t->batcher->NextStep();
+  if (!plan.ok()) {
+    EndRun(t, Annotate(plan.status(), "planning the step"));
+    return false;
+  }
+  const int64_t step = plan->step;
+  const std::string cursor = batching::SerializeCursor(t->batcher->cursor());
+  const bool last = step + 1 == t->total_steps;
+  const int64_t every = t->spec.checkpoint.every_steps;
+  std::vector<v1::RunStepRequest> targets(t->p.pairs.size()), drafters(t->p.pairs.size());
+  for (size_t i = 0; i < t->p.pairs.size(); ++i) {
+    for (v1::RunStepRequest* r : {&targets[i], &drafters[i]}) {
+      r->set_run_id(run_id);
+      r->set_step(step);
+      r->set_epoch(plan->epoch);
+    }
+    if (last || (every > 0 && (step + 1) % every == 0)) {
+      drafters[i].set_checkpoint_path(train::CheckpointPath(t->checkpoint_dir, step + 1));
+      (*drafters[i].mutable_checkpoint_metadata())[kCursorKey] = cursor;
+    }
+    if (last) drafters[i].set_export_dir(t->export_dir);
+  }
+  int64_t tokens = 0;
+  for (const batching::MicroBatchPlan& mb : plan->micro_batches) {
+    absl::Status s = batching::MaterializeBatch(t->data.source(), mb.pieces,
+                                                t->batching.token_budget, &t->scratch);
+    absl::StatusOr<std::vector<int32_t>> anchors =
+        s.ok() ? batching::SampleAnchors(t->scratch.loss_mask, t->scratch.doc_ids,
+                                         t->spec.batching.max_anchors, mb.anchor_seed)
+               : absl::StatusOr<std::vector<int32_t>>(s);
+    if (!anchors.ok()) {
+      EndRun(t, Annotate(anchors.status(), absl::StrCat("step ", step)));
+      return false;
+    }
+    // Unique in the run and the same for both sides: (step + 1) in the high bits, the
+    // micro-batch's index within its pair's step in the low 20.
+    const uint64_t batch_id =
+        (static_cast<uint64_t>(step + 1) << 20) | static_cast<uint64_t>(mb.index_in_step);
+    v1::MicroBatch* to_target = targets[mb.pair].add_micro_batches();
+    v1::MicroBatch* to_drafter = drafters[mb.pair].add_micro_batches();
+    to_target->set_batch_id(batch_id);
+    to_drafter->set_batch_id(batch_id);
+    for (const batching::Piece& piece : mb.pieces) {
+      v1::Piece* q = to_target->add_pieces();
+      q->set_document(piece.document);
+      q->set_begin(piece.begin);
+      q->set_length(piece.length);
+    }
+    to_drafter->mutable_anchors()->Add(anchors->begin(), anchors->end());
+    to_target->set_tokens(t->scratch.total_tokens);
+    to_drafter->set_tokens(t->scratch.total_tokens);
+    tokens += t->scratch.total_tokens;
+  }
+  // Every worker of the run at once; the first failure releases them all, which aborts the
+  // channels, so that no peer waits out its deadline for a partner that has given up.
+  std::vector<std::future<absl::StatusOr<v1::RunStepResponse>>> calls;
+  for (size_t i = 0; i < t->p.pairs.size(); ++i) {
+    for (const auto& [w, req] : {std::make_pair(t->p.pairs[i].first, &targets[i]),
+                                 std::make_pair(t->p.pairs[i].second, &drafters[i])}) {
+      calls.push_back(std::async(std::launch::async, [this, t, w = w, req = req] {
+        absl::StatusOr<v1::RunStepResponse> r = workers_->RunStep(w, *req);
+        if (!r.ok()) ReleaseWorkers(t->p);
+        return r;
+      }));
+    }
+  }
+  std::vector<absl::StatusOr<v1::RunStepResponse>> results;
+  for (auto& c : calls) results.push_back(c.get());
+  absl::Status failed;
+  for (const auto& r : results) {
+    // The root cause, not the ABORTED of a peer that was released because of it.
+    if (!r.ok() && (failed.ok() || failed.code() == absl::StatusCode::kAborted))
+      failed = r.status();
+  }
+  if (!failed.ok()) {
+    EndRun(t, Annotate(failed, absl::StrCat("step ", step)));
+    return false;
+  }
+  for (size_t i = 0; i < t->p.pairs.size(); ++i) {
+    const uint64_t sent = results[2 * i]->checksum(), trained = results[2 * i + 1]->checksum();
+    if (sent != trained) {
+      EndRun(t, absl::DataLossError(absl::StrCat("step ", step, ": pair ", i,
+                                                 " trained on other features than its target "
+                                                 "sent (checksum ",
+                                                 trained, " != ", sent, ")")));
+      return false;
+    }
+  }
+  v1::StepMetrics metrics = results[1]->metrics();  // pair 0's drafter (one pair for now)
+  metrics.set_tokens(tokens);
+  metrics.set_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(metrics, &json);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StatusOr<bool> committed =
+        store_->CommitStep(run_id, step, cursor, json, clock_->NowUnixMs());
+    if (!committed.ok()) {
+      auto run = store_->GetRun(run_id);
+      if (run.ok() && run->state() == v1::RUN_STATE_RUNNING) {
+        LOG_RUN(ERROR, run_id, step) << "commit: " << committed.status();
+        TransitionLocked(run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_FAILED,
+                         absl::StrCat("step ", step, ": ", committed.status().message()))
+            .IgnoreError();
+      }
+      UpdateGaugesLocked();
+      return false;
+    }
+    if (metrics_ && *committed) {
+      const prometheus::Labels l = {{"run", run_id}};
+      metrics_->Gauge("dflash_coordinator_run_loss").Add(l).Set(metrics.loss());
+      metrics_->Gauge("dflash_coordinator_run_acceptance_length")
+          .Add(l)
+          .Set(metrics.acceptance_length());
+      metrics_->Gauge("dflash_coordinator_run_tokens_per_second")
+          .Add(l)
+          .Set(metrics.seconds() > 0 ? tokens / metrics.seconds() : 0);
+      metrics_->Counter("dflash_coordinator_run_tokens_total").Add(l).Increment(tokens);
+      if (metrics.skipped()) {
+        metrics_->Counter("dflash_coordinator_run_skipped_steps_total").Add(l).Increment();
+      }
+    }
+    UpdateGaugesLocked();
+    events_cv_.notify_all();
+  }
+  LOG_RUN(INFO, run_id, step) << absl::StrFormat(
+      "loss %.4f  acc.len %.3f  grad %.3g  lr %.3g  %d tok  %.2f s%s", metrics.loss(),
+      metrics.acceptance_length(), metrics.grad_norm(), metrics.lr(), tokens, metrics.seconds(),
+      metrics.skipped() ? "  SKIPPED" : "");
+  if (drafters[0].checkpoint_path().size() > 0) {
+    if (absl::Status s = train::PruneCheckpoints(t->checkpoint_dir, t->spec.checkpoint.keep);
+        !s.ok()) {
+      LOG_RUN(WARNING, run_id, step) << "pruning checkpoints: " << s;
+    }
+  }
+  t->step = step + 1;
+  return true;
+}
+
+void Coordinator::EndRun(Training* t, const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string& run_id = t->p.run_id;
+  auto run = store_->GetRun(run_id);
+  if (!run.ok() || run->state() != v1::RUN_STATE_RUNNING) return;  // cancelled or paused
+  absl::Status s;
+  if (status.ok()) {
+    s = TransitionLocked(
+        run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_DONE,
+        absl::StrCat("trained ", t->total_steps, " steps; drafter exported to ", t->export_dir));
+  } else if (Unreachable(status)) {
+    // A worker went away mid-step: the run waits for workers and resumes from its checkpoint.
+    s = TransitionLocked(run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_PAUSED,
+                         std::string(status.message()));
+  } else {
+    s = TransitionLocked(run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_FAILED,
+                         std::string(status.message()));
+  }
+  if (!s.ok()) LOG_RUN(ERROR, run_id, -1) << "cannot end the run: " << s;
+  UpdateGaugesLocked();
+}
+
+void Coordinator::ReleaseWorkers(const Placement& p) {
+  for (const auto& [target, drafter] : p.pairs) {
+    for (const auto& w : {target, drafter}) {
+      absl::Status s = workers_->ReleaseRun(w, p.run_id);
+      if (!s.ok()) LOG_RUN(WARNING, p.run_id, -1) << "release: " << s;
+    }
+  }
+}
+
+void Coordinator::FillProgressLocked(v1::RunStatus* run) {
+  run->set_run_dir(RunDir(run->run_id()));
+  auto last = store_->LastCommittedStep(run->run_id());
+  if (!last.ok() || !last->has_value()) return;
+  v1::StepMetrics m;
+  if (google::protobuf::util::JsonStringToMessage((*last)->metrics, &m).ok()) {
+    *run->mutable_last_step() = m;
+  }
+}
+
+Coordinator::~Coordinator() {
+  std::map<std::string, std::thread> drivers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    drivers.swap(drivers_);
+  }
+  for (auto& [id, thread] : drivers) {
+    if (thread.joinable()) thread.join();
+  }
+}
+
+}  // namespace dflash::coordinator

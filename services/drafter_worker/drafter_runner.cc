@@ -1,0 +1,220 @@
+#include "services/drafter_worker/drafter_runner.h"
+
+#include <ATen/ops/from_blob.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/drafter/drafter_checkpoint.h"
+#include "common/train/local_run.h"
+#include "common/train/run_options.h"
+#include "common/train/run_setup.h"
+#include "common/train/trainer.h"
+#include "common/transport/feature_message.h"
+#include "common/transport/shm_ring.h"
+#include "services/worker_common/feature_channel.h"
+
+namespace dflash::worker {
+namespace {
+
+c10::ScalarType ScalarOf(transport::FeatureDType t) {
+  switch (t) {
+    case transport::FeatureDType::kBFloat16:
+      return c10::ScalarType::BFloat16;
+    case transport::FeatureDType::kFloat16:
+      return c10::ScalarType::Half;
+    case transport::FeatureDType::kFloat32:
+      break;
+  }
+  return c10::ScalarType::Float;
+}
+
+// How long the drafter waits for its target to create the channel.
+constexpr absl::Duration kOpenTimeout = absl::Minutes(2);
+
+class DrafterRunner : public StepRunner {
+ public:
+  absl::StatusOr<std::map<std::string, std::string>> Prepare(const RunContext& ctx) override {
+    if (absl::Status s = CheckTransport(ctx.spec); !s.ok()) return s;
+    if (ctx.num_pairs != 1) {
+      return absl::UnimplementedError(absl::StrCat(
+          "placement.pairs: ", ctx.num_pairs,
+          " data-parallel drafters need the gradient all-reduce, which is not built yet; use 1"));
+    }
+    ctx_ = ctx;
+    const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
+                                           : c10::Device(c10::DeviceType::CUDA, ctx.gpu);
+    absl::StatusOr<train::LocalRunOptions> options =
+        train::LocalRunOptionsFor(ctx.spec, ctx.total_steps, ctx.num_pairs);
+    if (!options.ok()) return options.status();
+    options_ = *options;
+    // Only embed_tokens and lm_head are borrowed from the target.
+    absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
+        train::LoadRunTarget(ctx.spec, device, /*embeddings_only=*/true);
+    if (!target.ok()) return target.status();
+    target_ = *std::move(target);
+    absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> model =
+        train::CreateRunDrafter(ctx.spec, *target_, device);
+    if (!model.ok()) return model.status();
+    drafter_ = *std::move(model);
+    if (!options_.init_from.empty() && ctx.resume_checkpoint.empty()) {
+      if (absl::Status s = drafter::ImportDrafter(options_.init_from, drafter_.get()); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("drafter.init_from: ", s.message()));
+      }
+    }
+    absl::StatusOr<std::unique_ptr<train::DrafterTrainer>> trainer =
+        train::DrafterTrainer::Create(drafter_.get(), options_.optim, options_.loss);
+    if (!trainer.ok()) return trainer.status();
+    trainer_ = *std::move(trainer);
+    if (!ctx.resume_checkpoint.empty()) {
+      absl::StatusOr<std::map<std::string, std::string>> meta =
+          trainer_->LoadState(ctx.resume_checkpoint);
+      if (!meta.ok()) return meta.status();
+    }
+    LOG_RUN(INFO, ctx.run_id, trainer_->step())
+        << "drafter ready: " << drafter_->config().num_layers << " layers, block "
+        << drafter_->config().block_size
+        << (ctx.resume_checkpoint.empty() ? std::string(", fresh")
+                                          : absl::StrCat(", resumed from ", ctx.resume_checkpoint));
+    std::map<std::string, std::string> applied = train::RunSettings(ctx.spec, drafter_->config());
+    applied["batching.max_anchors"] = std::to_string(options_.max_anchors);
+    applied["batching.grad_accum"] = std::to_string(options_.batching.grad_accum);
+    applied["loss.gamma"] = absl::StrCat(options_.loss.gamma);
+    applied["optim.lr"] = absl::StrCat(options_.optim.lr);
+    applied["optim.total_steps"] = std::to_string(options_.optim.total_steps);
+    applied["resume.step"] = std::to_string(trainer_->step());
+    return applied;
+  }
+
+  absl::StatusOr<StepReport> RunStep(const StepWork& work) override {
+    if (work.step != trainer_->step()) {
+      return absl::FailedPreconditionError(absl::StrCat("the drafter has trained ",
+                                                        trainer_->step(), " steps; step ",
+                                                        work.step, " is not the next one"));
+    }
+    if (absl::Status s = OpenChannel(); !s.ok()) return s;
+    StepReport report;
+    report.step = work.step;
+    uint32_t chain = 0;
+    for (const StepMicroBatch& mb : work.micro_batches) {
+      absl::StatusOr<absl::Span<const uint8_t>> message =
+          ring_->Receive(mb.batch_id, kChannelTimeout);
+      if (!message.ok()) {
+        if (message.status().code() != absl::StatusCode::kAborted) ring_->Abort();
+        return absl::Status(
+            message.status().code(),
+            absl::StrCat("receiving batch ", mb.batch_id, ": ", message.status().message()));
+      }
+      absl::Status s = TrainOn(mb, *message, &chain, &report);
+      absl::Status released = ring_->Release();
+      if (!s.ok()) {
+        ring_->Abort();  // the pair is out of step: nothing after this batch can be trusted
+        return s;
+      }
+      if (!released.ok()) return released;
+    }
+    absl::StatusOr<train::StepStats> stats = trainer_->Step();
+    if (!stats.ok()) return stats.status();
+    report.checksum = chain;
+    report.loss = stats->loss;
+    report.weight_sum = stats->weight_sum;
+    report.grad_norm = stats->grad_norm;
+    report.lr = stats->lr;
+    report.skipped = stats->skipped;
+    report.skipped_steps = trainer_->skipped_steps();
+    report.acceptance_length = stats->acceptance_length;
+    for (size_t k = 0; k < stats->slot_total.size(); ++k) {
+      report.slot_accuracy.push_back(stats->slot_total[k] > 0
+                                         ? static_cast<double>(stats->slot_correct[k]) /
+                                               stats->slot_total[k]
+                                         : 0.0);
+    }
+    if (!work.checkpoint_path.empty()) {
+      if (absl::Status s = trainer_->SaveState(work.checkpoint_path, work.checkpoint_metadata);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (!work.export_dir.empty()) {
+      drafter::ExportOptions eo;
+      eo.overwrite = true;
+      if (absl::Status s = drafter::ExportDrafter(*drafter_, work.export_dir, eo); !s.ok()) {
+        return s;
+      }
+    }
+    return report;
+  }
+
+  void Abort() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+    if (ring_) ring_->Abort();
+  }
+
+ private:
+  absl::Status OpenChannel() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ring_) return absl::OkStatus();
+      if (aborted_) return absl::AbortedError("the run was released");
+    }
+    absl::StatusOr<std::unique_ptr<transport::ShmRing>> ring =
+        transport::ShmRing::Open(ctx_.channel, kOpenTimeout);
+    if (!ring.ok()) return ring.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    ring_ = *std::move(ring);
+    if (aborted_) ring_->Abort();
+    return absl::OkStatus();
+  }
+
+  absl::Status TrainOn(const StepMicroBatch& mb, absl::Span<const uint8_t> message, uint32_t* chain,
+                       StepReport* report) {
+    absl::StatusOr<transport::DecodedFeatures> d = transport::DecodeFeatureMessage(message);
+    if (!d.ok()) {
+      return absl::Status(d.status().code(),
+                          absl::StrCat("batch ", mb.batch_id, ": ", d.status().message()));
+    }
+    const int64_t t = static_cast<int64_t>(d->batch.input_ids.size());
+    if (d->feature_dim != drafter_->config().feature_dim()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("batch ", mb.batch_id, ": features are ", d->feature_dim,
+                       " wide, the drafter expects ", drafter_->config().feature_dim()));
+    }
+    for (int32_t a : mb.anchors) {
+      if (a < 0 || a >= t) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch ", mb.batch_id, ": anchor ", a, " is outside its ", t, " tokens"));
+      }
+    }
+    // The slot is reused by the next batch: copy the features out before releasing it.
+    at::Tensor features = at::from_blob(const_cast<uint8_t*>(d->features), {t, d->feature_dim},
+                                        at::TensorOptions().dtype(ScalarOf(d->dtype)))
+                              .clone();
+    if (absl::Status s =
+            trainer_->AddMicroBatch(train::MakeDrafterBatch(d->batch, mb.anchors, features));
+        !s.ok()) {
+      return s;
+    }
+    *chain = ChainChecksum(*chain, d->crc32);
+    report->tokens += t;
+    ++report->micro_batches;
+    return absl::OkStatus();
+  }
+
+  RunContext ctx_;
+  train::LocalRunOptions options_;
+  std::unique_ptr<nn::TargetModel> target_;
+  std::unique_ptr<drafter::DrafterModel> drafter_;
+  std::unique_ptr<train::DrafterTrainer> trainer_;
+  std::mutex mu_;
+  bool aborted_ = false;
+  std::unique_ptr<transport::ShmRing> ring_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> NewDrafterRunner() { return std::make_unique<DrafterRunner>(); }
+
+}  // namespace dflash::worker

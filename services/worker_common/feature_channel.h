@@ -1,0 +1,41 @@
+// What the target and drafter sides of a pair agree on about their feature channel.
+#pragma once
+
+#include <zlib.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/config/run_spec.h"
+
+namespace dflash::worker {
+
+// Every wait on the channel (a free slot for the target, the next batch for the drafter) ends
+// after this long with DEADLINE_EXCEEDED, and the worker aborts the channel: a stuck peer becomes
+// an error, never a hang. Generous, because the peer may be in a long step on a large model.
+inline constexpr absl::Duration kChannelTimeout = absl::Minutes(10);
+// Batches in flight between the pair: the target runs at most this far ahead of the drafter.
+inline constexpr uint32_t kChannelSlots = 2;
+
+// placement.transport as this build implements it: host (shared memory) only, so far.
+inline absl::Status CheckTransport(const config::RunSpec& spec) {
+  const std::string& t = spec.placement.transport;
+  if (t == "auto" || t == "host") return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat("placement.transport: ", t,
+                   " is not built yet; use host (shared memory between the pair's processes)"));
+}
+
+// The checksum both sides report for a step: CRC-32 over the CRC-32s of its feature messages,
+// in order, so the coordinator can see that the drafter trained on exactly what the target sent.
+inline uint32_t ChainChecksum(uint32_t chain, uint32_t message_crc) {
+  unsigned char b[4] = {
+      static_cast<unsigned char>(message_crc), static_cast<unsigned char>(message_crc >> 8),
+      static_cast<unsigned char>(message_crc >> 16), static_cast<unsigned char>(message_crc >> 24)};
+  return static_cast<uint32_t>(crc32_z(chain, b, 4));
+}
+
+}  // namespace dflash::worker

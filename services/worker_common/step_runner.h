@@ -1,0 +1,69 @@
+// The role-specific half of a worker: what it loads for a run and what one training step does.
+// Plain C++ structs only (no protobuf, no LibTorch), because the implementations include LibTorch
+// headers, which must not meet generated protobuf headers in one translation unit; WorkerCore
+// converts the RPC messages to these.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/batching/plan.h"
+#include "common/config/run_spec.h"
+
+namespace dflash::worker {
+
+// Everything PrepareRun tells a worker about the run it is to hold.
+struct RunContext {
+  std::string run_id;
+  config::RunSpec spec;
+  int gpu = -1;  // this worker's device, -1 for the CPU
+  int64_t pair = 0, num_pairs = 1;
+  int64_t total_steps = 1;
+  std::string resume_checkpoint;  // drafter: trainer state to continue from ("" = fresh)
+  std::string channel;            // the pair's feature channel name
+};
+
+struct StepMicroBatch {
+  uint64_t batch_id = 0;
+  std::vector<batching::Piece> pieces;  // target: what to pack
+  std::vector<int32_t> anchors;         // drafter: anchor positions in the packed batch
+};
+
+struct StepWork {
+  int64_t step = 0, epoch = 0;
+  std::vector<StepMicroBatch> micro_batches;
+  std::string checkpoint_path;  // drafter: save the trainer state after the step ("" = no)
+  std::map<std::string, std::string> checkpoint_metadata;
+  std::string export_dir;  // drafter: export the serving format after the step ("" = no)
+};
+
+struct StepReport {
+  int64_t step = 0, micro_batches = 0, tokens = 0;
+  uint32_t checksum = 0;  // CRC-32 chained over the step's feature messages (both sides agree)
+  // Drafter only:
+  double loss = 0, weight_sum = 0, grad_norm = 0, lr = 0;
+  bool skipped = false;
+  int64_t skipped_steps = 0;
+  std::vector<double> slot_accuracy;
+  double acceptance_length = 0;
+};
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  // Loads the models and data the role needs and opens the feature channel; returns the settings
+  // it applies ("field.path" -> value) for the coordinator's settings check.
+  virtual absl::StatusOr<std::map<std::string, std::string>> Prepare(const RunContext& ctx) = 0;
+  virtual absl::StatusOr<StepReport> RunStep(const StepWork& work) = 0;
+  // Unblocks a RunStep waiting on the channel (it returns ABORTED); called from another thread.
+  virtual void Abort() = 0;
+};
+
+using StepRunnerFactory = std::function<std::unique_ptr<StepRunner>()>;
+
+}  // namespace dflash::worker
