@@ -18,7 +18,7 @@ namespace dflash::kernels::attn {
 template <int D>
 constexpr int BwdSmemBytes() {
   // K, V, 2 x (Q, dO), dS^T [64 keys][64 rows], 2 x (lse, delta) of 64 rows
-  return (2 * 64 * D + 4 * 64 * D + 64 * 64) * 2 + 4 * 64 * 4;
+  return (6 * TileElems<D>() + TileElems<64>()) * 2 + 4 * 64 * 4;
 }
 
 template <int D>
@@ -26,12 +26,12 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
   constexpr int kSteps = D / 16;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* s_k = reinterpret_cast<bf16*>(smem_raw);
-  bf16* s_v = s_k + 64 * D;
-  bf16* s_q = s_v + 64 * D;        // 2 buffers
-  bf16* s_do = s_q + 2 * 64 * D;   // 2 buffers
-  bf16* s_ds = s_do + 2 * 64 * D;  // [64 keys][64 rows], swizzled as rows of 64
-  float* s_lse = reinterpret_cast<float*>(s_ds + 64 * 64);  // 2 x 64
-  float* s_delta = s_lse + 2 * 64;                          // 2 x 64
+  bf16* s_v = s_k + TileElems<D>();
+  bf16* s_q = s_v + TileElems<D>();        // 2 buffers
+  bf16* s_do = s_q + 2 * TileElems<D>();   // 2 buffers
+  bf16* s_ds = s_do + 2 * TileElems<D>();  // [64 keys][64 rows], padded rows of 64
+  float* s_lse = reinterpret_cast<float*>(s_ds + TileElems<64>());  // 2 x 64
+  float* s_delta = s_lse + 2 * 64;                                  // 2 x 64
 
   const AttnBwdItem it = p.items[blockIdx.x];
   const int g = blockIdx.y;
@@ -69,10 +69,11 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
     const int64_t base = pos * q_row_stride + static_cast<int64_t>(g) * group * D;
     auto row_off = [&](int r) { return ((r >> gshift)) * q_row_stride + ((r & gmask)) * D; };
     LoadTile<D>(
-        s_q + buf * 64 * D, n_pos * group, [&](int r) { return q + base + row_off(r); }, q, tid);
-    LoadTile<D>(
-        s_do + buf * 64 * D, n_pos * group, [&](int r) { return dout + base + row_off(r); }, dout,
+        s_q + buf * TileElems<D>(), n_pos * group, [&](int r) { return q + base + row_off(r); }, q,
         tid);
+    LoadTile<D>(
+        s_do + buf * TileElems<D>(), n_pos * group, [&](int r) { return dout + base + row_off(r); },
+        dout, tid);
     if (tid < 64) {
       const bool valid = (tid >> gshift) < n_pos;
       const int64_t idx =
@@ -104,8 +105,8 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
     }
     __syncthreads();
     const int buf = u & 1;
-    const bf16* qt = s_q + buf * 64 * D;
-    const bf16* dot = s_do + buf * 64 * D;
+    const bf16* qt = s_q + buf * TileElems<D>();
+    const bf16* dot = s_do + buf * TileElems<D>();
     const float* lse = s_lse + buf * 64;
     const float* delta = s_delta + buf * 64;
     int n_pos;

@@ -17,7 +17,7 @@ namespace dflash::kernels::attn {
 
 template <int D>
 constexpr int FwdSmemBytes() {
-  return (64 * D + 3 * 64 * D) * 2;  // Q, 2 x K, V
+  return 4 * TileElems<D>() * 2;  // Q, 2 x K, V
 }
 
 // Pipeline: K of tile t+1 loads during Q K^T and softmax of tile t (two K buffers); V of tile t+1
@@ -29,8 +29,8 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
   constexpr int kSteps = D / 16;  // k-steps of Q K^T, n-tile pairs of P V
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* s_q = reinterpret_cast<bf16*>(smem_raw);
-  bf16* s_k = s_q + 64 * D;      // 2 buffers
-  bf16* s_v = s_k + 2 * 64 * D;  // 1 buffer
+  bf16* s_k = s_q + TileElems<D>();      // 2 buffers
+  bf16* s_v = s_k + 2 * TileElems<D>();  // 1 buffer
 
   const AttnFwdItem it = p.items[blockIdx.x];
   const int g = blockIdx.y;
@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
   auto load_k = [&](int t) {
     const bf16* kb = k + tile_start(t) * kv_row_stride + g * D;
     LoadTile<D>(
-        s_k + (t & 1) * 64 * D, tile_len(t), [&](int r) { return kb + r * kv_row_stride; }, k, tid);
+        s_k + (t & 1) * TileElems<D>(), tile_len(t), [&](int r) { return kb + r * kv_row_stride; },
+        k, tid);
   };
   auto load_v = [&](int t) {
     const bf16* vb = v + tile_start(t) * kv_row_stride + g * D;
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
     __syncthreads();   // ... for every thread; and K buffer (t+1)&1 is no longer read
     if (t + 1 < n_tiles) load_k(t + 1);
     CpAsyncCommit();  // possibly empty: keeps the group count uniform
-    const bf16* kt = s_k + (t & 1) * 64 * D;
+    const bf16* kt = s_k + (t & 1) * TileElems<D>();
     const bf16* vt = s_v;
     const int kstart = tile_start(t), klen = tile_len(t);
     const int key_steps = (klen + 15) / 16;  // 16-key groups holding any real key

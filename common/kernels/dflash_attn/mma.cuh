@@ -1,8 +1,7 @@
-// Warp-level tensor-core helpers for the attention kernels: cp.async tile loads into a swizzled
+// Warp-level tensor-core helpers for the attention kernels: cp.async tile loads into a padded
 // shared-memory layout, ldmatrix fragment loads and the m16n8k16 bf16 MMA with fp32 accumulators.
 //
-// Shared-memory tiles hold rows of D bf16 (D/8 chunks of 16 bytes); chunk c of row r is stored at
-// chunk c ^ (r & 7), so that the 8 rows one ldmatrix phase reads hit 8 different bank groups.
+// Shared-memory tiles hold 64 rows of D bf16, each row padded to D + 8 (see Swz).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16): lane l holds, of A (16x16, row-major) rows l/4 and
 // l/4+8 at columns 2(l%4)+{0,1} and +8; of B (16x8) column l/4 at rows 2(l%4)+{0,1} and +8; of the
@@ -23,11 +22,17 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Element offset of (row, col) in a swizzled tile of row length D (col a multiple of 8 for chunk
-// starts; any col inside a chunk keeps its place in the chunk).
+// Element offset of (row, col) in a tile whose rows are padded by 16 bytes (D + 8 elements): the 8
+// rows that one ldmatrix phase reads start in 8 different 16-byte bank groups, and every address
+// is a per-thread base plus a compile-time offset (an XOR swizzle cost ~4 integer instructions per
+// ldmatrix, the backward's top stall).
 template <int D>
 __device__ __forceinline__ int Swz(int row, int col) {
-  return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+  return row * (D + 8) + col;
+}
+template <int D>
+__host__ __device__ constexpr int TileElems() {
+  return 64 * (D + 8);
 }
 
 // 16-byte asynchronous copy; src_bytes 0 writes zeros (rows past the end of a tile).
