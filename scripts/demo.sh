@@ -57,18 +57,20 @@ done
 run=$("$ctl" list -o json | sed -n 's/.*"run_id":"\([^"]*\)".*/\1/p' | tail -n 1)
 "$ctl" export "$run" --out "$dir/drafter"
 
-# The exported drafter loads back: a short run that starts from it (drafter.init_from) begins at
-# the trained loss, not at the untrained one.
-sed -e "s|^name: demo|name: demo-reload|" -e "s|max_steps: 300|max_steps: 3|" \
+# The exported drafter loads back: a one-step run that starts from it (drafter.init_from) reports
+# the loss of the loaded weights (computed before its update), not the untrained loss.
+sed -e "s|^name: demo|name: demo-reload|" -e "s|max_steps: 300|max_steps: 1|" \
   -e "s|mask_token_id: auto}|mask_token_id: auto, init_from: \"$dir/drafter\"}|" \
   "$root/configs/demo.yaml" >"$dir/reload.yaml"
 "$ctl" submit "$dir/reload.yaml" >"$dir/reload.out"
-loss_of() { "$ctl" status "$1" -o json | sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p'; }
+# The loss of a run's first step (from the coordinator's log) and of its last (dflashctl status).
+first_loss() { grep -m1 " run=$1 step=0 .*\] loss " "$dir/coordinator.log" | sed 's/.*\] loss \([0-9.]*\).*/\1/'; }
+last_loss() { "$ctl" status "$1" -o json | sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' | xargs printf '%.4f'; }
 reload=$("$ctl" list -o json | sed -n 's/.*"run_id":"\([^"]*\)".*/\1/p' | tail -n 1)
-first=$(grep -m1 " run=$run step=0 " "$dir/coordinator.log" | sed -n 's/.*loss \([0-9.]*\).*/\1/p')
 cat <<MSG
 [demo] run $run trained the drafter through the target and drafter workers:
-[demo]   loss $first at step 0 -> $(loss_of "$run") at step 300 (dflashctl status $run)
+[demo]   loss $(first_loss "$run") at step 1 -> $(last_loss "$run") at step 300 (dflashctl status $run)
 [demo]   exported to $dir/drafter (config.json + model.safetensors, the serving format)
-[demo] reloaded with drafter.init_from in run $reload: loss $(loss_of "$reload") after 3 steps
+[demo] reloaded with drafter.init_from (run $reload): loss $(first_loss "$reload") on its first batch
+[demo] logs, run store and run directories: $dir
 MSG
