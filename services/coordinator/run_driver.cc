@@ -38,6 +38,23 @@ bool Unreachable(const absl::Status& s) {
          s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+// placement.transport for one pair: auto is cuda_ipc when the target and drafter hold the same
+// GPU of one machine, host otherwise (features staged through host memory); an explicit choice is
+// passed on, and the workers refuse what they cannot run, naming the field.
+std::string ResolveTransport(const config::RunSpec& spec, const v1::WorkerInfo& target,
+                             const v1::WorkerInfo& drafter) {
+  if (spec.placement.transport != "auto") return spec.placement.transport;
+  const bool same_gpu = target.device().kind() == "cuda" && drafter.device().kind() == "cuda" &&
+                        target.device().index() == drafter.device().index() &&
+                        HostOf(target.control_address()) == HostOf(drafter.control_address());
+  return same_gpu ? "cuda_ipc" : "host";
+}
+
 }  // namespace
 
 struct Coordinator::Training {

@@ -12,6 +12,7 @@
 #include "common/train/run_options.h"
 #include "common/train/run_setup.h"
 #include "common/train/trainer.h"
+#include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_message.h"
 #include "common/transport/shm_ring.h"
 #include "services/worker_common/feature_channel.h"
@@ -37,13 +38,15 @@ constexpr absl::Duration kOpenTimeout = absl::Minutes(2);
 class DrafterRunner : public StepRunner {
  public:
   absl::StatusOr<std::map<std::string, std::string>> Prepare(const RunContext& ctx) override {
-    if (absl::Status s = CheckTransport(ctx.spec); !s.ok()) return s;
+    if (absl::Status s = CheckTransport(ctx.transport, ctx.gpu); !s.ok()) return s;
     if (ctx.num_pairs != 1) {
       return absl::UnimplementedError(absl::StrCat(
           "placement.pairs: ", ctx.num_pairs,
           " data-parallel drafters need the gradient all-reduce, which is not built yet; use 1"));
     }
     ctx_ = ctx;
+    if (ctx.transport == "cuda_ipc")
+      mappings_ = std::make_unique<transport::CudaIpcMappings>(ctx.gpu);
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
                                            : c10::Device(c10::DeviceType::CUDA, ctx.gpu);
     absl::StatusOr<train::LocalRunOptions> options =
@@ -211,6 +214,7 @@ class DrafterRunner : public StepRunner {
   std::mutex mu_;
   bool aborted_ = false;
   std::unique_ptr<transport::ShmRing> ring_;
+  std::unique_ptr<transport::CudaIpcMappings> mappings_;  // cuda_ipc only
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "services/target_worker/target_runner.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/tensor.h>
 #include <sys/mman.h>
 
@@ -11,6 +12,7 @@
 #include "common/batching/packed_batch.h"
 #include "common/data/run_data.h"
 #include "common/train/run_setup.h"
+#include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_message.h"
 #include "common/transport/shm_ring.h"
 #include "services/worker_common/feature_channel.h"
@@ -41,7 +43,7 @@ absl::StatusOr<transport::FeatureDType> FeatureType(c10::ScalarType t) {
 class TargetRunner : public StepRunner {
  public:
   absl::StatusOr<std::map<std::string, std::string>> Prepare(const RunContext& ctx) override {
-    if (absl::Status s = CheckTransport(ctx.spec); !s.ok()) return s;
+    if (absl::Status s = CheckTransport(ctx.transport, ctx.gpu); !s.ok()) return s;
     ctx_ = ctx;
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
                                            : c10::Device(c10::DeviceType::CUDA, ctx.gpu);
@@ -58,10 +60,21 @@ class TargetRunner : public StepRunner {
     absl::StatusOr<transport::FeatureDType> ftype = FeatureType(target_->dtype());
     if (!ftype.ok()) return ftype.status();
     ftype_ = *ftype;
+    const int64_t budget = ctx.spec.batching.token_budget;
     transport::ShmRing::Options ro;
     ro.slots = kChannelSlots;
-    ro.slot_bytes = transport::MaxFeatureMessageBytes(ctx.spec.batching.token_budget,
-                                                      target_->feature_dim(), ftype_);
+    ro.slot_bytes = transport::MaxFeatureMessageBytes(budget, target_->feature_dim(), ftype_,
+                                                      /*inline_features=*/!device_features());
+    if (device_features()) {
+      // One device buffer per ring slot: the ring's order guarantees that the drafter has handed
+      // a slot back before the target writes it again.
+      absl::StatusOr<std::unique_ptr<transport::CudaIpcSlots>> slots =
+          transport::CudaIpcSlots::Create(ctx.gpu, kChannelSlots,
+                                          static_cast<size_t>(budget * target_->feature_dim()) *
+                                              transport::FeatureDTypeSize(ftype_));
+      if (!slots.ok()) return slots.status();
+      slots_ = *std::move(slots);
+    }
     // A channel of this name left behind by a crashed attempt is stale: names are per attempt.
     if (shm_unlink(("/" + ctx.channel).c_str()) == 0) {
       LOG_RUN(WARNING, ctx.run_id, -1) << "removed a stale channel " << ctx.channel;
@@ -76,8 +89,8 @@ class TargetRunner : public StepRunner {
     LOG_RUN(INFO, ctx.run_id, -1) << "target ready: " << target_->config().num_hidden_layers
                                   << " layers, features " << target_->feature_dim() << " wide, "
                                   << data_->summary.documents << " documents; channel "
-                                  << ctx.channel << " (" << ro.slots << " x " << ro.slot_bytes
-                                  << " bytes)";
+                                  << ctx.channel << " (" << ctx.transport << ", " << ro.slots
+                                  << " x " << ro.slot_bytes << " bytes)";
     return train::RunSettings(ctx.spec, *dc);
   }
 
@@ -106,12 +119,50 @@ class TargetRunner : public StepRunner {
         return absl::Status(sent.code(),
                             absl::StrCat("sending batch ", mb.batch_id, ": ", sent.message()));
       }
+      ++sent_;
       chain = ChainChecksum(chain, *crc);
       report.tokens += static_cast<int64_t>(scratch_.input_ids.size());
       ++report.micro_batches;
     }
     report.checksum = chain;
     return report;
+  }
+
+  bool device_features() const { return ctx_.transport == "cuda_ipc"; }
+
+  // host: runs the target, copies the features into the message.
+  absl::StatusOr<uint32_t> ForwardToHost() {
+    const at::NoGradGuard no_grad;
+    absl::StatusOr<at::Tensor> f = target_->Forward(AsTensor(scratch_.input_ids, at::kLong),
+                                                    AsTensor(scratch_.positions, at::kLong),
+                                                    AsTensor(scratch_.cu_seqlens, at::kInt));
+    if (!f.ok()) return f.status();
+    const at::Tensor features = f->to(c10::Device(c10::DeviceType::CPU)).contiguous();
+    return transport::EncodeFeatureMessage(scratch_, features.data_ptr(), target_->feature_dim(),
+                                           ftype_, &message_);
+  }
+
+  // cuda_ipc: runs the target straight into the device slot the next message names.
+  absl::StatusOr<uint32_t> ForwardIntoSlot() {
+    const uint32_t slot = static_cast<uint32_t>(sent_ % slots_->size());
+    const int64_t t = static_cast<int64_t>(scratch_.input_ids.size());
+    const at::Tensor features =
+        at::from_blob(slots_->slot(slot), {t, target_->feature_dim()},
+                      at::TensorOptions().dtype(target_->dtype()).device(target_->device()));
+    {
+      const at::NoGradGuard no_grad;
+      absl::Status s = target_->Forward(AsTensor(scratch_.input_ids, at::kLong),
+                                        AsTensor(scratch_.positions, at::kLong),
+                                        AsTensor(scratch_.cu_seqlens, at::kInt), features);
+      if (!s.ok()) return s;
+    }
+    // Published only once written: the drafter reads the slot as soon as the message arrives.
+    if (absl::Status s = transport::SynchronizeDevice(ctx_.gpu); !s.ok()) return s;
+    transport::DeviceFeatureRef ref;
+    ref.ipc_handle = slots_->handle(slot);
+    ref.offset = 0;
+    return transport::EncodeFeatureMessageRef(scratch_, target_->feature_dim(), ftype_, ref,
+                                              &message_);
   }
 
   void Abort() override {
@@ -126,6 +177,8 @@ class TargetRunner : public StepRunner {
   transport::FeatureDType ftype_ = transport::FeatureDType::kFloat32;
   std::mutex mu_;
   std::unique_ptr<transport::ShmRing> ring_;
+  std::unique_ptr<transport::CudaIpcSlots> slots_;  // cuda_ipc only
+  uint64_t sent_ = 0;                               // messages sent (= ring slot counter)
   batching::PackedBatch scratch_;
   std::vector<uint8_t> message_;
 };

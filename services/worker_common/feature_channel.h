@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/config/run_spec.h"
 
 namespace dflash::worker {
 
@@ -20,13 +19,20 @@ inline constexpr absl::Duration kChannelTimeout = absl::Minutes(10);
 // Batches in flight between the pair: the target runs at most this far ahead of the drafter.
 inline constexpr uint32_t kChannelSlots = 2;
 
-// placement.transport as this build implements it: host (shared memory) only, so far.
-inline absl::Status CheckTransport(const config::RunSpec& spec) {
-  const std::string& t = spec.placement.transport;
-  if (t == "auto" || t == "host") return absl::OkStatus();
+// The transport the coordinator resolved (RunContext::transport) as this worker can run it:
+// host (features in the shared-memory ring) anywhere, cuda_ipc (features stay on the GPU) when
+// this worker has a GPU; nccl is not built yet.
+inline absl::Status CheckTransport(const std::string& transport, int gpu) {
+  if (transport == "host") return absl::OkStatus();
+  if (transport == "cuda_ipc") {
+    if (gpu >= 0) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        "placement.transport: cuda_ipc needs the target and drafter workers on the same GPU; "
+        "this worker runs on the CPU");
+  }
   return absl::UnimplementedError(
-      absl::StrCat("placement.transport: ", t,
-                   " is not built yet; use host (shared memory between the pair's processes)"));
+      absl::StrCat("placement.transport: ", transport,
+                   " is not built yet; use host or cuda_ipc (auto picks between them)"));
 }
 
 // The checksum both sides report for a step: CRC-32 over the CRC-32s of its feature messages,

@@ -24,8 +24,9 @@ struct RunContext {
   int gpu = -1;  // this worker's device, -1 for the CPU
   int64_t pair = 0, num_pairs = 1;
   int64_t total_steps = 1;
-  std::string resume_checkpoint;  // drafter: trainer state to continue from ("" = fresh)
-  std::string channel;            // the pair's feature channel name
+  std::string resume_checkpoint;   // drafter: trainer state to continue from ("" = fresh)
+  std::string channel;             // the pair's feature channel name
+  std::string transport = "host";  // resolved by the coordinator: host | cuda_ipc
 };
 
 struct StepMicroBatch {

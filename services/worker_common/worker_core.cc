@@ -47,6 +47,7 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   ctx.total_steps = req.total_steps();
   ctx.resume_checkpoint = req.resume_checkpoint();
   ctx.channel = req.channel();
+  ctx.transport = req.transport().empty() ? "host" : req.transport();
   if (ctx.channel.empty()) return absl::InvalidArgumentError("channel: must not be empty");
   if (ctx.total_steps < 1) return absl::InvalidArgumentError("total_steps: must be at least 1");
   std::shared_ptr<StepRunner> runner = runners_();

@@ -181,7 +181,11 @@ TEST_F(ClusterTest, DemoRunTrainsAndARunningRunCanBeCancelled) {
       },
       ms(10000)));
   EXPECT_THAT(ReadFile(dir_ + "/coordinator.log"), HasSubstr(" run=demo-"));
-  EXPECT_THAT(ReadFile(dir_ + "/d0.log"), HasSubstr("released"));
+  // Released by the coordinator's ReleaseRun, or dropped at the next heartbeat, whichever is first.
+  const std::string d0 = ReadFile(dir_ + "/d0.log");
+  EXPECT_TRUE(d0.find("released") != std::string::npos ||
+              d0.find("no longer assigns this run") != std::string::npos)
+      << d0;
 }
 
 TEST_F(ClusterTest, WorkersShutDownCleanlyOnSigterm) {

@@ -63,5 +63,26 @@ TEST(FeatureMessageTest, RefusesCorruptTruncatedAndInconsistentMessages) {
       absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FeatureMessageTest, DeviceReferenceTravelsInsteadOfTheFeatures) {
+  const batching::PackedBatch b = Batch();
+  DeviceFeatureRef ref;
+  for (size_t i = 0; i < ref.ipc_handle.size(); ++i) ref.ipc_handle[i] = static_cast<uint8_t>(i);
+  ref.offset = 4096;
+  std::vector<uint8_t> msg;
+  ASSERT_TRUE(EncodeFeatureMessageRef(b, 4096, FeatureDType::kBFloat16, ref, &msg).ok());
+  EXPECT_LE(msg.size(), MaxFeatureMessageBytes(8, 4096, FeatureDType::kBFloat16, false));
+  EXPECT_LT(msg.size(), 256u);  // no feature bytes
+  auto d = DecodeFeatureMessage(msg);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->features, nullptr);
+  ASSERT_TRUE(d->device.has_value());
+  EXPECT_EQ(d->device->ipc_handle, ref.ipc_handle);
+  EXPECT_EQ(d->device->offset, 4096u);
+  EXPECT_EQ(d->dtype, FeatureDType::kBFloat16);
+  EXPECT_EQ(d->batch.input_ids, b.input_ids);
+  msg[msg.size() - 9] ^= 1;  // inside the reference: covered by the CRC
+  EXPECT_EQ(DecodeFeatureMessage(msg).status().code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace dflash::transport

@@ -695,7 +695,7 @@ std::string ReadFileOrDie(const std::string& path) {
 }
 
 TEST(RunSpecEmitTest, DemoConfigParsesAndRoundTrips) {
-  const std::string dir = "/work/main/configs";
+  const std::string dir = DFLASH_SOURCE_DIR "/configs";
   std::string text = ReadFileOrDie(dir + "/demo.yaml");
   ASSERT_FALSE(text.empty());
   RunSpecOptions options;
@@ -708,7 +708,7 @@ TEST(RunSpecEmitTest, DemoConfigParsesAndRoundTrips) {
   EXPECT_EQ(spec->drafter.block_size, 8);
   EXPECT_THAT(spec->loss.gamma, Optional(4.0));
   EXPECT_EQ(spec->data.train, "builtin:tiny-chat");
-  EXPECT_EQ(spec->optim.max_steps, 200);
+  EXPECT_EQ(spec->optim.max_steps, 300);
   EXPECT_THAT(spec->placement.pairs, Optional(1));
   EXPECT_EQ(spec->placement.transport, "host");
   ExpectRoundTrip(text, options);
