@@ -1,0 +1,59 @@
+// On a GPU: a target and a drafter worker on the same device train through the cuda_ipc transport
+// (placement.transport auto picks it), with the loss curve of the same run through host memory.
+// Labelled gpu; skipped without a CUDA device.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/device/device_probe.h"
+#include "tests/integration/training_cluster.h"
+
+namespace dflash::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kSteps = 12;
+
+std::string Yaml(const std::string& name, const std::string& transport) {
+  return absl::StrCat("name: ", name,
+                      "\nseed: 5\n"
+                      "target: {path: \"builtin:tiny-qwen3\", dtype: bfloat16}\n"
+                      "drafter: {layers: 1, block_size: 8}\n"
+                      "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+                      "batching: {token_budget: 1024, max_anchors: 64, grad_accum: 2}\n"
+                      "optim: {lr: 2.0e-2, max_steps: ",
+                      kSteps, "}\nplacement: {pairs: 1, transport: ", transport,
+                      "}\ncheckpoint: {every_steps: 100, keep: 1}\n");
+}
+
+TEST_F(TrainingCluster, GpuPairTrainsThroughCudaIpcWithTheLossCurveOfHost) {
+  if (!device::Probe(0).ok()) GTEST_SKIP() << "no CUDA device";
+  StartWorker("target", "t0", /*gpu=*/0);
+  StartWorker("drafter", "d0", /*gpu=*/0);
+  CtlResult ipc = RunCtl(address_, {"submit", WriteRunYaml("ipc.yaml", Yaml("ipc", "auto"))});
+  ASSERT_EQ(ipc.exit_code, 0) << ipc.out << ipc.err << ReadFile(dir_ + "/coordinator.log");
+  EXPECT_THAT(ReadFile(dir_ + "/t0.log"), HasSubstr("(cuda_ipc, 2 x "));
+  CtlResult host = RunCtl(address_, {"submit", WriteRunYaml("host.yaml", Yaml("host", "host"))});
+  ASSERT_EQ(host.exit_code, 0) << host.out << host.err;
+  EXPECT_THAT(ReadFile(dir_ + "/t0.log"), HasSubstr("(host, 2 x "));
+  std::string ipc_id, host_id;
+  for (const auto& r :
+       nlohmann::json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"]) {
+    (r["name"] == "ipc" ? ipc_id : host_id) = r["run_id"].get<std::string>();
+  }
+  const std::map<int64_t, double> a = Losses(ipc_id), b = Losses(host_id);
+  ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(b.size(), static_cast<size_t>(kSteps));
+  for (const auto& [step, loss] : a) {
+    // The same features either way; bf16 kernels may differ in the last bits between runs.
+    EXPECT_NEAR(loss, b.at(step), 1e-2 * std::abs(loss)) << "step " << step;
+  }
+  EXPECT_LT(a.at(kSteps - 1), a.at(0)) << a.at(0) << " -> " << a.at(kSteps - 1);
+}
+
+}  // namespace
+}  // namespace dflash::testing
