@@ -236,12 +236,12 @@ std::string Num(double v) {
 }  // namespace
 
 const std::vector<std::string>& BuiltinTargets() {
-  static const std::vector<std::string> names = {"tiny-qwen3"};
+  static const std::vector<std::string> names = {"tiny-qwen3", "qwen3-8b-random"};
   return names;
 }
 
 const std::vector<std::string>& BuiltinDatasets() {
-  static const std::vector<std::string> names = {"tiny-chat"};
+  static const std::vector<std::string> names = {"tiny-chat", "long-synthetic"};
   return names;
 }
 

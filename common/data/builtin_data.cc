@@ -1,5 +1,6 @@
 #include "common/data/builtin_data.h"
 
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -56,10 +57,17 @@ std::unique_ptr<batching::InMemorySource> TinyChat() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<batching::InMemorySource>> BuiltinDataset(const std::string& name) {
+absl::StatusOr<std::unique_ptr<batching::DocumentSource>> BuiltinDataset(const std::string& name) {
   if (name == "tiny-chat") return TinyChat();
+  if (name == "long-synthetic") {
+    constexpr double kSigma = 0.6;
+    return std::make_unique<batching::SyntheticSource>(
+        batching::LogNormalLengths(4000, std::log(1000.0) - kSigma * kSigma / 2, kSigma, 200, 2000,
+                                   /*seed=*/0x4c4f4e47),
+        /*seed=*/0x53594e54);
+  }
   return absl::NotFoundError(
-      absl::StrCat("unknown built-in data set '", name, "' (known: tiny-chat)"));
+      absl::StrCat("unknown built-in data set '", name, "' (known: tiny-chat, long-synthetic)"));
 }
 
 }  // namespace dflash::data

@@ -1,10 +1,13 @@
 #include "common/nn/builtin_target.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/Utils.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -15,10 +18,36 @@ namespace dflash::nn {
 
 using config::TinyQwen3;
 
+namespace {
+
+// Qwen3-8B's config.json shape (the GPU benchmarks' target, issue 6), weights random.
+model::TransformerConfig Qwen3_8B() {
+  model::TransformerConfig t;
+  t.model_type = "qwen3";
+  t.architectures = {"Qwen3ForCausalLM"};
+  t.vocab_size = 151936;
+  t.hidden_size = 4096;
+  t.intermediate_size = 12288;
+  t.num_hidden_layers = 36;
+  t.num_attention_heads = 32;
+  t.num_key_value_heads = 8;
+  t.head_dim = 128;
+  t.max_position_embeddings = 40960;
+  t.rope_theta = 1000000.0;
+  t.rms_norm_eps = 1e-6;
+  t.qk_norm = true;
+  t.torch_dtype = "bfloat16";
+  t.mask_token_id = 151669;  // method.md §3.2
+  return t;
+}
+
+}  // namespace
+
 absl::StatusOr<model::TransformerConfig> BuiltinTargetConfig(const std::string& name) {
+  if (name == "qwen3-8b-random") return Qwen3_8B();
   if (name != "tiny-qwen3") {
     return absl::NotFoundError(
-        absl::StrCat("unknown built-in target '", name, "' (known: tiny-qwen3)"));
+        absl::StrCat("unknown built-in target '", name, "' (known: tiny-qwen3, qwen3-8b-random)"));
   }
   model::TransformerConfig t;
   t.model_type = "qwen3";
@@ -34,6 +63,7 @@ absl::StatusOr<model::TransformerConfig> BuiltinTargetConfig(const std::string& 
   t.rope_theta = TinyQwen3::kRopeTheta;
   t.qk_norm = true;
   t.torch_dtype = "float32";
+  t.mask_token_id = TinyQwen3::kMaskTokenId;
   return t;
 }
 
@@ -42,26 +72,41 @@ absl::StatusOr<std::unique_ptr<TargetModel>> BuiltinTarget(const std::string& na
   absl::StatusOr<model::TransformerConfig> config = BuiltinTargetConfig(name);
   if (!config.ok()) return config.status();
   const model::TransformerConfig& t = *config;
+  // The tiny target's weights come from a seeded CPU generator. The 8B shape is drawn on the
+  // target's device in its dtype (32 GB of fp32 on the host would take minutes), from the device's
+  // default generator seeded here: the target and drafter workers draw embed_tokens and lm_head
+  // first, in the same order, so they agree on the same GPU model.
+  const bool large = name != "tiny-qwen3";
   at::Generator gen = at::detail::createCPUGenerator(TinyQwen3::kWeightSeed);
-  // Drawn in a fixed order (std::map below is only the container): the values depend on the seed
-  // and on LibTorch's generator, not on the order the model reads them.
-  auto matrix = [&](int64_t out, int64_t in) {
-    return at::randn({out, in}, gen, at::kFloat) / std::sqrt(static_cast<double>(in));
+  if (large) at::manual_seed(TinyQwen3::kWeightSeed);
+  const at::TensorOptions opts =
+      large ? at::TensorOptions().dtype(options.dtype).device(options.device)
+            : at::TensorOptions().dtype(at::kFloat);
+  auto normal = [&](at::IntArrayRef shape) {
+    return large ? at::randn(shape, opts) : at::randn(shape, gen, opts);
   };
+  auto matrix = [&](int64_t out, int64_t in) {
+    return normal({out, in}) / std::sqrt(static_cast<double>(in));
+  };
+  // Layers past the largest feature layer are never run (target_model.h): not drawn either.
+  int64_t layers = t.num_hidden_layers;
+  if (!options.layer_ids.empty()) {
+    layers = 1 + *std::max_element(options.layer_ids.begin(), options.layer_ids.end());
+  }
   const int64_t h = t.hidden_size, d = t.head_dim, inter = t.intermediate_size;
   const int64_t q = t.num_attention_heads * d, kv = t.num_key_value_heads * d;
   std::map<std::string, at::Tensor> w;
-  w["model.embed_tokens.weight"] = at::randn({t.vocab_size, h}, gen, at::kFloat);
+  w["model.embed_tokens.weight"] = normal({t.vocab_size, h});
   // Sharp logits, as a trained model's lm_head gives: with the drafter's normed hidden state
   // (RMS 1) each logit has a standard deviation of 4, so the drafter, whose lm_head is this frozen
   // one, can express confident predictions without first growing its final norm.
-  w["lm_head.weight"] = at::randn({t.vocab_size, h}, gen, at::kFloat) * 0.5;
-  for (int64_t i = 0; i < t.num_hidden_layers; ++i) {
+  w["lm_head.weight"] = normal({t.vocab_size, h}) * 0.5;
+  for (int64_t i = 0; i < layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
-    w[p + "input_layernorm.weight"] = at::ones({h});
-    w[p + "post_attention_layernorm.weight"] = at::ones({h});
-    w[p + "self_attn.q_norm.weight"] = at::ones({d});
-    w[p + "self_attn.k_norm.weight"] = at::ones({d});
+    w[p + "input_layernorm.weight"] = at::ones({h}, opts);
+    w[p + "post_attention_layernorm.weight"] = at::ones({h}, opts);
+    w[p + "self_attn.q_norm.weight"] = at::ones({d}, opts);
+    w[p + "self_attn.k_norm.weight"] = at::ones({d}, opts);
     w[p + "self_attn.q_proj.weight"] = matrix(q, h);
     w[p + "self_attn.k_proj.weight"] = matrix(kv, h);
     w[p + "self_attn.v_proj.weight"] = matrix(kv, h);
@@ -70,7 +115,7 @@ absl::StatusOr<std::unique_ptr<TargetModel>> BuiltinTarget(const std::string& na
     w[p + "mlp.up_proj.weight"] = matrix(inter, h);
     w[p + "mlp.down_proj.weight"] = matrix(h, inter);
   }
-  w["model.norm.weight"] = at::ones({h});
+  w["model.norm.weight"] = at::ones({h}, opts);
   return TargetModel::FromTensors(t, w, options);
 }
 

@@ -46,11 +46,14 @@ std::string CheckpointPath(const std::string& dir, int64_t step) {
   return (fs::path(dir) / absl::StrFormat("%s%012d%s", kPrefix, step, kSuffix)).string();
 }
 
-absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& dir) {
+absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& dir,
+                                                            int64_t max_step) {
   auto all = List(dir);
   if (!all.ok()) return all.status();
-  if (all->empty()) return std::optional<std::string>();
-  return std::optional<std::string>(all->back().second.string());
+  for (auto it = all->rbegin(); it != all->rend(); ++it) {
+    if (it->first <= max_step) return std::optional<std::string>(it->second.string());
+  }
+  return std::optional<std::string>();
 }
 
 absl::Status PruneCheckpoints(const std::string& dir, int64_t keep) {

@@ -3,7 +3,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/config/builtins.h"
 #include "common/nn/builtin_target.h"
 
 namespace dflash::train {
@@ -59,9 +58,7 @@ absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& s
   c.target_layer_ids = *ids;
   if (spec.drafter.mask_token_id) {
     c.mask_token_id = *spec.drafter.mask_token_id;
-  } else if (IsBuiltin(spec.target.path)) {
-    c.mask_token_id = config::TinyQwen3::kMaskTokenId;
-  } else if (target.mask_token_id) {
+  } else if (target.mask_token_id) {  // a built-in target's, or the checkpoint's
     c.mask_token_id = *target.mask_token_id;
   } else if (target.model_type == "qwen3" && target.vocab_size > drafter::kQwen3MaskTokenId) {
     c.mask_token_id = drafter::kQwen3MaskTokenId;

@@ -102,7 +102,17 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
     if (!yaml) return absl::InternalError(absl::StrCat(t->run_dir, "/run.yaml: cannot write"));
   }
   // Resume: the newest checkpoint holds the drafter's state and the data cursor after its step.
-  ASSIGN_OR_RETURN(std::optional<std::string> latest, train::LatestCheckpoint(t->checkpoint_dir));
+  // Only one whose step was committed: the drafter writes a checkpoint inside the step it ends,
+  // so a step lost after that (a pause or crash before its commit) leaves a checkpoint ahead of
+  // the store, which a resume must not jump to.
+  int64_t committed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(v1::RunStatus run, store_->GetRun(p.run_id));
+    committed = run.step();
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> latest,
+                   train::LatestCheckpoint(t->checkpoint_dir, /*max_step=*/committed));
   std::optional<batching::DataCursor> cursor;
   if (latest) {
     ASSIGN_OR_RETURN(auto file, model::SafetensorsFile::Open(*latest));
@@ -129,6 +139,7 @@ void Coordinator::StartRun(const Placement& p) {
     std::lock_guard<std::mutex> lock(mu_);
     attempt = ++attempts_;
   }
+  std::string failed_worker;
   for (size_t i = 0; status.ok() && i < p.pairs.size(); ++i) {
     const auto& [target, drafter] = p.pairs[i];
     // Target first: it creates the pair's channel, which the drafter then opens.
@@ -147,6 +158,7 @@ void Coordinator::StartRun(const Placement& p) {
       auto resp = workers_->PrepareRun(self, req);
       if (!resp.ok()) {
         status = resp.status();
+        failed_worker = self.worker_id();
         break;
       }
       echoes.push_back(absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
@@ -157,9 +169,10 @@ void Coordinator::StartRun(const Placement& p) {
     std::lock_guard<std::mutex> lock(mu_);
     // The run may have been cancelled or paused while the RPCs ran; then it is no longer ours.
     auto run = store_->GetRun(p.run_id);
+    if (Unreachable(status)) registry_.MarkDown(failed_worker, std::string(status.message()));
     if (run.ok() && run->state() == v1::RUN_STATE_STARTING && Unreachable(status)) {
-      // A worker that died but is not yet marked down: not the run's fault. Place it again; the
-      // registry marks that worker down within worker_timeout, so it is not picked twice.
+      // A worker that died but is not yet marked down by the sweep: not the run's fault. Marked
+      // down above, so the run is placed again on other workers (or when it comes back).
       absl::Status s = TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_PAUSED,
                                         absl::StrCat("worker unreachable: ", status.message()));
       if (s.ok()) {
@@ -279,7 +292,13 @@ bool Coordinator::RunOneStep(Training* t) {
                                  std::make_pair(t->p.pairs[i].second, &drafters[i])}) {
       calls.push_back(std::async(std::launch::async, [this, t, w = w, req = req] {
         absl::StatusOr<v1::RunStepResponse> r = workers_->RunStep(w, *req);
-        if (!r.ok()) ReleaseWorkers(t->p);
+        if (!r.ok()) {
+          if (Unreachable(r.status())) {
+            std::lock_guard<std::mutex> lock(mu_);
+            registry_.MarkDown(w.worker_id(), std::string(r.status().message()));
+          }
+          ReleaseWorkers(t->p);
+        }
         return r;
       }));
     }

@@ -51,7 +51,10 @@ absl::StatusOr<v1::PrepareRunResponse> GrpcWorkerControl::PrepareRun(
     const v1::WorkerInfo& worker, const v1::PrepareRunRequest& req) {
   Stubs* stubs = GetStubs(worker.control_address());
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, rpc_timeout_ms_);
+  // Preparing loads the models (a large checkpoint takes minutes from disk): not a control-call
+  // deadline, or a slow load would look like a dead worker and requeue the run forever.
+  constexpr int64_t kPrepareDeadlineMs = 20 * 60 * 1000;
+  SetDeadline(&ctx, std::max(rpc_timeout_ms_, kPrepareDeadlineMs));
   v1::PrepareRunResponse resp;
   grpc::Status s = worker.role() == v1::WORKER_ROLE_TARGET
                        ? stubs->target->PrepareRun(&ctx, req, &resp)

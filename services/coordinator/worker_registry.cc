@@ -55,6 +55,13 @@ absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, const v1::D
   return absl::OkStatus();
 }
 
+void WorkerRegistry::MarkDown(const std::string& worker_id, const std::string& why) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.health() != v1::WORKER_HEALTH_UP) return;
+  it->second.set_health(v1::WORKER_HEALTH_DOWN);
+  LOG(WARNING) << "worker " << worker_id << " (" << it->second.name() << ") marked down: " << why;
+}
+
 std::vector<v1::WorkerInfo> WorkerRegistry::Sweep() {
   std::vector<v1::WorkerInfo> down;
   const int64_t now = clock_->NowUnixMs();

@@ -32,6 +32,9 @@ class WorkerRegistry {
   // Marks every worker silent for longer than the timeout as down; returns those that just went
   // down (each reported once).
   std::vector<v1::WorkerInfo> Sweep();
+  // Marks a worker down now (an RPC to it found nobody there), so that placement does not offer
+  // it the next run before its heartbeats time out; its next heartbeat brings it back up.
+  void MarkDown(const std::string& worker_id, const std::string& why);
 
   // Idle (no run) and up workers of a role, in registration order.
   std::vector<v1::WorkerInfo> IdleWorkers(v1::WorkerRole role) const;

@@ -250,7 +250,8 @@ int Commands::Export(const std::string& run_id, const std::string& out, bool for
               << (run.run_dir().empty() ? "" : ", on the coordinator's machine") << ")\n";
     return kError;
   }
-  const fs::path dst(out);
+  fs::path dst = fs::path(out).lexically_normal();
+  if (dst.filename().empty()) dst = dst.parent_path();  // "DIR/" names DIR
   if (fs::exists(dst, ec) && !force) {
     std::cerr << "dflashctl: export: " << out << " exists; give --force to replace it\n";
     return kError;

@@ -44,7 +44,8 @@ class ProgressBar {
   bool open_line_ = false;  // a terminal line was drawn without its newline
 };
 
-// The live line of a followed training run (dflashctl submit), drawn on stderr the same way:
+// The live line of a followed training run (dflashctl submit), drawn the same way on stdout, where
+// it interleaves with the run's events:
 //   [########............]  step 80/200  epoch 0  loss 3.412  acc.len 2.31  12.3K tok/s  ETA 0:12
 struct StepSample {
   int64_t step = 0;  // steps done

@@ -191,14 +191,38 @@ class DrafterRunner : public StepRunner {
             absl::StrCat("batch ", mb.batch_id, ": anchor ", a, " is outside its ", t, " tokens"));
       }
     }
-    // The slot is reused by the next batch: copy the features out before releasing it.
-    at::Tensor features = at::from_blob(const_cast<uint8_t*>(d->features), {t, d->feature_dim},
-                                        at::TensorOptions().dtype(ScalarOf(d->dtype)))
-                              .clone();
+    at::Tensor features;
+    if (d->device) {
+      // cuda_ipc: read in place from the target's slot; the slot is handed back (Release) only
+      // after the work that reads it has finished on the device.
+      if (!mappings_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("batch ", mb.batch_id, ": device features on a host channel"));
+      }
+      absl::StatusOr<void*> base = mappings_->Open(d->device->ipc_handle);
+      if (!base.ok()) return base.status();
+      features =
+          at::from_blob(static_cast<uint8_t*>(*base) + d->device->offset, {t, d->feature_dim},
+                        at::TensorOptions()
+                            .dtype(ScalarOf(d->dtype))
+                            .device(c10::Device(c10::DeviceType::CUDA, ctx_.gpu)));
+    } else {
+      if (d->features == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("batch ", mb.batch_id, ": no features in the message"));
+      }
+      // The ring slot is reused by the next batch: copy the features out before releasing it.
+      features = at::from_blob(const_cast<uint8_t*>(d->features), {t, d->feature_dim},
+                               at::TensorOptions().dtype(ScalarOf(d->dtype)))
+                     .clone();
+    }
     if (absl::Status s =
             trainer_->AddMicroBatch(train::MakeDrafterBatch(d->batch, mb.anchors, features));
         !s.ok()) {
       return s;
+    }
+    if (d->device) {
+      if (absl::Status s = transport::SynchronizeDevice(ctx_.gpu); !s.ok()) return s;
     }
     *chain = ChainChecksum(*chain, d->crc32);
     report->tokens += t;

@@ -261,6 +261,13 @@ TEST(LocalRunTest, CheckpointsEveryNStepsAndAtTheEndKeepingTheNewest) {
   auto resumed = LocalRun::Create(&data, target.get(), drafter.get(), options, **latest);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ((*resumed)->step(), 8);
+  // A resume never jumps past the steps the run store committed.
+  auto capped = LatestCheckpoint(ckpts, /*max_step=*/7);
+  ASSERT_TRUE(capped.ok() && capped->has_value());
+  EXPECT_EQ(**capped, CheckpointPath(ckpts, 6));
+  auto below_all = LatestCheckpoint(ckpts, /*max_step=*/5);
+  ASSERT_TRUE(below_all.ok());
+  EXPECT_FALSE(below_all->has_value());
   auto none = LatestCheckpoint((dir.path() / "absent").string());
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());

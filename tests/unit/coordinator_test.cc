@@ -168,11 +168,20 @@ TEST_F(CoordinatorTest, WorkerLostMidStepPausesThenRequeuesTheRun) {
   EXPECT_EQ(coordinator_->GetRun(run.run_id())->step(), 3);  // steps 0..2 committed
   EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_PAUSED);
   coordinator_->Tick();  // the step thread has ended: the run waits for workers again
+  // d0 was marked down when the step found it gone, so the run is not offered to it again.
   EXPECT_THAT(
       History(run.run_id()),
       ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING, v1::RUN_STATE_RUNNING,
-                             v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
-                             v1::RUN_STATE_RUNNING, v1::RUN_STATE_PAUSED));
+                             v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED));
+  // d0 comes back: the run resumes (no checkpoint here: from step 0, the committed steps are
+  // retried with the same cursors and accepted once) and finishes.
+  workers_.step_errors.clear();
+  workers_.on_step = nullptr;
+  Beat(d);
+  coordinator_->Tick();
+  auto after = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(after.state(), v1::RUN_STATE_DONE) << after.message();
+  EXPECT_EQ(after.step(), 5);
 }
 
 TEST_F(CoordinatorTest, WorkerRefusingTheConfigFailsTheRunWithItsReason) {
@@ -197,7 +206,14 @@ TEST_F(CoordinatorTest, UnreachableWorkerRequeuesTheRunInsteadOfFailingIt) {
   EXPECT_THAT(History(run.run_id()),
               ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
                                      v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED));
-  // t0 falls silent and is marked down; a new target arrives; the run goes to t1 + d0.
+  // t0 was marked down at once: the next ticks do not offer it the run again and again.
+  EXPECT_EQ(coordinator_->ListWorkers()[0].health(), v1::WORKER_HEALTH_DOWN);
+  const size_t prepares = workers_.prepared.size();
+  coordinator_->Tick();
+  coordinator_->Tick();
+  EXPECT_EQ(workers_.prepared.size(), prepares);
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_QUEUED);
+  // A new target arrives; the run goes to t1 + d0.
   clock_.AdvanceMs(1001);
   Beat(d0);
   std::string t1 = AddWorker("t1", v1::WORKER_ROLE_TARGET);
