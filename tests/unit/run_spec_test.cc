@@ -222,9 +222,9 @@ const BadCase kBadCases[] = {
     {"MissingDataTrain", WithData("format: chat"), "data.train: required field is missing"},
     // Builtins.
     {"UnknownBuiltinTarget", WithTarget("path: \"builtin:huge-model\""),
-     "target.path: unknown builtin 'huge-model' (known: tiny-qwen3)"},
+     "target.path: unknown builtin 'huge-model' (known: tiny-qwen3, qwen3-8b-random)"},
     {"UnknownBuiltinDataset", WithData("train: \"builtin:nope\""),
-     "data.train: unknown builtin 'nope' (known: tiny-chat)"},
+     "data.train: unknown builtin 'nope' (known: tiny-chat, long-synthetic)"},
     {"BuiltinInitFrom", Minimal("drafter: {init_from: \"builtin:tiny-qwen3\"}\n"),
      "drafter.init_from: builtin: names are not accepted here"},
     {"BuiltinTokenizer", WithData("train: \"builtin:tiny-chat\", tokenizer: \"builtin:x\""),
