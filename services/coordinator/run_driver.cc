@@ -155,6 +155,7 @@ void Coordinator::StartRun(const Placement& p) {
       req.set_resume_checkpoint(training->resume_from);
       req.set_channel(
           absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", attempt, "-p", i));
+      req.set_transport(ResolveTransport(training->spec, target, drafter));
       auto resp = workers_->PrepareRun(self, req);
       if (!resp.ok()) {
         status = resp.status();

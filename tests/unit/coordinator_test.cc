@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "tests/unit/fake_worker_control.h"
 
 namespace dflash::coordinator {
@@ -141,6 +142,37 @@ TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
                                                   "step-000000000005.safetensors"));
   EXPECT_EQ(workers_.released.size(), 2u);
   for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
+}
+
+TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndHostOtherwise) {
+  auto worker = [&](const std::string& name, v1::WorkerRole role, const std::string& kind,
+                    int index) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address(absl::StrCat("10.0.0.1:", 100 + index));
+    w.mutable_device()->set_kind(kind);
+    w.mutable_device()->set_index(index);
+    return coordinator_->Register(w)->worker_id();
+  };
+  worker("t0", v1::WORKER_ROLE_TARGET, "cuda", 0);
+  worker("d0", v1::WORKER_ROLE_DRAFTER, "cuda", 0);
+  coordinator_->SubmitRun(kRunYaml, "run.yaml", false).IgnoreError();
+  coordinator_->Tick();
+  ASSERT_EQ(workers_.prepare_requests.size(), 2u);
+  for (const auto& req : workers_.prepare_requests) {
+    EXPECT_EQ(req.transport(), "cuda_ipc");
+    EXPECT_EQ(req.total_steps(), 5);
+    EXPECT_THAT(req.channel(), ::testing::StartsWith("dflash-unit-"));
+  }
+  // Another GPU for the drafter: features go through host memory (nccl is not built).
+  Reopen(":memory:");
+  worker("t1", v1::WORKER_ROLE_TARGET, "cuda", 1);
+  worker("d1", v1::WORKER_ROLE_DRAFTER, "cuda", 2);
+  coordinator_->SubmitRun(kRunYaml, "run.yaml", false).IgnoreError();
+  coordinator_->Tick();
+  ASSERT_EQ(workers_.prepare_requests.size(), 4u);
+  EXPECT_EQ(workers_.prepare_requests[2].transport(), "host");
 }
 
 TEST_F(CoordinatorTest, DrafterThatTrainedOnOtherFeaturesFailsTheRun) {

@@ -18,6 +18,7 @@ class FakeWorkerControl : public WorkerControl {
     if (on_prepare) on_prepare(worker);
     std::lock_guard<std::mutex> lock(mu_);
     prepared.push_back(worker.worker_id() + ":" + req.run_id());
+    prepare_requests.push_back(req);
     auto it = prepare_errors.find(worker.worker_id());
     if (it != prepare_errors.end()) return it->second;
     v1::PrepareRunResponse resp;
@@ -59,6 +60,7 @@ class FakeWorkerControl : public WorkerControl {
   int64_t drafter_checksum_offset = 0;              // nonzero: the drafter "trained" on other data
   std::function<void(const v1::WorkerInfo&, const v1::RunStepRequest&)> on_step;
   std::vector<std::string> prepared;
+  std::vector<v1::PrepareRunRequest> prepare_requests;
   std::vector<std::string> released;
   std::map<std::string, absl::Status> prepare_errors;  // by worker id
   // Runs before each PrepareRun answers (outside the coordinator's lock, as a real RPC would).
