@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <mutex>
 
 namespace dflash {
@@ -13,6 +14,7 @@ struct LogState {
   std::mutex mu;
   std::string process = "dflash";
   FILE* file = nullptr;
+  std::map<std::string, FILE*> run_files;  // OpenRunLog
 };
 
 LogState& State() {
@@ -76,11 +78,29 @@ bool SetLogFile(const std::string& path) {
   return State().file != nullptr;
 }
 
+bool OpenRunLog(const std::string& run_id, const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "a");
+  std::lock_guard<std::mutex> lock(State().mu);
+  FILE*& slot = State().run_files[run_id];
+  if (slot) std::fclose(slot);
+  slot = f;
+  if (!f) State().run_files.erase(run_id);
+  return f != nullptr;
+}
+
+void CloseRunLog(const std::string& run_id) {
+  std::lock_guard<std::mutex> lock(State().mu);
+  auto it = State().run_files.find(run_id);
+  if (it == State().run_files.end()) return;
+  std::fclose(it->second);
+  State().run_files.erase(it);
+}
+
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_min_level.load(); }
 
 LogMessage::LogMessage(LogLevel level, const char* file, int line, absl::string_view run_id,
                        int64_t step)
-    : level_(level) {
+    : level_(level), run_id_(run_id) {
   auto now = std::chrono::system_clock::now();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
   std::time_t secs = static_cast<std::time_t>(ms / 1000);
@@ -109,6 +129,13 @@ LogMessage::~LogMessage() {
   if (State().file) {
     std::fwrite(line.data(), 1, line.size(), State().file);
     std::fflush(State().file);
+  }
+  if (!run_id_.empty() && !State().run_files.empty()) {
+    auto it = State().run_files.find(run_id_);
+    if (it != State().run_files.end()) {
+      std::fwrite(line.data(), 1, line.size(), it->second);
+      std::fflush(it->second);
+    }
   }
   (void)level_;
 }

@@ -21,6 +21,10 @@ void SetLogMinLevel(LogLevel level);
 bool ParseLogLevel(absl::string_view text, LogLevel* level);
 // Also append every line to this file (empty: stderr only). Returns false if it cannot be opened.
 bool SetLogFile(const std::string& path);
+// Also append the lines tagged with `run_id` (LOG_RUN) to `path` until CloseRunLog(run_id): the
+// run directory's per-process log. Returns false if it cannot be opened (logging goes on).
+bool OpenRunLog(const std::string& run_id, const std::string& path);
+void CloseRunLog(const std::string& run_id);
 
 class LogMessage {
  public:
@@ -31,6 +35,7 @@ class LogMessage {
 
  private:
   LogLevel level_;
+  std::string run_id_;
   std::ostringstream stream_;
 };
 

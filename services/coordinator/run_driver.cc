@@ -96,6 +96,9 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   std::error_code ec;
   fs::create_directories(t->checkpoint_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(t->checkpoint_dir, ": ", ec.message()));
+  fs::create_directories(fs::path(t->run_dir) / "logs", ec);
+  if (ec) return absl::InternalError(absl::StrCat(t->run_dir, "/logs: ", ec.message()));
+  OpenRunLog(p.run_id, (fs::path(t->run_dir) / "logs" / "coordinator.log").string());
   {
     std::ofstream yaml(fs::path(t->run_dir) / "run.yaml", std::ios::trunc);
     yaml << "# resolved config of run " << p.run_id << "\n" << p.resolved_yaml;
@@ -156,6 +159,7 @@ void Coordinator::StartRun(const Placement& p) {
       req.set_channel(
           absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", attempt, "-p", i));
       req.set_transport(ResolveTransport(training->spec, target, drafter));
+      req.set_run_dir(training->run_dir);
       auto resp = workers_->PrepareRun(self, req);
       if (!resp.ok()) {
         status = resp.status();
@@ -203,6 +207,7 @@ void Coordinator::StartRun(const Placement& p) {
   }
   if (!train) {
     ReleaseWorkers(p);
+    CloseRunLog(p.run_id);
     return;
   }
   if (options_.inline_steps) DriveRun(training);
@@ -212,6 +217,7 @@ void Coordinator::DriveRun(std::shared_ptr<Training> t) {
   while (RunOneStep(t.get())) {
   }
   ReleaseWorkers(t->p);
+  CloseRunLog(t->p.run_id);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = drivers_.find(t->p.run_id);
   if (it != drivers_.end()) {

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -50,10 +51,28 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   ctx.transport = req.transport().empty() ? "host" : req.transport();
   if (ctx.channel.empty()) return absl::InvalidArgumentError("channel: must not be empty");
   if (ctx.total_steps < 1) return absl::InvalidArgumentError("total_steps: must be at least 1");
+  if (!req.run_dir().empty()) {
+    // The worker's lines about this run, in the run directory (a failure to open costs only it).
+    std::string name, role;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      name = self_.name();
+      role = RoleLabel(self_);
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(req.run_dir()) / "logs", ec);
+    const std::string path =
+        (std::filesystem::path(req.run_dir()) / "logs" / absl::StrCat(role, "-", name, ".log"))
+            .string();
+    if (ec || !OpenRunLog(req.run_id(), path)) {
+      LOG_RUN(WARNING, req.run_id(), -1) << "cannot write the run log " << path;
+    }
+  }
   std::shared_ptr<StepRunner> runner = runners_();
   absl::StatusOr<std::map<std::string, std::string>> applied = runner->Prepare(ctx);
   if (!applied.ok()) {
     LOG_RUN(WARNING, req.run_id(), -1) << "cannot prepare: " << applied.status();
+    CloseRunLog(req.run_id());
     return applied.status();
   }
   v1::PrepareRunResponse resp;
@@ -72,6 +91,7 @@ absl::Status WorkerCore::ReleaseRun(const std::string& run_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (run_id_ == run_id && !run_id.empty()) {
     LOG_RUN(INFO, run_id_, step_) << "released";
+    CloseRunLog(run_id_);
     if (runner_) runner_->Abort();
     runner_.reset();
     run_id_.clear();
@@ -163,6 +183,7 @@ void WorkerCore::ReconcileAssignment(const std::string& assigned_run_id) {
   if (!run_id_.empty() && run_id_ != assigned_run_id) {
     LOG_RUN(WARNING, run_id_, step_) << "coordinator no longer assigns this run to me "
                                      << "(assigned: '" << assigned_run_id << "'); dropping it";
+    CloseRunLog(run_id_);
     if (runner_) runner_->Abort();
     runner_.reset();
     run_id_.clear();

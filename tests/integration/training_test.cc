@@ -57,6 +57,10 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000024.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000018.safetensors"));
   EXPECT_FALSE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000012.safetensors"));
+  // Every process's lines about the run, tagged with the run id and step, in the run directory.
+  for (const char* log : {"coordinator.log", "target-t0.log", "drafter-d0.log"}) {
+    EXPECT_THAT(ReadFile(run_dir + "/logs/" + log), HasSubstr(" run=" + first + " step=")) << log;
+  }
   CtlResult exported = RunCtl(address_, {"export", first, "--out", dir_ + "/drafter"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/drafter/config.json"));
