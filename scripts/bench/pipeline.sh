@@ -26,7 +26,8 @@ wait_file() { for _ in $(seq 600); do [ -s "$1" ] && return 0; sleep 0.1; done; 
 
 printf '| tokens | anchors | steps timed | step s (median) | steps/s | context tok/s | target peak GiB | drafter peak GiB |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
-for geom in "8192 512" "16384 1024"; do
+for geom in ${GEOMS:-"8192:512 16384:1024"}; do
+  geom=${geom/:/ }
   set -- $geom
   d=$out/run_$1; rm -rf "$d"; mkdir -p "$d"
   "$bin/coordinator/dflash-coordinator" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 \
@@ -52,7 +53,7 @@ placement: {pairs: 1, transport: auto}
 checkpoint: {every_steps: 100000, keep: 1}
 YAML
   "$bin/dflashctl/dflashctl" submit "$d/run.yaml" >"$d/submit.out" 2>&1 || {
-    echo "run failed: $(tail -3 "$d/submit.out")"; tail -20 "$d"/*.log; }
+    echo "run failed: $(tail -n 3 "$d/submit.out")"; tail -n 20 "$d"/*.log; }
   sleep 1.5  # one more heartbeat: the workers refresh their memory gauges on each
   tp=$(metric "$(port_of "$d/target.ready" metrics_port)" dflash_worker_gpu_memory_peak_bytes)
   dp=$(metric "$(port_of "$d/drafter.ready" metrics_port)" dflash_worker_gpu_memory_peak_bytes)

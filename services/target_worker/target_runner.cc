@@ -102,17 +102,7 @@ class TargetRunner : public StepRunner {
       absl::Status s = batching::MaterializeBatch(data_->source(), mb.pieces,
                                                   ctx_.spec.batching.token_budget, &scratch_);
       if (!s.ok()) return s;
-      at::Tensor features;
-      {
-        const at::NoGradGuard no_grad;
-        absl::StatusOr<at::Tensor> f = target_->Forward(AsTensor(scratch_.input_ids, at::kLong),
-                                                        AsTensor(scratch_.positions, at::kLong),
-                                                        AsTensor(scratch_.cu_seqlens, at::kInt));
-        if (!f.ok()) return f.status();
-        features = f->to(c10::Device(c10::DeviceType::CPU)).contiguous();
-      }
-      absl::StatusOr<uint32_t> crc = transport::EncodeFeatureMessage(
-          scratch_, features.data_ptr(), target_->feature_dim(), ftype_, &message_);
+      absl::StatusOr<uint32_t> crc = device_features() ? ForwardIntoSlot() : ForwardToHost();
       if (!crc.ok()) return crc.status();
       if (absl::Status sent = ring_->Send(mb.batch_id, message_, kChannelTimeout); !sent.ok()) {
         if (sent.code() == absl::StatusCode::kDeadlineExceeded) ring_->Abort();
