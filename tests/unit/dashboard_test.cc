@@ -143,20 +143,18 @@ TEST(DashboardMetricNames, FindsMetricsAndSkipsLabelValuesAndVariables) {
 
 // The negative check: a dashboard with a panel on a metric that no process exports is caught.
 TEST(DashboardMetricNames, ReportsAMetricMissingFromTheCatalogue) {
-  const Json dashboard = Json::parse(R"({
+  // R"json(...)json": the expressions contain )" which would end a plain raw string.
+  const Json dashboard = Json::parse(R"json({
     "panels": [
       {"type": "timeseries", "targets": [
         {"expr": "dflash_worker_gpu_memory_total_bytes"},
-        {"expr": "rate(dflash_worker_gpu_memory_invented_bytes[1m])"}]
-}],
-    "templating": {
-  "list" : [ {"query" : {"query" : "label_values(dflash_no_such_metric, run)"}} ]
-}
-})");
+        {"expr": "rate(dflash_worker_gpu_memory_invented_bytes[1m])"}]}],
+    "templating": {"list": [{"query": {"query": "label_values(dflash_no_such_metric, run)"}}]}
+  })json");
   const std::vector<std::string> unknown = UnknownMetrics(dashboard);
-ASSERT_EQ(unknown.size(), 2u);
-EXPECT_THAT(unknown[0], HasSubstr("dflash_worker_gpu_memory_invented_bytes"));
-EXPECT_THAT(unknown[1], HasSubstr("dflash_no_such_metric"));
+  ASSERT_EQ(unknown.size(), 2u);
+  EXPECT_THAT(unknown[0], HasSubstr("dflash_worker_gpu_memory_invented_bytes"));
+  EXPECT_THAT(unknown[1], HasSubstr("dflash_no_such_metric"));
 }
 
 TEST(Dashboard, UsesOnlyMetricsOfTheCatalogue) {
