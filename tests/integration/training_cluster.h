@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "tests/integration/cluster.h"
@@ -71,6 +72,22 @@ class TrainingCluster : public ::testing::Test {
     CtlResult r = RunCtl(address_, {"-o", "json", "submit", run_yaml, "--detach"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return r.exit_code == 0 ? nlohmann::json::parse(r.out)["run_id"].get<std::string>() : "";
+  }
+
+  // step -> loss of every step the coordinator logged for the run, from the run directory's
+  // coordinator.log ("... run=ID step=N run_driver.cc:L] loss X ..."); a redone step's later line
+  // wins.
+  std::map<int64_t, double> LoggedLosses(const std::string& run_id) {
+    std::map<int64_t, double> out;
+    std::istringstream in(
+        ReadFile(dir_ + "/state/runs/" + run_id + "/logs/coordinator.log"));
+    const std::string tag = " run=" + run_id + " step=";
+    for (std::string line; std::getline(in, line);) {
+      const size_t at = line.find(tag), loss = line.find("] loss ");
+      if (at == std::string::npos || loss == std::string::npos) continue;
+      out[std::stoll(line.substr(at + tag.size()))] = std::stod(line.substr(loss + 7));
+    }
+    return out;
   }
 
   // step -> loss of every committed step, from the coordinator's run store.

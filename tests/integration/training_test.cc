@@ -45,6 +45,9 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   const std::string first = json::parse(list.out)["runs"][0]["run_id"];
   const std::map<int64_t, double> reference = Losses(first);
   ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
+  const std::map<int64_t, double> logged = LoggedLosses(first);  // printed with 4 decimals
+  ASSERT_EQ(logged.size(), static_cast<size_t>(kSteps));
+  for (const auto& [step, loss] : reference) EXPECT_NEAR(logged.at(step), loss, 1e-4);
   // The loss falls (tiny-chat is learnable; the demo's 300 steps take it from 13.4 to 2.9).
   EXPECT_LT(reference.at(kSteps - 1), reference.at(0) - 3.0)
       << reference.at(0) << " -> " << reference.at(kSteps - 1);
