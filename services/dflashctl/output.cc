@@ -122,6 +122,16 @@ std::string RunDetails(const v1::RunStatus& r) {
       << "workers:  ";
   for (int i = 0; i < r.worker_ids_size(); ++i) out << (i ? ", " : "") << r.worker_ids(i);
   out << (r.worker_ids_size() ? "" : "-") << "\n";
+  if (!r.run_dir().empty()) out << "run dir:  " << r.run_dir() << "\n";
+  if (r.has_last_step()) {
+    const v1::StepMetrics& m = r.last_step();
+    out << "last step: " << m.step() + 1 << " (epoch " << m.epoch() << "): loss "
+        << absl::StrFormat("%.4f", m.loss()) << ", acc.len "
+        << absl::StrFormat("%.2f", m.acceptance_length()) << ", grad norm "
+        << absl::StrFormat("%.3g", m.grad_norm()) << ", lr " << absl::StrFormat("%.3g", m.lr())
+        << ", " << m.tokens() << " tokens in " << absl::StrFormat("%.2f", m.seconds()) << " s"
+        << (m.skipped() ? ", SKIPPED" : "") << ", skipped so far " << m.skipped_steps() << "\n";
+  }
   if (r.has_data()) out << DataLines(r.data());
   out << "resolved config:\n";
   std::istringstream cfg(r.resolved_config_yaml());

@@ -53,5 +53,36 @@ TEST(DataLines, ListsSkippedRecordsByReasonInNameOrder) {
   EXPECT_THAT(text, HasSubstr("fill 98.8%"));
 }
 
+TEST(StepProgressLine, ShowsStepLossAcceptanceRateAndEta) {
+  StepSample s;
+  s.step = 80;
+  s.total_steps = 200;
+  s.loss = 3.41234;
+  s.acceptance_length = 2.314;
+  s.tokens_per_s = 12345;
+  s.step_seconds = 0.1;
+  EXPECT_EQ(StepProgress::Line(s),
+            "[########............]  step 80/200  epoch 0  loss 3.4123  acc.len 2.31  12.3K tok/s"
+            "  ETA 0:12");
+  s.step = 200;
+  EXPECT_THAT(StepProgress::Line(s), ::testing::Not(::testing::HasSubstr("ETA")));
+}
+
+TEST(RunDetails, ShowsRunDirAndLastStep) {
+  v1::RunStatus r;
+  r.set_run_id("demo-1");
+  r.set_run_dir("/var/lib/dflash/runs/demo-1");
+  v1::StepMetrics* m = r.mutable_last_step();
+  m->set_step(299);
+  m->set_loss(2.71093);
+  m->set_acceptance_length(3.18);
+  m->set_tokens(1024);
+  m->set_seconds(0.35);
+  const std::string text = RunDetails(r);
+  EXPECT_THAT(text, ::testing::HasSubstr("run dir:  /var/lib/dflash/runs/demo-1\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("last step: 300 (epoch 0): loss 2.7109, acc.len 3.18"));
+  EXPECT_THAT(text, ::testing::HasSubstr("1024 tokens in 0.35 s"));
+}
+
 }  // namespace
 }  // namespace dflash::ctl
