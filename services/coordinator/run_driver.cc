@@ -363,9 +363,9 @@ bool Coordinator::RunOneStep(Training* t) {
           .Add(l)
           .Set(metrics.seconds() > 0 ? tokens / metrics.seconds() : 0);
       metrics_->Counter("dflash_coordinator_run_tokens_total").Add(l).Increment(tokens);
-      if (metrics.skipped()) {
-        metrics_->Counter("dflash_coordinator_run_skipped_steps_total").Add(l).Increment();
-      }
+      // Created at 0 with the run's first step, so that "no skipped step" is a sample too.
+      auto& skipped = metrics_->Counter("dflash_coordinator_run_skipped_steps_total").Add(l);
+      if (metrics.skipped()) skipped.Increment();
     }
     UpdateGaugesLocked();
     events_cv_.notify_all();

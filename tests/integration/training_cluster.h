@@ -32,6 +32,7 @@ class TrainingCluster : public ::testing::Test {
     const int port = ReadReadyPort(ready, "grpc_port", std::chrono::milliseconds(20000));
     ASSERT_GT(port, 0) << ReadFile(dir_ + "/coordinator.log");
     address_ = "127.0.0.1:" + std::to_string(port);
+    metrics_port_ = ReadReadyPort(ready, "metrics_port", std::chrono::milliseconds(1000));
   }
 
   // A run.yaml in the test's directory.
@@ -79,8 +80,7 @@ class TrainingCluster : public ::testing::Test {
   // wins.
   std::map<int64_t, double> LoggedLosses(const std::string& run_id) {
     std::map<int64_t, double> out;
-    std::istringstream in(
-        ReadFile(dir_ + "/state/runs/" + run_id + "/logs/coordinator.log"));
+    std::istringstream in(ReadFile(dir_ + "/state/runs/" + run_id + "/logs/coordinator.log"));
     const std::string tag = " run=" + run_id + " step=";
     for (std::string line; std::getline(in, line);) {
       const size_t at = line.find(tag), loss = line.find("] loss ");
@@ -112,6 +112,7 @@ class TrainingCluster : public ::testing::Test {
   }
 
   std::string dir_, address_;
+  int metrics_port_ = 0;  // the coordinator's /metrics
   std::unique_ptr<Process> coordinator_;
   std::map<std::string, std::unique_ptr<Process>> workers_;
 };

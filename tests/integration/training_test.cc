@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/metrics/catalogue.h"
+#include "tests/common/http_get.h"
 #include "tests/integration/training_cluster.h"
 
 namespace dflash::testing {
@@ -63,6 +65,23 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   // Every process's lines about the run, tagged with the run id and step, in the run directory.
   for (const char* log : {"coordinator.log", "target-t0.log", "drafter-d0.log"}) {
     EXPECT_THAT(ReadFile(run_dir + "/logs/" + log), HasSubstr(" run=" + first + " step=")) << log;
+  }
+  // Every metric of the catalogue is exported, with a sample, by each process of its component
+  // (the dashboard and alerts depend on them existing before anything unusual happens).
+  const std::map<std::string, int> ports = {
+      {"coordinator", metrics_port_},
+      {"target", ReadReadyPort(dir_ + "/t0.ready", "metrics_port", ms(1000))},
+      {"drafter", ReadReadyPort(dir_ + "/d0.ready", "metrics_port", ms(1000))}};
+  std::map<std::string, std::string> scraped;
+  for (const auto& [process, port] : ports) scraped[process] = HttpGet(port, "/metrics");
+  for (const metrics::MetricDef& def : metrics::Catalogue()) {
+    for (const auto& [process, text] : scraped) {
+      if ((std::string(def.component) == "coordinator") != (process == "coordinator")) continue;
+      const std::string name = def.name;
+      EXPECT_TRUE(text.find("\n" + name + "{") != std::string::npos ||
+                  text.find("\n" + name + " ") != std::string::npos)
+          << process << " exports no sample of " << name;
+    }
   }
   CtlResult exported = RunCtl(address_, {"export", first, "--out", dir_ + "/drafter"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
