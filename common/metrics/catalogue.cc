@@ -34,6 +34,14 @@ const std::vector<MetricDef>& Catalogue() {
        "Expected acceptance length of the run's last committed step (method.md §3.6)."},
       {"dflash_coordinator_run_tokens_per_second", T::kGauge, "coordinator",
        "Context tokens per second of the run's last committed step."},
+      {"dflash_coordinator_run_epoch", T::kGauge, "coordinator",
+       "Epoch of the run's last committed step."},
+      {"dflash_coordinator_run_grad_norm", T::kGauge, "coordinator",
+       "Global gradient norm (before clipping) of the run's last committed step."},
+      {"dflash_coordinator_run_learning_rate", T::kGauge, "coordinator",
+       "Learning rate applied at the run's last committed step."},
+      {"dflash_coordinator_run_slot_accuracy", T::kGauge, "coordinator",
+       "Accuracy of each block slot (label slot) at the run's last committed step."},
       {"dflash_coordinator_run_tokens_total", T::kCounter, "coordinator",
        "Context tokens trained by the run's committed steps."},
       {"dflash_coordinator_run_skipped_steps_total", T::kCounter, "coordinator",
@@ -62,6 +70,12 @@ const std::vector<MetricDef>& Catalogue() {
        "Context tokens of the micro-batches the worker completed (target: ran, drafter: trained)."},
       {"dflash_worker_micro_batches_total", T::kCounter, "worker",
        "Micro-batches the worker completed."},
+      {"dflash_worker_transport_bytes_total", T::kCounter, "worker",
+       "Bytes through the feature channel, by transport (target: messages plus, for cuda_ipc, the "
+       "features written in place; drafter: messages received)."},
+      {"dflash_worker_transport_wait_seconds_total", T::kCounter, "worker",
+       "Seconds blocked on the feature channel (target: waiting for a free slot; drafter: waiting "
+       "for the next batch), by transport."},
   };
   return defs;
 }

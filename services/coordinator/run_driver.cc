@@ -363,6 +363,14 @@ bool Coordinator::RunOneStep(Training* t) {
           .Add(l)
           .Set(metrics.seconds() > 0 ? tokens / metrics.seconds() : 0);
       metrics_->Counter("dflash_coordinator_run_tokens_total").Add(l).Increment(tokens);
+      metrics_->Gauge("dflash_coordinator_run_epoch").Add(l).Set(static_cast<double>(plan->epoch));
+      metrics_->Gauge("dflash_coordinator_run_grad_norm").Add(l).Set(metrics.grad_norm());
+      metrics_->Gauge("dflash_coordinator_run_learning_rate").Add(l).Set(metrics.lr());
+      for (int k = 0; k < metrics.slot_accuracy_size(); ++k) {
+        metrics_->Gauge("dflash_coordinator_run_slot_accuracy")
+            .Add({{"run", run_id}, {"slot", std::to_string(k)}})
+            .Set(metrics.slot_accuracy(k));
+      }
       // Created at 0 with the run's first step, so that "no skipped step" is a sample too.
       auto& skipped = metrics_->Counter("dflash_coordinator_run_skipped_steps_total").Add(l);
       if (metrics.skipped()) skipped.Increment();

@@ -2,6 +2,7 @@
 
 #include <ATen/ops/from_blob.h>
 
+#include <chrono>
 #include <cmath>
 #include <mutex>
 
@@ -102,8 +103,12 @@ class DrafterRunner : public StepRunner {
     report.step = work.step;
     uint32_t chain = 0;
     for (const StepMicroBatch& mb : work.micro_batches) {
+      const auto wait_start = std::chrono::steady_clock::now();
       absl::StatusOr<absl::Span<const uint8_t>> message =
           ring_->Receive(mb.batch_id, kChannelTimeout);
+      report.transport_wait_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+      if (message.ok()) report.transport_bytes += static_cast<int64_t>(message->size());
       if (!message.ok()) {
         if (message.status().code() != absl::StatusCode::kAborted) ring_->Abort();
         return absl::Status(

@@ -5,6 +5,7 @@
 #include <ATen/ops/tensor.h>
 #include <sys/mman.h>
 
+#include <chrono>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -104,7 +105,17 @@ class TargetRunner : public StepRunner {
       if (!s.ok()) return s;
       absl::StatusOr<uint32_t> crc = device_features() ? ForwardIntoSlot() : ForwardToHost();
       if (!crc.ok()) return crc.status();
-      if (absl::Status sent = ring_->Send(mb.batch_id, message_, kChannelTimeout); !sent.ok()) {
+      const auto send_start = std::chrono::steady_clock::now();
+      absl::Status sent = ring_->Send(mb.batch_id, message_, kChannelTimeout);
+      report.transport_wait_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - send_start).count();
+      report.transport_bytes += static_cast<int64_t>(message_.size());
+      if (device_features()) {
+        report.transport_bytes += static_cast<int64_t>(scratch_.input_ids.size()) *
+                                  target_->feature_dim() *
+                                  static_cast<int64_t>(transport::FeatureDTypeSize(ftype_));
+      }
+      if (!sent.ok()) {
         if (sent.code() == absl::StatusCode::kDeadlineExceeded) ring_->Abort();
         return absl::Status(sent.code(),
                             absl::StrCat("sending batch ", mb.batch_id, ": ", sent.message()));

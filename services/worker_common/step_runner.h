@@ -46,6 +46,10 @@ struct StepWork {
 struct StepReport {
   int64_t step = 0, micro_batches = 0, tokens = 0;
   uint32_t checksum = 0;  // CRC-32 chained over the step's feature messages (both sides agree)
+  // The feature channel: bytes of features and messages moved (cuda_ipc: the features stay in
+  // place and count once, on the target side) and seconds blocked in Send / Receive.
+  int64_t transport_bytes = 0;
+  double transport_wait_seconds = 0;
   // Drafter only:
   double loss = 0, weight_sum = 0, grad_norm = 0, lr = 0;
   bool skipped = false;

@@ -80,6 +80,7 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   std::lock_guard<std::mutex> lock(mu_);
   if (runner_) runner_->Abort();  // a previous attempt of the same run
   run_id_ = req.run_id();
+  transport_ = ctx.transport;
   runner_ = std::move(runner);
   step_ = 0;
   LOG_RUN(INFO, run_id_, -1) << "prepared (peer " << req.peer_worker_id() << ", pair " << ctx.pair
@@ -151,16 +152,24 @@ absl::StatusOr<v1::RunStepResponse> WorkerCore::RunStep(const v1::RunStepRequest
 }
 
 void WorkerCore::UpdateStepMetrics(const StepReport& report) {
-  std::string name, role;
+  std::string name, role, transport;
   {
     std::lock_guard<std::mutex> lock(mu_);
     step_ = report.step + 1;
     name = self_.name();
     role = RoleLabel(self_);
+    transport = transport_;
   }
   if (!metrics_) return;
   const prometheus::Labels l = {{"worker", name}, {"role", role}};
   metrics_->Gauge("dflash_worker_step").Add(l).Set(static_cast<double>(report.step + 1));
+  const prometheus::Labels t = {{"worker", name}, {"role", role}, {"transport", transport}};
+  metrics_->Counter("dflash_worker_transport_bytes_total")
+      .Add(t)
+      .Increment(static_cast<double>(report.transport_bytes));
+  metrics_->Counter("dflash_worker_transport_wait_seconds_total")
+      .Add(t)
+      .Increment(report.transport_wait_seconds);
   metrics_->Counter("dflash_worker_tokens_total")
       .Add(l)
       .Increment(static_cast<double>(report.tokens));

@@ -48,6 +48,7 @@ class WorkerCore {
   StepRunnerFactory runners_;
   metrics::MetricsServer* metrics_;
   std::string run_id_;
+  std::string transport_;  // the held run's feature transport (metrics label)
   int64_t step_ = 0;
   // The held run's runner; shared so that ReleaseRun can abort a step still using it.
   std::shared_ptr<StepRunner> runner_;
