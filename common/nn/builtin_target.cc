@@ -43,6 +43,36 @@ model::TransformerConfig Qwen3_8B() {
 
 }  // namespace
 
+std::map<std::string, at::Tensor> RandomQwen3Weights(
+    const model::TransformerConfig& c, int64_t num_layers,
+    const std::function<at::Tensor(at::IntArrayRef)>& normal, const at::TensorOptions& ones_options,
+    double lm_head_divisor) {
+  auto matrix = [&](int64_t out, int64_t in) {
+    return normal({out, in}) / std::sqrt(static_cast<double>(in));
+  };
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
+  std::map<std::string, at::Tensor> w;
+  w["model.embed_tokens.weight"] = normal({c.vocab_size, h});
+  w["lm_head.weight"] = normal({c.vocab_size, h}) / lm_head_divisor;
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    w[p + "input_layernorm.weight"] = at::ones({h}, ones_options);
+    w[p + "post_attention_layernorm.weight"] = at::ones({h}, ones_options);
+    w[p + "self_attn.q_norm.weight"] = at::ones({d}, ones_options);
+    w[p + "self_attn.k_norm.weight"] = at::ones({d}, ones_options);
+    w[p + "self_attn.q_proj.weight"] = matrix(q, h);
+    w[p + "self_attn.k_proj.weight"] = matrix(kv, h);
+    w[p + "self_attn.v_proj.weight"] = matrix(kv, h);
+    w[p + "self_attn.o_proj.weight"] = matrix(h, q);
+    w[p + "mlp.gate_proj.weight"] = matrix(inter, h);
+    w[p + "mlp.up_proj.weight"] = matrix(inter, h);
+    w[p + "mlp.down_proj.weight"] = matrix(h, inter);
+  }
+  w["model.norm.weight"] = at::ones({h}, ones_options);
+  return w;
+}
+
 absl::StatusOr<model::TransformerConfig> BuiltinTargetConfig(const std::string& name) {
   if (name == "qwen3-8b-random") return Qwen3_8B();
   if (name != "tiny-qwen3") {
@@ -85,37 +115,16 @@ absl::StatusOr<std::unique_ptr<TargetModel>> BuiltinTarget(const std::string& na
   auto normal = [&](at::IntArrayRef shape) {
     return large ? at::randn(shape, opts) : at::randn(shape, gen, opts);
   };
-  auto matrix = [&](int64_t out, int64_t in) {
-    return normal({out, in}) / std::sqrt(static_cast<double>(in));
-  };
   // Layers past the largest feature layer are never run (target_model.h): not drawn either.
   int64_t layers = t.num_hidden_layers;
   if (!options.layer_ids.empty()) {
     layers = 1 + *std::max_element(options.layer_ids.begin(), options.layer_ids.end());
   }
-  const int64_t h = t.hidden_size, d = t.head_dim, inter = t.intermediate_size;
-  const int64_t q = t.num_attention_heads * d, kv = t.num_key_value_heads * d;
-  std::map<std::string, at::Tensor> w;
-  w["model.embed_tokens.weight"] = normal({t.vocab_size, h});
   // Sharp logits, as a trained model's lm_head gives: with the drafter's normed hidden state
   // (RMS 1) each logit has a standard deviation of 4, so the drafter, whose lm_head is this frozen
   // one, can express confident predictions without first growing its final norm.
-  w["lm_head.weight"] = normal({t.vocab_size, h}) * 0.5;
-  for (int64_t i = 0; i < layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    w[p + "input_layernorm.weight"] = at::ones({h}, opts);
-    w[p + "post_attention_layernorm.weight"] = at::ones({h}, opts);
-    w[p + "self_attn.q_norm.weight"] = at::ones({d}, opts);
-    w[p + "self_attn.k_norm.weight"] = at::ones({d}, opts);
-    w[p + "self_attn.q_proj.weight"] = matrix(q, h);
-    w[p + "self_attn.k_proj.weight"] = matrix(kv, h);
-    w[p + "self_attn.v_proj.weight"] = matrix(kv, h);
-    w[p + "self_attn.o_proj.weight"] = matrix(h, q);
-    w[p + "mlp.gate_proj.weight"] = matrix(inter, h);
-    w[p + "mlp.up_proj.weight"] = matrix(inter, h);
-    w[p + "mlp.down_proj.weight"] = matrix(h, inter);
-  }
-  w["model.norm.weight"] = at::ones({h}, opts);
+  const std::map<std::string, at::Tensor> w =
+      RandomQwen3Weights(t, layers, normal, opts, /*lm_head_divisor=*/2.0);
   return TargetModel::FromTensors(t, w, options);
 }
 

@@ -4,6 +4,8 @@
 // builds the same model without any file.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -12,6 +14,16 @@
 #include "common/nn/target_model.h"
 
 namespace dflash::nn {
+
+// Random Qwen3 weights under HF names (model.embed_tokens, lm_head, model.layers.i.* for i <
+// num_layers, model.norm), drawn in that fixed order from `normal` (standard normal samples of a
+// shape): embeddings N(0, 1), lm_head N(0, 1) / lm_head_divisor, other matrices N(0, 1/in) so that
+// activations keep unit scale; norms are ones with `ones_options`. The built-in targets, the
+// benchmarks and the tests build their random targets with it.
+std::map<std::string, at::Tensor> RandomQwen3Weights(
+    const model::TransformerConfig& config, int64_t num_layers,
+    const std::function<at::Tensor(at::IntArrayRef)>& normal, const at::TensorOptions& ones_options,
+    double lm_head_divisor);
 
 // The config of a built-in target (name without "builtin:"); NOT_FOUND for an unknown name.
 absl::StatusOr<model::TransformerConfig> BuiltinTargetConfig(const std::string& name);

@@ -38,6 +38,7 @@
 #include "absl/strings/str_join.h"
 #include "common/model/hf_config.h"
 #include "common/nn/attention.h"
+#include "common/nn/builtin_target.h"
 #include "common/nn/layers.h"
 #include "common/nn/target_model.h"
 
@@ -73,34 +74,14 @@ std::vector<int64_t> MixLengths(int64_t total, uint64_t seed) {
   return lengths;
 }
 
-// Random weights under HF names for layers 0..num_layers-1, on the GPU in bf16: matrices
-// N(0, 1/in) so that activations keep unit scale, norms 1, embeddings N(0, 1).
+// Random weights under HF names for layers 0..num_layers-1, on the GPU in bf16
+// (nn::RandomQwen3Weights: matrices N(0, 1/in), norms 1, embeddings N(0, 1)).
 std::map<std::string, at::Tensor> RandomWeights(const model::TransformerConfig& c,
                                                 int64_t num_layers) {
   const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-  auto matrix = [&](int64_t out, int64_t in) {
-    return at::randn({out, in}, opt).mul_(1.0 / std::sqrt(static_cast<double>(in)));
-  };
-  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
-  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
-  std::map<std::string, at::Tensor> w;
-  w["model.embed_tokens.weight"] = at::randn({c.vocab_size, h}, opt);
-  w["lm_head.weight"] = matrix(c.vocab_size, h);
-  for (int64_t i = 0; i < num_layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    w[p + "input_layernorm.weight"] = at::ones({h}, opt);
-    w[p + "post_attention_layernorm.weight"] = at::ones({h}, opt);
-    w[p + "self_attn.q_norm.weight"] = at::ones({d}, opt);
-    w[p + "self_attn.k_norm.weight"] = at::ones({d}, opt);
-    w[p + "self_attn.q_proj.weight"] = matrix(q, h);
-    w[p + "self_attn.k_proj.weight"] = matrix(kv, h);
-    w[p + "self_attn.v_proj.weight"] = matrix(kv, h);
-    w[p + "self_attn.o_proj.weight"] = matrix(h, q);
-    w[p + "mlp.gate_proj.weight"] = matrix(inter, h);
-    w[p + "mlp.up_proj.weight"] = matrix(inter, h);
-    w[p + "mlp.down_proj.weight"] = matrix(h, inter);
-  }
-  return w;
+  return nn::RandomQwen3Weights(
+      c, num_layers, [&](at::IntArrayRef shape) { return at::randn(shape, opt); }, opt,
+      std::sqrt(static_cast<double>(c.hidden_size)));
 }
 
 // Model FLOPs of one forward: 2 per multiply-add of the four GEMMs of each run layer, plus causal

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/batching/memory_source.h"
 #include "common/drafter/drafter_checkpoint.h"
+#include "common/nn/builtin_target.h"
 #include "common/train/checkpoints.h"
 #include "tests/drafter/test_util.h"
 
@@ -35,29 +36,10 @@ using drafter::testing::TinyConfig;
 std::unique_ptr<nn::TargetModel> TinyTarget(const DrafterConfig& c, uint64_t seed) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const model::TransformerConfig& t = c.target;
-  auto matrix = [&](int64_t out, int64_t in) {
-    return at::randn({out, in}, gen, at::kFloat) / std::sqrt(static_cast<double>(in));
-  };
-  const int64_t h = t.hidden_size, d = t.head_dim;
-  const int64_t q = t.num_attention_heads * d, kv = t.num_key_value_heads * d;
-  std::map<std::string, at::Tensor> w;
-  w["model.embed_tokens.weight"] = at::randn({t.vocab_size, h}, gen, at::kFloat);
-  w["lm_head.weight"] = matrix(t.vocab_size, h);
-  for (int64_t i = 0; i < t.num_hidden_layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    w[p + "input_layernorm.weight"] = at::ones({h});
-    w[p + "post_attention_layernorm.weight"] = at::ones({h});
-    w[p + "self_attn.q_norm.weight"] = at::ones({d});
-    w[p + "self_attn.k_norm.weight"] = at::ones({d});
-    w[p + "self_attn.q_proj.weight"] = matrix(q, h);
-    w[p + "self_attn.k_proj.weight"] = matrix(kv, h);
-    w[p + "self_attn.v_proj.weight"] = matrix(kv, h);
-    w[p + "self_attn.o_proj.weight"] = matrix(h, q);
-    w[p + "mlp.gate_proj.weight"] = matrix(t.intermediate_size, h);
-    w[p + "mlp.up_proj.weight"] = matrix(t.intermediate_size, h);
-    w[p + "mlp.down_proj.weight"] = matrix(h, t.intermediate_size);
-  }
-  w["model.norm.weight"] = at::ones({h});
+  const std::map<std::string, at::Tensor> w = nn::RandomQwen3Weights(
+      t, t.num_hidden_layers,
+      [&](at::IntArrayRef shape) { return at::randn(shape, gen, at::kFloat); },
+      at::TensorOptions().dtype(at::kFloat), std::sqrt(static_cast<double>(t.hidden_size)));
   nn::TargetModelOptions options;
   options.layer_ids = c.target_layer_ids;
   options.dtype = at::kFloat;
