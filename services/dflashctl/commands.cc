@@ -148,29 +148,31 @@ int Commands::Follow(const std::string& run_id) {
     std::cerr << "dflashctl: lost the coordinator; reconnecting (" << attempts << "/5)\n";
     std::this_thread::sleep_for(std::chrono::seconds(1));  // back off before reconnecting
   }
+  v1::RunStatus run;
+  grpc::Status s = GetRun(run_id, &run);
+  if (!s.ok()) return RpcError(s, "status");
+  if (!opts_.json) {
+    std::cout << "run " << run_id << " ended: " << coordinator::StateName(run.state()) << "\n";
+  }
+  return run.state() == v1::RUN_STATE_DONE ? kOk : kRunFailed;
+}
+
+grpc::Status Commands::GetRun(const std::string& run_id, v1::RunStatus* run) {
   v1::GetRunRequest req;
   req.set_run_id(run_id);
   v1::GetRunResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, opts_.timeout_ms);
   grpc::Status s = stub_->GetRun(&ctx, req, &resp);
-  if (!s.ok()) return RpcError(s, "status");
-  if (!opts_.json) {
-    std::cout << "run " << run_id << " ended: " << coordinator::StateName(resp.run().state())
-              << "\n";
-  }
-  return resp.run().state() == v1::RUN_STATE_DONE ? kOk : kRunFailed;
+  if (s.ok()) *run = std::move(*resp.mutable_run());
+  return s;
 }
 
 int Commands::Status(const std::string& run_id) {
-  v1::GetRunRequest req;
-  req.set_run_id(run_id);
-  v1::GetRunResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, opts_.timeout_ms);
-  grpc::Status s = stub_->GetRun(&ctx, req, &resp);
+  v1::RunStatus run;
+  grpc::Status s = GetRun(run_id, &run);
   if (!s.ok()) return RpcError(s, "status " + run_id);
-  std::cout << (opts_.json ? ToJson(resp.run()) + "\n" : RunDetails(resp.run()));
+  std::cout << (opts_.json ? ToJson(run) + "\n" : RunDetails(run));
   return kOk;
 }
 
@@ -233,14 +235,9 @@ int Commands::Plan(const std::string& path) {
 }
 
 int Commands::Export(const std::string& run_id, const std::string& out, bool force) {
-  v1::GetRunRequest req;
-  req.set_run_id(run_id);
-  v1::GetRunResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, opts_.timeout_ms);
-  grpc::Status s = stub_->GetRun(&ctx, req, &resp);
+  v1::RunStatus run;
+  grpc::Status s = GetRun(run_id, &run);
   if (!s.ok()) return RpcError(s, "export " + run_id);
-  const v1::RunStatus& run = resp.run();
   const fs::path src = fs::path(run.run_dir()) / "export";
   std::error_code ec;
   if (run.state() != v1::RUN_STATE_DONE || !fs::is_regular_file(src / "model.safetensors", ec)) {

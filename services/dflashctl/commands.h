@@ -39,6 +39,8 @@ class Commands {
 
  private:
   int Follow(const std::string& run_id);
+  // One GetRun with the request deadline.
+  grpc::Status GetRun(const std::string& run_id, v1::RunStatus* run);
   // Maps an RPC failure to an exit code and prints it.
   int RpcError(const grpc::Status& s, const std::string& what);
 
