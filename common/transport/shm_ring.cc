@@ -1,19 +1,8 @@
 #include "common/transport/shm_ring.h"
 
-#include <fcntl.h>
-#include <linux/futex.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cctype>
-#include <cerrno>
-#include <climits>
 #include <cstring>
-#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -25,28 +14,14 @@ namespace {
 constexpr uint64_t kMagic = 0x31474e4952464c44ull;  // "DLFRING1"
 constexpr uint32_t kEmpty = 0, kFull = 1;
 constexpr size_t kAlign = 64;
+constexpr char kWhat[] = "shm ring";
 
 size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 200) return false;
-  for (char c : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// futex(2) on a word of the shared mapping (not FUTEX_PRIVATE: the waker is another process).
-long Futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
-}
 
 }  // namespace
 
 struct ShmRing::Header {
-  uint64_t magic;
+  uint64_t magic;  // first: ShmSegment publishes it
   uint32_t slots;
   uint32_t reserved;
   uint64_t slot_bytes;
@@ -61,8 +36,6 @@ struct ShmRing::Slot {
   // payload follows at offset RoundUp(sizeof(Slot))
 };
 
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain words");
-
 namespace {
 size_t SlotStride(uint64_t slot_bytes) {
   return RoundUp(sizeof(uint64_t) * 3) + RoundUp(static_cast<size_t>(slot_bytes));
@@ -71,7 +44,7 @@ size_t SlotStride(uint64_t slot_bytes) {
 
 ShmRing::Slot* ShmRing::slot(uint64_t index) const {
   const size_t i = static_cast<size_t>(index % header_->slots);
-  auto* first = static_cast<uint8_t*>(base_) + RoundUp(sizeof(Header));
+  auto* first = static_cast<uint8_t*>(segment_->base()) + RoundUp(sizeof(Header));
   return reinterpret_cast<Slot*>(first + i * SlotStride(header_->slot_bytes));
 }
 
@@ -79,97 +52,40 @@ size_t ShmRing::slot_bytes() const { return static_cast<size_t>(header_->slot_by
 
 absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(const std::string& name,
                                                          const Options& options) {
-  if (!ValidName(name)) {
-    return absl::InvalidArgumentError(absl::StrCat("shm ring: bad name '", name, "'"));
-  }
   if (options.slots < 1 || options.slot_bytes < 1) {
     return absl::InvalidArgumentError("shm ring: slots and slot_bytes must be at least 1");
   }
   const size_t size = RoundUp(sizeof(Header)) + options.slots * SlotStride(options.slot_bytes);
-  const std::string path = "/" + name;
-  const int fd = shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) {
-    const int e = errno;
-    return e == EEXIST ? absl::AlreadyExistsError(absl::StrCat("shm ring ", name, " exists"))
-                       : absl::InternalError(absl::StrCat("shm_open ", name, ": ", strerror(e)));
-  }
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    const int e = errno;
-    close(fd);
-    shm_unlink(path.c_str());
-    return absl::ResourceExhaustedError(
-        absl::StrCat("shm ring ", name, ": cannot size to ", size, " bytes: ", strerror(e)));
-  }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    shm_unlink(path.c_str());
-    return absl::InternalError(absl::StrCat("mmap shm ring ", name, ": ", strerror(errno)));
-  }
+  absl::StatusOr<std::unique_ptr<ShmSegment>> segment = ShmSegment::Create(kWhat, name, size);
+  if (!segment.ok()) return segment.status();
   std::unique_ptr<ShmRing> ring(new ShmRing());
   ring->name_ = name;
-  ring->owner_ = true;
-  ring->base_ = base;
-  ring->size_ = size;
-  ring->header_ = static_cast<Header*>(base);  // the fresh mapping is zero-filled
+  ring->segment_ = *std::move(segment);
+  ring->header_ = static_cast<Header*>(ring->segment_->base());  // zero-filled
   ring->header_->slots = options.slots;
   ring->header_->slot_bytes = options.slot_bytes;
   ring->header_->aborted.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  reinterpret_cast<std::atomic<uint64_t>*>(&ring->header_->magic)
-      ->store(kMagic, std::memory_order_release);  // published last: Open waits for it
+  ring->segment_->Publish(kMagic);  // last: Open waits for it
   return ring;
 }
 
 absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Open(const std::string& name,
                                                        absl::Duration deadline) {
-  if (!ValidName(name)) {
-    return absl::InvalidArgumentError(absl::StrCat("shm ring: bad name '", name, "'"));
+  absl::StatusOr<std::unique_ptr<ShmSegment>> segment =
+      ShmSegment::Open(kWhat, name, kMagic, deadline);
+  if (!segment.ok()) return segment.status();
+  if ((*segment)->size() < RoundUp(sizeof(Header))) {
+    return absl::DataLossError(
+        absl::StrCat("shm ring ", name, ": segment smaller than its header"));
   }
-  const absl::Time until = absl::Now() + deadline;
-  const std::string path = "/" + name;
-  absl::Duration backoff = absl::Microseconds(100);
-  for (;;) {
-    const int fd = shm_open(path.c_str(), O_RDWR, 0);
-    if (fd >= 0) {
-      struct stat st {};
-      if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(Header)) {
-        void* base = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE,
-                          MAP_SHARED, fd, 0);
-        close(fd);
-        if (base == MAP_FAILED) {
-          return absl::InternalError(absl::StrCat("mmap shm ring ", name, ": ", strerror(errno)));
-        }
-        auto* header = static_cast<Header*>(base);
-        if (reinterpret_cast<std::atomic<uint64_t>*>(&header->magic)
-                ->load(std::memory_order_acquire) == kMagic) {
-          std::unique_ptr<ShmRing> ring(new ShmRing());
-          ring->name_ = name;
-          ring->base_ = base;
-          ring->size_ = static_cast<size_t>(st.st_size);
-          ring->header_ = header;
-          return ring;
-        }
-        munmap(base, static_cast<size_t>(st.st_size));
-      } else {
-        close(fd);
-      }
-    }
-    // The producer creates the ring when its run starts; until then there is nothing to wait on
-    // but the name, so this one wait polls (bounded backoff, never past the deadline).
-    if (absl::Now() >= until) {
-      return absl::DeadlineExceededError(absl::StrCat("shm ring ", name, " did not appear within ",
-                                                      absl::FormatDuration(deadline)));
-    }
-    absl::SleepFor(std::min(backoff, until - absl::Now()));
-    backoff = std::min(backoff * 2, absl::Milliseconds(20));
-  }
+  std::unique_ptr<ShmRing> ring(new ShmRing());
+  ring->name_ = name;
+  ring->segment_ = *std::move(segment);
+  ring->header_ = static_cast<Header*>(ring->segment_->base());
+  return ring;
 }
 
-ShmRing::~ShmRing() {
-  if (base_ != nullptr) munmap(base_, size_);
-  if (owner_) shm_unlink(("/" + name_).c_str());
-}
+ShmRing::~ShmRing() = default;
 
 absl::Status ShmRing::WaitState(Slot* s, uint32_t want, absl::Time deadline,
                                 const char* what) const {
@@ -183,9 +99,8 @@ absl::Status ShmRing::WaitState(Slot* s, uint32_t want, absl::Time deadline,
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat("shm ring ", name_, ": ", what));
     }
-    const timespec ts = absl::ToTimespec(std::min(left, absl::Milliseconds(100)));
     // Sleeps only while the word still holds `cur`; Abort() and the peer wake it.
-    Futex(&s->state, FUTEX_WAIT, cur, &ts);
+    FutexWait(&s->state, cur, std::min(left, absl::Milliseconds(100)));
   }
 }
 
@@ -206,7 +121,7 @@ absl::Status ShmRing::Send(uint64_t batch_id, absl::Span<const uint8_t> payload,
   s->batch_id = batch_id;
   s->nbytes = payload.size();
   s->state.store(kFull, std::memory_order_release);
-  Futex(&s->state, FUTEX_WAKE, INT_MAX, nullptr);
+  FutexWakeAll(&s->state);
   ++next_;
   return absl::OkStatus();
 }
@@ -238,7 +153,7 @@ absl::Status ShmRing::Release() {
   }
   Slot* s = slot(next_);
   s->state.store(kEmpty, std::memory_order_release);
-  Futex(&s->state, FUTEX_WAKE, INT_MAX, nullptr);
+  FutexWakeAll(&s->state);
   holding_ = false;
   ++next_;
   return absl::OkStatus();
@@ -246,8 +161,7 @@ absl::Status ShmRing::Release() {
 
 void ShmRing::Abort() {
   header_->aborted.store(1, std::memory_order_release);
-  for (uint32_t i = 0; i < header_->slots; ++i)
-    Futex(&slot(i)->state, FUTEX_WAKE, INT_MAX, nullptr);
+  for (uint32_t i = 0; i < header_->slots; ++i) FutexWakeAll(&slot(i)->state);
 }
 
 }  // namespace dflash::transport

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/transport/shm_segment.h"
 
 namespace dflash::transport {
 
@@ -63,9 +64,7 @@ class ShmRing {
   absl::Status WaitState(Slot* s, uint32_t want, absl::Time deadline, const char* what) const;
 
   std::string name_;
-  bool owner_ = false;
-  void* base_ = nullptr;
-  size_t size_ = 0;
+  std::unique_ptr<ShmSegment> segment_;
   Header* header_ = nullptr;
   uint64_t next_ = 0;     // producer: next slot to fill; consumer: next slot to read
   bool holding_ = false;  // consumer: a received slot not yet released

@@ -1,0 +1,32 @@
+// Collectives among the data-parallel drafters of a run (issue 6, deliverable 3): the gradient
+// all-reduce and the step's loss normalizers. One interface, two implementations chosen with the
+// feature transport: `host` (shared memory among the drafter processes of one machine,
+// host_communicator.h) and `nccl` (GPUs, nccl_communicator.h). Sums are deterministic: every rank
+// receives bit-identical results, and the order of the terms is rank 0, 1, ..., so that two ranks
+// with one micro-batch each sum their gradients exactly as one rank accumulating both would.
+#pragma once
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+
+namespace dflash::transport {
+
+enum class ReduceType { kFloat32, kFloat64 };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // In place: data[i] = sum over ranks of their data[i]. `data` is host memory, or device memory
+  // of this rank's GPU when device_memory() is true (for the nccl communicator; host memory is
+  // staged through the device there). Every wait has the communicator's deadline; on expiry the
+  // communicator is aborted (DEADLINE_EXCEEDED), and after an abort every call fails with ABORTED.
+  virtual absl::Status AllReduceSum(void* data, size_t count, ReduceType type,
+                                    bool device_memory) = 0;
+  // From any thread: wakes every wait of every rank with ABORTED (the run is being released).
+  virtual void Abort() = 0;
+};
+
+}  // namespace dflash::transport
