@@ -73,10 +73,12 @@ DrafterTrainer::DrafterTrainer(drafter::DrafterModel* model, OptimConfig config,
 DrafterTrainer::~DrafterTrainer() = default;
 
 absl::StatusOr<std::unique_ptr<DrafterTrainer>> DrafterTrainer::Create(
-    drafter::DrafterModel* model, const OptimConfig& config, const drafter::LossOptions& loss) {
+    drafter::DrafterModel* model, const OptimConfig& config, const drafter::LossOptions& loss,
+    transport::Communicator* comm) {
   if (model == nullptr) return absl::InvalidArgumentError("trainer: no model");
   if (absl::Status s = ValidateOptimConfig(config); !s.ok()) return s;
   std::unique_ptr<DrafterTrainer> t(new DrafterTrainer(model, config, loss));
+  t->comm_ = comm != nullptr && comm->world() > 1 ? comm : nullptr;
   for (const drafter::NamedParameter& p : model->parameters()) {
     if (p.tensor.scalar_type() != at::kFloat) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -118,18 +120,79 @@ absl::Status DrafterTrainer::AddMicroBatch(const drafter::DrafterBatch& batch) {
   return absl::OkStatus();
 }
 
+absl::Status DrafterTrainer::ReduceScalars() {
+  Impl& m = *impl_;
+  const size_t b = m.slot_correct.size();
+  std::vector<double> v = {m.numerator, m.weight_sum, m.nonfinite ? 1.0 : 0.0};
+  v.insert(v.end(), m.slot_correct.begin(), m.slot_correct.end());
+  v.insert(v.end(), m.slot_total.begin(), m.slot_total.end());
+  if (absl::Status s = comm_->AllReduceSum(v.data(), v.size(), transport::ReduceType::kFloat64,
+                                           /*device_memory=*/false);
+      !s.ok()) {
+    return s;
+  }
+  m.numerator = v[0];
+  m.weight_sum = v[1];
+  m.nonfinite = v[2] > 0;
+  for (size_t k = 0; k < b; ++k) {  // counts below 2^53: exact in doubles
+    m.slot_correct[k] = static_cast<int64_t>(v[3 + k]);
+    m.slot_total[k] = static_cast<int64_t>(v[3 + b + k]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DrafterTrainer::ReduceGradients() {
+  // Buckets of whole gradients, flattened into one buffer each: one reduction per bucket.
+  constexpr int64_t kBucketBytes = int64_t{32} << 20;
+  Impl& m = *impl_;
+  const at::NoGradGuard no_grad;
+  for (size_t begin = 0; begin < m.params.size();) {
+    size_t end = begin;
+    int64_t bytes = 0;
+    std::vector<at::Tensor> flat;
+    while (end < m.params.size() && (end == begin || bytes < kBucketBytes)) {
+      at::Tensor& p = m.params[end];
+      // A parameter no micro-batch of this rank reached still takes part, with zeros.
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      flat.push_back(p.grad().reshape({-1}));
+      bytes += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+      ++end;
+    }
+    at::Tensor bucket = at::cat(flat).contiguous();
+    if (absl::Status s = comm_->AllReduceSum(bucket.data_ptr(), static_cast<size_t>(bucket.numel()),
+                                             transport::ReduceType::kFloat32, bucket.is_cuda());
+        !s.ok()) {
+      return s;
+    }
+    int64_t offset = 0;
+    for (size_t i = begin; i < end; ++i) {
+      at::Tensor& g = m.params[i].mutable_grad();
+      g.copy_(bucket.narrow(0, offset, g.numel()).view(g.sizes()));
+      offset += g.numel();
+    }
+    begin = end;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weight_sum) {
   Impl& m = *impl_;
   if (m.micro == 0) return absl::FailedPreconditionError("trainer: Step() without a micro-batch");
+  if (comm_ != nullptr) {
+    if (absl::Status st = ReduceScalars(); !st.ok()) return st;
+  }
   StepStats s;
   s.step = step_;
   s.micro_batches = m.micro;
-  s.weight_sum = global_weight_sum.value_or(m.weight_sum);
+  s.weight_sum = comm_ != nullptr ? m.weight_sum : global_weight_sum.value_or(m.weight_sum);
   s.loss = s.weight_sum > 0 ? m.numerator / s.weight_sum : 0.0;
   s.slot_correct = m.slot_correct;
   s.slot_total = m.slot_total;
   s.acceptance_length = drafter::ExpectedAcceptanceLength(m.slot_correct, m.slot_total);
   s.skipped = m.nonfinite || !(s.weight_sum > 0) || !std::isfinite(s.loss);
+  if (!s.skipped && comm_ != nullptr) {
+    if (absl::Status st = ReduceGradients(); !st.ok()) return st;
+  }
   if (!s.skipped) {
     const at::NoGradGuard no_grad;
     const double scale = 1.0 / s.weight_sum;

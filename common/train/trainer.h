@@ -5,8 +5,11 @@
 // finite is skipped and counted: the parameters and the optimizer state stay as they were, the
 // step counter (and so the schedule) advances.
 //
-// One rank here; across data-parallel ranks the caller all-reduces the weight sum (and the
-// gradients) and passes the global sum to Step().
+// Data-parallel ranks: with a communicator (transport/communicator.h) of world W > 1, Step()
+// sums the loss numerator, the weight sum, the non-finite flag and the slot counts over the ranks,
+// then the gradients (fp32, in buckets), in rank order: every rank applies the same update, equal
+// to one rank accumulating all the micro-batches (bit for bit on the CPU). A step non-finite on
+// any rank is skipped on every rank.
 //
 // LibTorch is a PRIVATE dependency (see common/drafter/drafter_model.h).
 #pragma once
@@ -21,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/drafter/drafter_model.h"
+#include "common/transport/communicator.h"
 
 namespace dflash::train {
 
@@ -60,17 +64,19 @@ struct StepStats {
 class DrafterTrainer {
  public:
   // `model` must outlive the trainer; its parameters are what the optimizer updates.
-  static absl::StatusOr<std::unique_ptr<DrafterTrainer>> Create(drafter::DrafterModel* model,
-                                                                const OptimConfig& config,
-                                                                const drafter::LossOptions& loss);
+  // `comm` (optional, must outlive the trainer): the data-parallel drafters' communicator.
+  static absl::StatusOr<std::unique_ptr<DrafterTrainer>> Create(
+      drafter::DrafterModel* model, const OptimConfig& config, const drafter::LossOptions& loss,
+      transport::Communicator* comm = nullptr);
   ~DrafterTrainer();
   DrafterTrainer(const DrafterTrainer&) = delete;
   DrafterTrainer& operator=(const DrafterTrainer&) = delete;
 
   // Forward, loss and backward of the numerator for one micro-batch of the current step.
   absl::Status AddMicroBatch(const drafter::DrafterBatch& batch);
-  // Ends the step. `global_weight_sum`: sum(w) over every rank's micro-batches of this step
-  // (default: this trainer's own sum).
+  // Ends the step (a collective when there is a communicator: every rank calls it). StepStats
+  // then hold the sums over all ranks. `global_weight_sum` overrides the weight sum the gradients
+  // are divided by (tests; without a communicator only).
   absl::StatusOr<StepStats> Step(std::optional<double> global_weight_sum = std::nullopt);
 
   int64_t step() const { return step_; }              // steps finished
@@ -90,9 +96,12 @@ class DrafterTrainer {
  private:
   struct Impl;
   DrafterTrainer(drafter::DrafterModel* model, OptimConfig config, drafter::LossOptions loss);
+  absl::Status ReduceScalars();    // numerator, weight sum, non-finite flag, slot counts
+  absl::Status ReduceGradients();  // every parameter's gradient, in buckets
   drafter::DrafterModel* model_;
   OptimConfig config_;
   drafter::LossOptions loss_;
+  transport::Communicator* comm_ = nullptr;
   std::unique_ptr<Impl> impl_;
   int64_t step_ = 0, skipped_ = 0;
 };

@@ -11,11 +11,15 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "common/transport/host_communicator.h"
 #include "tests/drafter/test_util.h"
 
 namespace dflash::train {
@@ -163,6 +167,80 @@ TEST(DrafterTrainerTest, NonFiniteStepIsSkippedAndCounted) {
   auto next = (*trainer)->Step();
   ASSERT_TRUE(next.ok());
   EXPECT_FALSE(next->skipped);
+}
+
+// Two data-parallel ranks (threads, host communicator) with one micro-batch each take exactly the
+// steps of one rank accumulating both micro-batches in rank order: same losses, same parameters,
+// bit for bit; a non-finite micro-batch on one rank skips the step on both.
+TEST(DrafterTrainerTest, DataParallelRanksEqualOneRankAccumulating) {
+  const DrafterConfig c = TinyConfig();
+  constexpr int kSteps = 5;
+  const auto batch = [&](int step, int rank) {
+    DrafterBatch b = Batch(c, 300 + 2 * step + rank);
+    if (step == 2 && rank == 1) b.features[3][1] = std::numeric_limits<float>::quiet_NaN();
+    return b;
+  };
+  auto single = MakeModel(c, 3);
+  auto one = DrafterTrainer::Create(single.get(), Config(kSteps), Loss());
+  ASSERT_TRUE(one.ok());
+  std::vector<double> want;
+  for (int i = 0; i < kSteps; ++i) {
+    ASSERT_TRUE((*one)->AddMicroBatch(batch(i, 0)).ok());
+    ASSERT_TRUE((*one)->AddMicroBatch(batch(i, 1)).ok());
+    auto s = (*one)->Step();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->skipped, i == 2);
+    want.push_back(s->loss);
+  }
+
+  const std::string name = "dflash-test-dp-" + std::to_string(getpid());
+  std::unique_ptr<drafter::DrafterModel> models[2] = {MakeModel(c, 3), MakeModel(c, 3)};
+  std::vector<double> got[2];
+  absl::Status status[2];
+  auto rank_main = [&](int rank) {
+    transport::HostCommunicator::Options o;
+    o.rank = rank;
+    o.world = 2;
+    o.timeout = absl::Seconds(60);
+    auto comm = transport::HostCommunicator::Create(name, o);
+    if (!comm.ok()) {
+      status[rank] = comm.status();
+      return;
+    }
+    auto t = DrafterTrainer::Create(models[rank].get(), Config(kSteps), Loss(), comm->get());
+    if (!t.ok()) {
+      status[rank] = t.status();
+      return;
+    }
+    for (int i = 0; i < kSteps; ++i) {
+      status[rank] = (*t)->AddMicroBatch(batch(i, rank));
+      if (!status[rank].ok()) return;
+      auto s = (*t)->Step();
+      if (!s.ok()) {
+        status[rank] = s.status();
+        return;
+      }
+      got[rank].push_back(s->loss);
+    }
+  };
+  std::thread r1(rank_main, 1);
+  rank_main(0);
+  r1.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    ASSERT_EQ(got[r].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (i == 2) {
+        EXPECT_TRUE(std::isnan(got[r][i])) << "rank " << r;
+      } else {
+        EXPECT_EQ(got[r][i], want[i]) << "rank " << r << " step " << i;
+      }
+    }
+    for (size_t k = 0; k < single->parameters().size(); ++k) {
+      EXPECT_TRUE(at::equal(single->parameters()[k].tensor, models[r]->parameters()[k].tensor))
+          << "rank " << r << ": " << single->parameters()[k].name;
+    }
+  }
 }
 
 TEST(DrafterTrainerTest, ResumedRunReproducesTheUninterruptedRunExactly) {
