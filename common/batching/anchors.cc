@@ -8,7 +8,7 @@
 namespace dflash::batching {
 
 uint64_t AnchorSeed::Hash() const {
-  return SeedHash(kTagAnchors, {run_seed, static_cast<uint64_t>(step), static_cast<uint64_t>(pair),
+  return SeedHash(kTagAnchors, {run_seed, static_cast<uint64_t>(step), uint64_t{0},
                                 static_cast<uint64_t>(micro_batch_in_step)});
 }
 

@@ -12,18 +12,20 @@
 namespace dflash::batching {
 
 // Where a micro-batch sits in the run. The generator seed is
-//   SeedHash(kTagAnchors, {run_seed, step, pair, micro_batch_in_step})   (rng.h)
+//   SeedHash(kTagAnchors, {run_seed, step, 0, micro_batch_in_step})   (rng.h)
 // with every field cast to uint64_t: no machine- or process-dependent input, so every machine and
-// every resume draws the same anchors for the same batch.
+// every resume draws the same anchors for the same batch. micro_batch_in_step is the micro-batch's
+// place in the step's dealing order over all pairs (index_in_step * num_pairs + pair), not its
+// pair: P data-parallel pairs with grad_accum G draw the anchors of one pair with grad_accum P*G.
+// (The constant 0 held the pair once; kept so that one-pair runs draw what they always drew.)
 struct AnchorSeed {
   uint64_t run_seed = 0;
   int64_t step = 0;                 // optimizer step since the run began
-  int64_t pair = 0;                 // data-parallel pair
-  int64_t micro_batch_in_step = 0;  // 0..grad_accum-1
+  int64_t micro_batch_in_step = 0;  // 0..num_pairs*grad_accum-1, in dealing order
 
   uint64_t Hash() const;
   friend bool operator==(const AnchorSeed& a, const AnchorSeed& b) {
-    return a.run_seed == b.run_seed && a.step == b.step && a.pair == b.pair &&
+    return a.run_seed == b.run_seed && a.step == b.step &&
            a.micro_batch_in_step == b.micro_batch_in_step;
   }
 };

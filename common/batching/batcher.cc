@@ -54,7 +54,7 @@ absl::StatusOr<StepPlan> Batcher::NextStep() {
       mb.index_in_step = i;
       absl::Span<const Piece> pieces = plan.MicroBatch(pair, mb.index_in_epoch);
       mb.pieces.assign(pieces.begin(), pieces.end());
-      mb.anchor_seed = AnchorSeed{options_.seed, step.step, pair, i};
+      mb.anchor_seed = AnchorSeed{options_.seed, step.step, i * options_.num_pairs + pair};
       step.micro_batches.push_back(std::move(mb));
     }
   }

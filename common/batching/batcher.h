@@ -28,7 +28,7 @@ struct MicroBatchPlan {
   int64_t index_in_epoch = 0;  // per-pair micro-batch index within the epoch
   int64_t index_in_step = 0;   // 0..grad_accum-1
   std::vector<Piece> pieces;   // materialize with MaterializeBatch (packed_batch.h)
-  AnchorSeed anchor_seed;      // (run seed, step, pair, index_in_step)
+  AnchorSeed anchor_seed;      // (run seed, step, index_in_step * num_pairs + pair)
 };
 
 struct StepPlan {

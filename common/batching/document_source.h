@@ -9,7 +9,7 @@
 namespace dflash::batching {
 
 struct DocumentView {
-  absl::Span<const int32_t> tokens;    // token ids, length n
+  absl::Span<const int32_t> tokens;     // token ids, length n
   absl::Span<const uint8_t> loss_mask;  // length n; 1 = supervised (assistant) token, 0 otherwise
 };
 

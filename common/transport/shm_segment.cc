@@ -120,6 +120,10 @@ ShmSegment::~ShmSegment() {
   if (owner_) shm_unlink(("/" + name_).c_str());
 }
 
+bool ShmSegment::Unlink(const std::string& name) {
+  return ValidName(name) && shm_unlink(("/" + name).c_str()) == 0;
+}
+
 void ShmSegment::Publish(uint64_t magic) {
   std::atomic_thread_fence(std::memory_order_release);
   static_cast<std::atomic<uint64_t>*>(base_)->store(magic, std::memory_order_release);

@@ -33,6 +33,9 @@ class ShmSegment {
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
+  // Removes /dev/shm/<name> if it exists (a segment left by a crashed process); true if removed.
+  static bool Unlink(const std::string& name);
+
   // Creator: makes the segment visible to Open (release store of `magic` at offset 0), after
   // everything else in the header is written.
   void Publish(uint64_t magic);

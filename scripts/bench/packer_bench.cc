@@ -209,7 +209,7 @@ bool MaterializeTable(const Flags& f) {
     materialize_s += Seconds(start);
     start = Clock::now();
     absl::StatusOr<std::vector<int32_t>> a =
-        SampleAnchors(batch.loss_mask, batch.doc_ids, 512, AnchorSeed{1, g, 0, 0});
+        SampleAnchors(batch.loss_mask, batch.doc_ids, 512, AnchorSeed{1, g, 0});
     anchor_s += Seconds(start);
     if (!a.ok()) return false;
     tokens += batch.total_tokens;

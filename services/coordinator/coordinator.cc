@@ -286,12 +286,14 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
       continue;
     }
     size_t available = std::min(targets.size(), drafters.size());
-    // placement.pairs auto: every idle pair, as far as this build can train data-parallel (one
-    // pair until the drafters' gradient all-reduce exists; an explicit count above that is
-    // placed and refused by the drafters, naming the field).
-    constexpr size_t kMaxAutoPairs = 1;
+    // placement.pairs auto: every idle pair, as far as this build can train data-parallel: CPU
+    // drafters sum gradients through shared memory; GPU drafters need the NCCL collective, not
+    // built yet, so auto takes one pair there (an explicit count above one is placed and refused
+    // by the drafters, naming the field).
+    const bool gpu_drafters = !drafters.empty() && drafters[0].device().kind() == "cuda";
+    const size_t max_auto = gpu_drafters ? 1 : available;
     size_t wanted = spec->placement.pairs ? static_cast<size_t>(*spec->placement.pairs)
-                                          : std::min(available, kMaxAutoPairs);
+                                          : std::min(available, max_auto);
     if (available == 0 || wanted > available) continue;  // stays queued until workers free up
     Placement p;
     p.run_id = run.run_id();

@@ -46,6 +46,12 @@ std::string HostOf(const std::string& address) {
 // placement.transport for one pair: auto is cuda_ipc when the target and drafter hold the same
 // GPU of one machine, host otherwise (features staged through host memory); an explicit choice is
 // passed on, and the workers refuse what they cannot run, naming the field.
+// How data-parallel drafters sum gradients: through shared memory when they run on the CPU (the
+// drafter processes of one machine), NCCL when they hold GPUs.
+std::string Collective(const v1::WorkerInfo& drafter) {
+  return drafter.device().kind() == "cuda" ? "nccl" : "host";
+}
+
 std::string ResolveTransport(const config::RunSpec& spec, const v1::WorkerInfo& target,
                              const v1::WorkerInfo& drafter) {
   if (spec.placement.transport != "auto") return spec.placement.transport;
@@ -143,6 +149,21 @@ void Coordinator::StartRun(const Placement& p) {
     attempt = ++attempts_;
   }
   std::string failed_worker;
+  const std::string group_prefix =
+      absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", attempt);
+  std::string nccl_unique_id;  // from the pair-0 drafter of an nccl group
+  if (status.ok() && p.pairs.size() > 1 && Collective(p.pairs[0].second) == "host") {
+    // The host collective is shared memory: all drafters on the machine of the first.
+    for (const auto& [target, drafter] : p.pairs) {
+      if (HostOf(drafter.control_address()) != HostOf(p.pairs[0].second.control_address())) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "placement.pairs: ", p.pairs.size(), " CPU drafters on more than one machine (",
+            p.pairs[0].second.name(), ", ", drafter.name(),
+            "): CPU drafters sum gradients through shared memory on one machine"));
+        break;
+      }
+    }
+  }
   for (size_t i = 0; status.ok() && i < p.pairs.size(); ++i) {
     const auto& [target, drafter] = p.pairs[i];
     // Target first: it creates the pair's channel, which the drafter then opens.
@@ -156,16 +177,22 @@ void Coordinator::StartRun(const Placement& p) {
       req.set_num_pairs(static_cast<int64_t>(p.pairs.size()));
       req.set_total_steps(training->total_steps);
       req.set_resume_checkpoint(training->resume_from);
-      req.set_channel(
-          absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", attempt, "-p", i));
+      req.set_channel(absl::StrCat(group_prefix, "-p", i));
       req.set_transport(ResolveTransport(training->spec, target, drafter));
       req.set_run_dir(training->run_dir);
+      if (self.worker_id() == drafter.worker_id() && p.pairs.size() > 1) {
+        req.set_drafter_group(absl::StrCat(group_prefix, "-dp"));
+        req.set_collective(Collective(drafter));
+        req.set_nccl_unique_id(nccl_unique_id);
+      }
       auto resp = workers_->PrepareRun(self, req);
       if (!resp.ok()) {
         status = resp.status();
         failed_worker = self.worker_id();
         break;
       }
+      if (self.worker_id() == drafter.worker_id() && i == 0)
+        nccl_unique_id = resp->nccl_unique_id();
       echoes.push_back(absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
     }
   }
@@ -254,11 +281,12 @@ bool Coordinator::RunOneStep(Training* t) {
       r->set_step(step);
       r->set_epoch(plan->epoch);
     }
-    if (last || (every > 0 && (step + 1) % every == 0)) {
+    // Data-parallel drafters hold identical weights and optimizer state: pair 0's writes them.
+    if (i == 0 && (last || (every > 0 && (step + 1) % every == 0))) {
       drafters[i].set_checkpoint_path(train::CheckpointPath(t->checkpoint_dir, step + 1));
       (*drafters[i].mutable_checkpoint_metadata())[kCursorKey] = cursor;
     }
-    if (last) drafters[i].set_export_dir(t->export_dir);
+    if (i == 0 && last) drafters[i].set_export_dir(t->export_dir);
   }
   int64_t tokens = 0;
   for (const batching::MicroBatchPlan& mb : plan->micro_batches) {
@@ -332,7 +360,8 @@ bool Coordinator::RunOneStep(Training* t) {
       return false;
     }
   }
-  v1::StepMetrics metrics = results[1]->metrics();  // pair 0's drafter (one pair for now)
+  // Pair 0's drafter: its loss, weight sum and slot counts are the sums over all pairs.
+  v1::StepMetrics metrics = results[1]->metrics();
   metrics.set_tokens(tokens);
   metrics.set_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());

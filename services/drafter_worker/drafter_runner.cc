@@ -15,6 +15,7 @@
 #include "common/train/trainer.h"
 #include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_message.h"
+#include "common/transport/host_communicator.h"
 #include "common/transport/shm_ring.h"
 #include "services/worker_common/feature_channel.h"
 
@@ -38,14 +39,10 @@ constexpr absl::Duration kOpenTimeout = absl::Minutes(2);
 
 class DrafterRunner : public StepRunner {
  public:
-  absl::StatusOr<std::map<std::string, std::string>> Prepare(const RunContext& ctx) override {
+  absl::StatusOr<Prepared> Prepare(const RunContext& ctx) override {
     if (absl::Status s = CheckTransport(ctx.transport, ctx.gpu); !s.ok()) return s;
-    if (ctx.num_pairs != 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          "placement.pairs: ", ctx.num_pairs,
-          " data-parallel drafters need the gradient all-reduce, which is not built yet; use 1"));
-    }
     ctx_ = ctx;
+    if (absl::Status s = JoinDrafterGroup(); !s.ok()) return s;
     if (ctx.transport == "cuda_ipc")
       mappings_ = std::make_unique<transport::CudaIpcMappings>(ctx.gpu);
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
@@ -69,7 +66,7 @@ class DrafterRunner : public StepRunner {
       }
     }
     absl::StatusOr<std::unique_ptr<train::DrafterTrainer>> trainer =
-        train::DrafterTrainer::Create(drafter_.get(), options_.optim, options_.loss);
+        train::DrafterTrainer::Create(drafter_.get(), options_.optim, options_.loss, comm_.get());
     if (!trainer.ok()) return trainer.status();
     trainer_ = *std::move(trainer);
     if (!ctx.resume_checkpoint.empty()) {
@@ -89,7 +86,8 @@ class DrafterRunner : public StepRunner {
     applied["optim.lr"] = absl::StrCat(options_.optim.lr);
     applied["optim.total_steps"] = std::to_string(options_.optim.total_steps);
     applied["resume.step"] = std::to_string(trainer_->step());
-    return applied;
+    applied["placement.pairs"] = std::to_string(ctx.num_pairs);
+    return Prepared{applied, {}};
   }
 
   absl::StatusOr<StepReport> RunStep(const StepWork& work) override {
@@ -159,9 +157,39 @@ class DrafterRunner : public StepRunner {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_ = true;
     if (ring_) ring_->Abort();
+    if (comm_) comm_->Abort();
   }
 
  private:
+  // Data-parallel drafters (num_pairs > 1) sum their gradients through a communicator: rank =
+  // pair. The pair-0 drafter is prepared first and creates the host group; the others join it.
+  absl::Status JoinDrafterGroup() {
+    if (ctx_.num_pairs <= 1) return absl::OkStatus();
+    if (ctx_.collective != "host") {
+      return absl::UnimplementedError(
+          absl::StrCat("placement.pairs: ", ctx_.num_pairs, " data-parallel drafters on ",
+                       ctx_.gpu < 0 ? "the CPU" : "GPUs", " need the '", ctx_.collective,
+                       "' collective, which is not built yet (host drafters use 'host')"));
+    }
+    if (ctx_.drafter_group.empty()) {
+      return absl::InvalidArgumentError("drafter_group: must not be empty with num_pairs > 1");
+    }
+    transport::HostCommunicator::Options o;
+    o.rank = static_cast<int>(ctx_.pair);
+    o.world = static_cast<int>(ctx_.num_pairs);
+    o.timeout = kChannelTimeout;
+    o.open_timeout = kOpenTimeout;
+    // A group of this name left by a crashed attempt is stale: names are per attempt.
+    if (o.rank == 0) transport::ShmSegment::Unlink(ctx_.drafter_group);
+    absl::StatusOr<std::unique_ptr<transport::HostCommunicator>> comm =
+        transport::HostCommunicator::Create(ctx_.drafter_group, o);
+    if (!comm.ok()) return comm.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    comm_ = *std::move(comm);
+    if (aborted_) comm_->Abort();
+    return absl::OkStatus();
+  }
+
   absl::Status OpenChannel() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -243,6 +271,7 @@ class DrafterRunner : public StepRunner {
   std::mutex mu_;
   bool aborted_ = false;
   std::unique_ptr<transport::ShmRing> ring_;
+  std::unique_ptr<transport::HostCommunicator> comm_;     // data-parallel drafters only
   std::unique_ptr<transport::CudaIpcMappings> mappings_;  // cuda_ipc only
 };
 

@@ -43,7 +43,7 @@ absl::StatusOr<transport::FeatureDType> FeatureType(c10::ScalarType t) {
 
 class TargetRunner : public StepRunner {
  public:
-  absl::StatusOr<std::map<std::string, std::string>> Prepare(const RunContext& ctx) override {
+  absl::StatusOr<Prepared> Prepare(const RunContext& ctx) override {
     if (absl::Status s = CheckTransport(ctx.transport, ctx.gpu); !s.ok()) return s;
     ctx_ = ctx;
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
@@ -92,7 +92,7 @@ class TargetRunner : public StepRunner {
                                   << data_->summary.documents << " documents; channel "
                                   << ctx.channel << " (" << ctx.transport << ", " << ro.slots
                                   << " x " << ro.slot_bytes << " bytes)";
-    return train::RunSettings(ctx.spec, *dc);
+    return Prepared{train::RunSettings(ctx.spec, *dc), {}};
   }
 
   absl::StatusOr<StepReport> RunStep(const StepWork& work) override {

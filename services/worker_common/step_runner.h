@@ -27,6 +27,16 @@ struct RunContext {
   std::string resume_checkpoint;   // drafter: trainer state to continue from ("" = fresh)
   std::string channel;             // the pair's feature channel name
   std::string transport = "host";  // resolved by the coordinator: host | cuda_ipc
+  // Drafters, num_pairs > 1: the data-parallel group (PrepareRunRequest fields of these names).
+  std::string drafter_group, collective;
+  std::string nccl_unique_id;  // bytes
+};
+
+// What Prepare hands back: the applied settings and, from the pair-0 drafter of an nccl group,
+// the communicator's unique id for the other drafters.
+struct Prepared {
+  std::map<std::string, std::string> applied;
+  std::string nccl_unique_id;
 };
 
 struct StepMicroBatch {
@@ -63,7 +73,7 @@ class StepRunner {
   virtual ~StepRunner() = default;
   // Loads the models and data the role needs and opens the feature channel; returns the settings
   // it applies ("field.path" -> value) for the coordinator's settings check.
-  virtual absl::StatusOr<std::map<std::string, std::string>> Prepare(const RunContext& ctx) = 0;
+  virtual absl::StatusOr<Prepared> Prepare(const RunContext& ctx) = 0;
   virtual absl::StatusOr<StepReport> RunStep(const StepWork& work) = 0;
   // Unblocks a RunStep waiting on the channel (it returns ABORTED); called from another thread.
   virtual void Abort() = 0;

@@ -8,7 +8,7 @@ namespace {
 
 class UnavailableRunner : public StepRunner {
  public:
-  absl::StatusOr<std::map<std::string, std::string>> Prepare(const RunContext&) override {
+  absl::StatusOr<Prepared> Prepare(const RunContext&) override {
     return absl::UnimplementedError("this worker was built without LibTorch and cannot train");
   }
   absl::StatusOr<StepReport> RunStep(const StepWork&) override {

@@ -49,6 +49,9 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   ctx.resume_checkpoint = req.resume_checkpoint();
   ctx.channel = req.channel();
   ctx.transport = req.transport().empty() ? "host" : req.transport();
+  ctx.drafter_group = req.drafter_group();
+  ctx.collective = req.collective();
+  ctx.nccl_unique_id = req.nccl_unique_id();
   if (ctx.channel.empty()) return absl::InvalidArgumentError("channel: must not be empty");
   if (ctx.total_steps < 1) return absl::InvalidArgumentError("total_steps: must be at least 1");
   if (!req.run_dir().empty()) {
@@ -69,14 +72,15 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
     }
   }
   std::shared_ptr<StepRunner> runner = runners_();
-  absl::StatusOr<std::map<std::string, std::string>> applied = runner->Prepare(ctx);
-  if (!applied.ok()) {
-    LOG_RUN(WARNING, req.run_id(), -1) << "cannot prepare: " << applied.status();
+  absl::StatusOr<Prepared> prepared = runner->Prepare(ctx);
+  if (!prepared.ok()) {
+    LOG_RUN(WARNING, req.run_id(), -1) << "cannot prepare: " << prepared.status();
     CloseRunLog(req.run_id());
-    return applied.status();
+    return prepared.status();
   }
   v1::PrepareRunResponse resp;
-  for (const auto& [k, v] : *applied) (*resp.mutable_applied())[k] = v;
+  for (const auto& [k, v] : prepared->applied) (*resp.mutable_applied())[k] = v;
+  resp.set_nccl_unique_id(prepared->nccl_unique_id);
   std::lock_guard<std::mutex> lock(mu_);
   if (runner_) runner_->Abort();  // a previous attempt of the same run
   run_id_ = req.run_id();

@@ -107,5 +107,54 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   }
 }
 
+// Data parallel on the CPU: with two idle pairs, placement auto takes both; the two drafters sum
+// their gradients through the host communicator, and the run's losses equal, bit for bit, those
+// of one pair accumulating the same two micro-batches per step (grad_accum 2).
+TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwice) {
+  const auto yaml = [](const char* name, const char* placement, int grad_accum) {
+    return absl::StrCat("name: ", name,
+                        "\nseed: 5\n"
+                        "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
+                        "drafter: {layers: 1, block_size: 8}\n"
+                        "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+                        "batching: {token_budget: 512, max_anchors: 64, grad_accum: ",
+                        grad_accum,
+                        "}\n"
+                        "optim: {lr: 2.0e-2, max_steps: 8}\n"
+                        "placement: {",
+                        placement,
+                        "transport: host}\n"
+                        "checkpoint: {every_steps: 4, keep: 1}\n");
+  };
+  StartWorker("target", "t0");
+  StartWorker("drafter", "d0");
+  StartWorker("target", "t1");
+  StartWorker("drafter", "d1");
+  CtlResult one =
+      RunCtl(address_, {"submit", WriteRunYaml("one.yaml", yaml("one", "pairs: 1, ", 2))});
+  ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  EXPECT_THAT(one.out, HasSubstr("placed on 1 pair(s)"));
+  CtlResult two = RunCtl(address_, {"submit", WriteRunYaml("two.yaml", yaml("two", "", 1))});
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  EXPECT_THAT(two.out, HasSubstr("placed on 2 pair(s)"));
+  EXPECT_THAT(two.out, HasSubstr("running -> done: trained 8 steps"));
+  json runs = json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"];
+  ASSERT_EQ(runs.size(), 2u);
+  std::map<std::string, std::string> ids;
+  for (const json& r : runs) ids[r["name"]] = r["run_id"];
+  const std::map<int64_t, double> want = Losses(ids["one"]), got = Losses(ids["two"]);
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(got.size(), 8u);
+  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  // Both pairs held the run (their logs in the run directory); pair 0's drafter checkpointed.
+  const std::string run_dir = Status(ids["two"])["run_dir"];
+  EXPECT_THAT(ReadFile(run_dir + "/logs/drafter-d0.log"), HasSubstr("(peer w1-"));
+  for (const char* log : {"drafter-d0.log", "drafter-d1.log", "target-t0.log", "target-t1.log"}) {
+    EXPECT_THAT(ReadFile(run_dir + "/logs/" + log), HasSubstr("prepared (peer ")) << log;
+  }
+  EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000008.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(run_dir + "/export/model.safetensors"));
+}
+
 }  // namespace
 }  // namespace dflash::testing

@@ -54,8 +54,8 @@ class StepRunnerTest : public ::testing::Test {
     ASSERT_TRUE(t.ok()) << t.status();
     auto d = drafter_->Prepare(ctx_);
     ASSERT_TRUE(d.ok()) << d.status();
-    EXPECT_EQ(t->at("target.layer_ids"), d->at("target.layer_ids"));
-    EXPECT_EQ(d->at("batching.max_anchors"), "32");
+    EXPECT_EQ(t->applied.at("target.layer_ids"), d->applied.at("target.layer_ids"));
+    EXPECT_EQ(d->applied.at("batching.max_anchors"), "32");
   }
 
   // The coordinator's part: the next step's pieces and anchors.
