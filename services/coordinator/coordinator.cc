@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
+#include "common/batching/cursor.h"
 #include "common/config/run_spec.h"
 #include "common/data/run_data.h"
 #include "services/coordinator/run_state.h"
@@ -290,10 +291,21 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
     // drafters sum gradients through shared memory; GPU drafters need the NCCL collective, not
     // built yet, so auto takes one pair there (an explicit count above one is placed and refused
     // by the drafters, naming the field).
+    // A run that resumes keeps its pair count: its data cursor plans for it (and a cursor of
+    // another pair count is refused), so auto then waits for as many pairs as before.
     const bool gpu_drafters = !drafters.empty() && drafters[0].device().kind() == "cuda";
     const size_t max_auto = gpu_drafters ? 1 : available;
     size_t wanted = spec->placement.pairs ? static_cast<size_t>(*spec->placement.pairs)
                                           : std::min(available, max_auto);
+    if (!spec->placement.pairs) {
+      auto last = store_->LastCommittedStep(run.run_id());
+      if (last.ok() && last->has_value()) {
+        auto cursor = batching::ParseCursor((*last)->cursor);
+        if (cursor.ok() && cursor->num_pairs >= 1) {
+          wanted = static_cast<size_t>(cursor->num_pairs);
+        }
+      }
+    }
     if (available == 0 || wanted > available) continue;  // stays queued until workers free up
     Placement p;
     p.run_id = run.run_id();

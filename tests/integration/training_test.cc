@@ -110,7 +110,7 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
 // Data parallel on the CPU: with two idle pairs, placement auto takes both; the two drafters sum
 // their gradients through the host communicator, and the run's losses equal, bit for bit, those
 // of one pair accumulating the same two micro-batches per step (grad_accum 2).
-TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwice) {
+TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwiceAndSurviveAKill) {
   const auto yaml = [](const char* name, const char* placement, int grad_accum) {
     return absl::StrCat("name: ", name,
                         "\nseed: 5\n"
@@ -120,7 +120,7 @@ TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwice) {
                         "batching: {token_budget: 512, max_anchors: 64, grad_accum: ",
                         grad_accum,
                         "}\n"
-                        "optim: {lr: 2.0e-2, max_steps: 8}\n"
+                        "optim: {lr: 2.0e-2, max_steps: 16}\n"
                         "placement: {",
                         placement,
                         "transport: host}\n"
@@ -137,14 +137,14 @@ TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwice) {
   CtlResult two = RunCtl(address_, {"submit", WriteRunYaml("two.yaml", yaml("two", "", 1))});
   ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
   EXPECT_THAT(two.out, HasSubstr("placed on 2 pair(s)"));
-  EXPECT_THAT(two.out, HasSubstr("running -> done: trained 8 steps"));
+  EXPECT_THAT(two.out, HasSubstr("running -> done: trained 16 steps"));
   json runs = json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"];
   ASSERT_EQ(runs.size(), 2u);
   std::map<std::string, std::string> ids;
   for (const json& r : runs) ids[r["name"]] = r["run_id"];
   const std::map<int64_t, double> want = Losses(ids["one"]), got = Losses(ids["two"]);
-  ASSERT_EQ(want.size(), 8u);
-  ASSERT_EQ(got.size(), 8u);
+  ASSERT_EQ(want.size(), 16u);
+  ASSERT_EQ(got.size(), 16u);
   for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
   // Both pairs held the run (their logs in the run directory); pair 0's drafter checkpointed.
   const std::string run_dir = Status(ids["two"])["run_dir"];
@@ -152,8 +152,25 @@ TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwice) {
   for (const char* log : {"drafter-d0.log", "drafter-d1.log", "target-t0.log", "target-t1.log"}) {
     EXPECT_THAT(ReadFile(run_dir + "/logs/" + log), HasSubstr("prepared (peer ")) << log;
   }
-  EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000008.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000016.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/export/model.safetensors"));
+
+  // The two-pair run again; drafter d1 is killed after step 5: d0, blocked in the gradient sum,
+  // is released (its communicator aborted), the run pauses, waits for two pairs again (auto keeps
+  // the pair count of its data cursor), resumes from its newest checkpoint on the same curve.
+  const std::string again = Submit(WriteRunYaml("again.yaml", yaml("again", "", 1)));
+  ASSERT_TRUE(WaitFor([&] { return Losses(again).size() >= 6; }, ms(60000)));
+  workers_["d1"]->Signal(SIGKILL);
+  workers_["d1"]->Wait();
+  ASSERT_TRUE(WaitFor([&] { return Status(again)["state"] == "RUN_STATE_QUEUED"; }, ms(10000)))
+      << Status(again).dump();
+  StartWorker("drafter", "d1");
+  ASSERT_TRUE(WaitFor([&] { return Status(again)["state"] == "RUN_STATE_DONE"; }, ms(60000)))
+      << Status(again).dump() << ReadFile(dir_ + "/coordinator.log");
+  EXPECT_THAT(ReadFile(dir_ + "/coordinator.log"), HasSubstr("resuming at step "));
+  const std::map<int64_t, double> resumed = Losses(again);
+  ASSERT_EQ(resumed.size(), 16u);
+  for (const auto& [step, loss] : got) EXPECT_EQ(resumed.at(step), loss) << "step " << step;
 }
 
 }  // namespace
