@@ -1,6 +1,7 @@
 #include "services/coordinator/coordinator.h"
 
 #include <random>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -286,15 +287,24 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
           .IgnoreError();
       continue;
     }
-    size_t available = std::min(targets.size(), drafters.size());
-    // placement.pairs auto: every idle pair, as far as this build can train data-parallel: CPU
-    // drafters sum gradients through shared memory; GPU drafters need the NCCL collective, not
-    // built yet, so auto takes one pair there (an explicit count above one is placed and refused
-    // by the drafters, naming the field).
+    size_t available = std::min(
+        targets.size(), drafters.size());  // placement.pairs auto: every idle pair. GPU drafters
+                                           // sum gradients over NCCL, which takes one
+    // rank per GPU: auto stops before the first drafter on a GPU an earlier one holds.
     // A run that resumes keeps its pair count: its data cursor plans for it (and a cursor of
     // another pair count is refused), so auto then waits for as many pairs as before.
     const bool gpu_drafters = !drafters.empty() && drafters[0].device().kind() == "cuda";
-    const size_t max_auto = gpu_drafters ? 1 : available;
+    size_t max_auto = available;
+    if (gpu_drafters) {
+      std::set<std::string> gpus;
+      for (max_auto = 0; max_auto < available; ++max_auto) {
+        const v1::WorkerInfo& d = drafters[max_auto];
+        const std::string address = d.control_address();
+        const std::string gpu = absl::StrCat(address.substr(0, address.rfind(':')), "/",
+                                             d.device().kind(), d.device().index());
+        if (!gpus.insert(gpu).second) break;
+      }
+    }
     size_t wanted = spec->placement.pairs ? static_cast<size_t>(*spec->placement.pairs)
                                           : std::min(available, max_auto);
     if (!spec->placement.pairs) {

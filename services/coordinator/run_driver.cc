@@ -52,6 +52,37 @@ std::string Collective(const v1::WorkerInfo& drafter) {
   return drafter.device().kind() == "cuda" ? "nccl" : "host";
 }
 
+// Data-parallel drafters must be able to form their group: CPU drafters (shared memory) on one
+// machine; GPU drafters (NCCL) each on its own GPU, since NCCL refuses two ranks on one device.
+absl::Status CheckDrafterGroup(
+    const std::vector<std::pair<v1::WorkerInfo, v1::WorkerInfo>>& pairs) {
+  const v1::WorkerInfo& first = pairs[0].second;
+  const bool host = Collective(first) == "host";
+  for (size_t i = 1; i < pairs.size(); ++i) {
+    const v1::WorkerInfo& d = pairs[i].second;
+    if (Collective(d) != Collective(first)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("placement.pairs: drafters ", first.name(), " and ", d.name(),
+                       " are on a CPU and a GPU; data-parallel drafters must all be one kind"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const v1::WorkerInfo& e = pairs[j].second;
+      const bool same_host = HostOf(d.control_address()) == HostOf(e.control_address());
+      if (host && !same_host) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "placement.pairs: ", pairs.size(), " CPU drafters on more than one machine (", e.name(),
+            ", ", d.name(), "): CPU drafters sum gradients through shared memory on one machine"));
+      }
+      if (!host && same_host && d.device().index() == e.device().index()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "placement.pairs: drafters ", e.name(), " and ", d.name(), " share GPU ",
+            d.device().index(), "; NCCL refuses two ranks on one device (one drafter per GPU)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string ResolveTransport(const config::RunSpec& spec, const v1::WorkerInfo& target,
                              const v1::WorkerInfo& drafter) {
   if (spec.placement.transport != "auto") return spec.placement.transport;
@@ -151,19 +182,8 @@ void Coordinator::StartRun(const Placement& p) {
   std::string failed_worker;
   const std::string group_prefix =
       absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", attempt);
-  std::string nccl_unique_id;  // from the pair-0 drafter of an nccl group
-  if (status.ok() && p.pairs.size() > 1 && Collective(p.pairs[0].second) == "host") {
-    // The host collective is shared memory: all drafters on the machine of the first.
-    for (const auto& [target, drafter] : p.pairs) {
-      if (HostOf(drafter.control_address()) != HostOf(p.pairs[0].second.control_address())) {
-        status = absl::FailedPreconditionError(absl::StrCat(
-            "placement.pairs: ", p.pairs.size(), " CPU drafters on more than one machine (",
-            p.pairs[0].second.name(), ", ", drafter.name(),
-            "): CPU drafters sum gradients through shared memory on one machine"));
-        break;
-      }
-    }
-  }
+  std::string nccl_unique_id;  // from the pair-0 drafter of an nccl group  if (status.ok() &&
+                               // p.pairs.size() > 1) status = CheckDrafterGroup(p.pairs);
   for (size_t i = 0; status.ok() && i < p.pairs.size(); ++i) {
     const auto& [target, drafter] = p.pairs[i];
     // Target first: it creates the pair's channel, which the drafter then opens.

@@ -16,6 +16,7 @@
 #include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_message.h"
 #include "common/transport/host_communicator.h"
+#include "common/transport/nccl_communicator.h"
 #include "common/transport/shm_ring.h"
 #include "services/worker_common/feature_channel.h"
 
@@ -42,7 +43,8 @@ class DrafterRunner : public StepRunner {
   absl::StatusOr<Prepared> Prepare(const RunContext& ctx) override {
     if (absl::Status s = CheckTransport(ctx.transport, ctx.gpu); !s.ok()) return s;
     ctx_ = ctx;
-    if (absl::Status s = JoinDrafterGroup(); !s.ok()) return s;
+    Prepared prepared;
+    if (absl::Status s = JoinDrafterGroup(&prepared); !s.ok()) return s;
     if (ctx.transport == "cuda_ipc")
       mappings_ = std::make_unique<transport::CudaIpcMappings>(ctx.gpu);
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
@@ -87,7 +89,8 @@ class DrafterRunner : public StepRunner {
     applied["optim.total_steps"] = std::to_string(options_.optim.total_steps);
     applied["resume.step"] = std::to_string(trainer_->step());
     applied["placement.pairs"] = std::to_string(ctx.num_pairs);
-    return Prepared{applied, {}};
+    prepared.applied = std::move(applied);
+    return prepared;
   }
 
   absl::StatusOr<StepReport> RunStep(const StepWork& work) override {
@@ -162,14 +165,37 @@ class DrafterRunner : public StepRunner {
 
  private:
   // Data-parallel drafters (num_pairs > 1) sum their gradients through a communicator: rank =
-  // pair. The pair-0 drafter is prepared first and creates the host group; the others join it.
-  absl::Status JoinDrafterGroup() {
+  // pair. The pair-0 drafter is prepared first: it creates the host group, or makes the NCCL
+  // unique id that the coordinator hands to the others (who join at the first step).
+  absl::Status JoinDrafterGroup(Prepared* prepared) {
     if (ctx_.num_pairs <= 1) return absl::OkStatus();
+    if (ctx_.collective == "nccl") {
+      if (ctx_.gpu < 0) {
+        return absl::FailedPreconditionError("collective nccl: this drafter has no GPU");
+      }
+      std::string id = ctx_.nccl_unique_id;
+      if (ctx_.pair == 0) {
+        absl::StatusOr<std::string> made = transport::NewNcclUniqueId();
+        if (!made.ok()) return made.status();
+        id = *made;
+        prepared->nccl_unique_id = id;
+      }
+      transport::NcclCommunicator::Options o;
+      o.rank = static_cast<int>(ctx_.pair);
+      o.world = static_cast<int>(ctx_.num_pairs);
+      o.device = ctx_.gpu;
+      o.timeout = kChannelTimeout;
+      absl::StatusOr<std::unique_ptr<transport::NcclCommunicator>> comm =
+          transport::NcclCommunicator::Create(id, o);
+      if (!comm.ok()) return comm.status();
+      std::lock_guard<std::mutex> lock(mu_);
+      comm_ = *std::move(comm);
+      if (aborted_) comm_->Abort();
+      return absl::OkStatus();
+    }
     if (ctx_.collective != "host") {
-      return absl::UnimplementedError(
-          absl::StrCat("placement.pairs: ", ctx_.num_pairs, " data-parallel drafters on ",
-                       ctx_.gpu < 0 ? "the CPU" : "GPUs", " need the '", ctx_.collective,
-                       "' collective, which is not built yet (host drafters use 'host')"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("collective: '", ctx_.collective, "' is neither host nor nccl"));
     }
     if (ctx_.drafter_group.empty()) {
       return absl::InvalidArgumentError("drafter_group: must not be empty with num_pairs > 1");
@@ -271,7 +297,7 @@ class DrafterRunner : public StepRunner {
   std::mutex mu_;
   bool aborted_ = false;
   std::unique_ptr<transport::ShmRing> ring_;
-  std::unique_ptr<transport::HostCommunicator> comm_;     // data-parallel drafters only
+  std::unique_ptr<transport::Communicator> comm_;         // data-parallel drafters only
   std::unique_ptr<transport::CudaIpcMappings> mappings_;  // cuda_ipc only
 };
 

@@ -1,0 +1,200 @@
+#include "common/transport/nccl_communicator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+#if DFLASH_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+namespace dflash::transport {
+
+#if DFLASH_HAVE_NCCL
+
+namespace {
+
+absl::Status CudaError(cudaError_t e, const char* what) {
+  return absl::InternalError(
+      absl::StrCat("nccl communicator: ", what, ": ", cudaGetErrorString(e)));
+}
+
+}  // namespace
+
+struct NcclCommunicator::State {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  void* scratch = nullptr;  // device staging for host buffers
+  size_t scratch_bytes = 0;
+  bool aborted = false;
+};
+
+absl::StatusOr<std::string> NewNcclUniqueId() {
+  ncclUniqueId id;
+  const ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) {
+    return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
+  }
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    const std::string& unique_id, const Options& options) {
+  if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl communicator: rank ", options.rank,
+                                                   " is outside a world of ", options.world));
+  }
+  if (unique_id.size() != sizeof(ncclUniqueId::internal)) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl communicator: the unique id has ",
+                                                   unique_id.size(), " bytes, NCCL's has ",
+                                                   sizeof(ncclUniqueId::internal)));
+  }
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(unique_id, options));
+}
+
+NcclCommunicator::NcclCommunicator(std::string unique_id, Options options)
+    : unique_id_(std::move(unique_id)), options_(options), state_(std::make_unique<State>()) {}
+
+NcclCommunicator::~NcclCommunicator() {
+  State& s = *state_;
+  cudaSetDevice(options_.device);
+  if (s.comm != nullptr) {
+    // A clean destroy would wait for the peers; a communicator being dropped must not hang.
+    ncclCommAbort(s.comm);
+  }
+  if (s.scratch != nullptr) cudaFree(s.scratch);
+  if (s.stream != nullptr) cudaStreamDestroy(s.stream);
+}
+
+absl::Status NcclCommunicator::Wait(const char* what) {
+  State& s = *state_;
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  for (;;) {
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(s.comm, &async);
+    if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+      ncclCommAbort(s.comm);
+      s.comm = nullptr;
+      s.aborted = true;
+      return absl::InternalError(absl::StrCat("nccl communicator: ", what, ": ",
+                                              ncclGetErrorString(r != ncclSuccess ? r : async)));
+    }
+    bool done = async == ncclSuccess;
+    if (done && s.stream != nullptr) {
+      const cudaError_t q = cudaStreamQuery(s.stream);
+      if (q != cudaSuccess && q != cudaErrorNotReady) return CudaError(q, what);
+      done = q == cudaSuccess;
+    }
+    if (done) return absl::OkStatus();
+    const bool abort = abort_requested_.load();
+    if (abort || absl::Now() >= deadline) {
+      ncclCommAbort(s.comm);
+      s.comm = nullptr;
+      s.aborted = true;
+      return abort ? absl::AbortedError(absl::StrCat("nccl communicator aborted while ", what))
+                   : absl::DeadlineExceededError(absl::StrCat(
+                         "nccl communicator: rank ", options_.rank, " waited ",
+                         absl::FormatDuration(options_.timeout), " for ", what, "; aborted"));
+    }
+    absl::SleepFor(absl::Microseconds(50));
+  }
+}
+
+absl::Status NcclCommunicator::EnsureInitialized() {
+  State& s = *state_;
+  if (s.comm != nullptr) return absl::OkStatus();
+  if (cudaError_t e = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking); e != cudaSuccess)
+    return CudaError(e, "creating its stream");
+  ncclUniqueId id;
+  std::copy(unique_id_.begin(), unique_id_.end(), id.internal);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // polled below, so that a missing rank ends at the deadline
+  const ncclResult_t r =
+      ncclCommInitRankConfig(&s.comm, options_.world, id, options_.rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    if (s.comm != nullptr) ncclCommAbort(s.comm);
+    s.comm = nullptr;
+    return absl::InternalError(
+        absl::StrCat("nccl communicator: ncclCommInitRankConfig: ", ncclGetErrorString(r)));
+  }
+  return Wait("the other ranks to join");
+}
+
+absl::Status NcclCommunicator::AllReduceSum(void* data, size_t count, ReduceType type,
+                                            bool device_memory) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  if (s.aborted || abort_requested_.load()) {
+    return absl::AbortedError("nccl communicator aborted");
+  }
+  if (count == 0) return absl::OkStatus();
+  if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
+    return CudaError(e, "cudaSetDevice");
+  }
+  // The buffer was written by work queued on other streams of this device: wait for it.
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    return CudaError(e, "synchronizing the device");
+  }
+  if (absl::Status st = EnsureInitialized(); !st.ok()) return st;
+  const size_t bytes = count * (type == ReduceType::kFloat64 ? 8 : 4);
+  void* buffer = data;
+  if (!device_memory) {
+    if (s.scratch_bytes < bytes) {
+      if (s.scratch != nullptr) cudaFree(s.scratch);
+      s.scratch = nullptr;
+      s.scratch_bytes = 0;
+      if (cudaError_t e = cudaMalloc(&s.scratch, bytes); e != cudaSuccess) {
+        return CudaError(e, "allocating the staging buffer");
+      }
+      s.scratch_bytes = bytes;
+    }
+    buffer = s.scratch;
+    if (cudaError_t e = cudaMemcpy(buffer, data, bytes, cudaMemcpyHostToDevice); e != cudaSuccess) {
+      return CudaError(e, "staging to the device");
+    }
+  }
+  const ncclResult_t r =
+      ncclAllReduce(buffer, buffer, count, type == ReduceType::kFloat64 ? ncclFloat64 : ncclFloat32,
+                    ncclSum, s.comm, s.stream);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    return absl::InternalError(
+        absl::StrCat("nccl communicator: ncclAllReduce: ", ncclGetErrorString(r)));
+  }
+  if (absl::Status st = Wait("an all-reduce"); !st.ok()) return st;
+  if (!device_memory) {
+    if (cudaError_t e = cudaMemcpy(data, buffer, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
+      return CudaError(e, "copying back to the host");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void NcclCommunicator::Abort() { abort_requested_.store(true); }
+
+#else  // !DFLASH_HAVE_NCCL
+
+struct NcclCommunicator::State {};
+
+namespace {
+absl::Status NoNccl() {
+  return absl::UnimplementedError("this build has no NCCL (built without CUDA)");
+}
+}  // namespace
+
+absl::StatusOr<std::string> NewNcclUniqueId() { return NoNccl(); }
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const std::string&,
+                                                                           const Options&) {
+  return NoNccl();
+}
+NcclCommunicator::NcclCommunicator(std::string unique_id, Options options)
+    : unique_id_(std::move(unique_id)), options_(options) {}
+NcclCommunicator::~NcclCommunicator() = default;
+absl::Status NcclCommunicator::AllReduceSum(void*, size_t, ReduceType, bool) { return NoNccl(); }
+void NcclCommunicator::Abort() {}
+
+#endif  // DFLASH_HAVE_NCCL
+
+}  // namespace dflash::transport

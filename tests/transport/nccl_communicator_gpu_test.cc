@@ -1,0 +1,99 @@
+// The nccl communicator (common/transport/nccl_communicator.h) on one GPU. NCCL refuses two ranks
+// on one device, so a machine with one GPU checks what one rank can: the bootstrap (unique id ->
+// communicator), in-place sums of device and of host (staged) buffers, the deadline when a rank
+// never joins (aborted, later calls refused), and Abort() from another thread ending a wait.
+// Several ranks are exercised by the multi-GPU runs (issue 12). Skips without a CUDA device.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/transport/nccl_communicator.h"
+
+namespace dflash::transport {
+namespace {
+
+bool HaveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+TEST(NcclCommunicatorGpu, OneRankSumsDeviceAndHostBuffersInPlace) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine";
+  auto id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto comm = NcclCommunicator::Create(*id, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  std::vector<float> host(3000);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = 0.25f * static_cast<float>(i) - 7.0f;
+  float* device = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), host.size() * sizeof(float)),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_TRUE((*comm)->AllReduceSum(device, host.size(), ReduceType::kFloat32, true).ok());
+  std::vector<float> back(host.size(), -1.0f);
+  ASSERT_EQ(cudaMemcpy(back.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(back, host);  // one rank: the sum is the input
+  cudaFree(device);
+  std::vector<double> scalars = {1.5, -2.25, 1e300};
+  ASSERT_TRUE(
+      (*comm)->AllReduceSum(scalars.data(), scalars.size(), ReduceType::kFloat64, false).ok());
+  EXPECT_EQ(scalars, (std::vector<double>{1.5, -2.25, 1e300}));
+}
+
+TEST(NcclCommunicatorGpu, AMissingRankEndsAtTheDeadlineAndAborts) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine";
+  auto id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  NcclCommunicator::Options o;
+  o.world = 2;  // rank 1 never comes
+  o.timeout = absl::Seconds(3);
+  auto comm = NcclCommunicator::Create(*id, o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  double x = 1;
+  const absl::Time start = absl::Now();
+  absl::Status s = (*comm)->AllReduceSum(&x, 1, ReduceType::kFloat64, false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_EQ((*comm)->AllReduceSum(&x, 1, ReduceType::kFloat64, false).code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST(NcclCommunicatorGpu, AbortFromAnotherThreadEndsTheWait) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine";
+  auto id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  NcclCommunicator::Options o;
+  o.world = 2;
+  o.timeout = absl::Minutes(5);
+  auto comm = NcclCommunicator::Create(*id, o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Seconds(1));  // let the reduction start waiting for rank 1
+    (*comm)->Abort();
+  });
+  double x = 1;
+  const absl::Time start = absl::Now();
+  absl::Status s = (*comm)->AllReduceSum(&x, 1, ReduceType::kFloat64, false);
+  aborter.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));
+}
+
+TEST(NcclCommunicatorGpu, RefusesBadIdsAndRanks) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine";
+  EXPECT_EQ(NcclCommunicator::Create("short", {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  NcclCommunicator::Options o;
+  o.world = 2;
+  o.rank = 2;
+  EXPECT_EQ(NcclCommunicator::Create(std::string(128, 'x'), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dflash::transport
