@@ -287,9 +287,8 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
           .IgnoreError();
       continue;
     }
-    size_t available = std::min(
-        targets.size(), drafters.size());  // placement.pairs auto: every idle pair. GPU drafters
-                                           // sum gradients over NCCL, which takes one
+    size_t available = std::min(targets.size(), drafters.size());
+    // placement.pairs auto: every idle pair. GPU drafters sum gradients over NCCL, which takes one
     // rank per GPU: auto stops before the first drafter on a GPU an earlier one holds.
     // A run that resumes keeps its pair count: its data cursor plans for it (and a cursor of
     // another pair count is refused), so auto then waits for as many pairs as before.

@@ -182,8 +182,8 @@ void Coordinator::StartRun(const Placement& p) {
   std::string failed_worker;
   const std::string group_prefix =
       absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", attempt);
-  std::string nccl_unique_id;  // from the pair-0 drafter of an nccl group  if (status.ok() &&
-                               // p.pairs.size() > 1) status = CheckDrafterGroup(p.pairs);
+  std::string nccl_unique_id;  // from the pair-0 drafter of an nccl group
+  if (status.ok() && p.pairs.size() > 1) status = CheckDrafterGroup(p.pairs);
   for (size_t i = 0; status.ok() && i < p.pairs.size(); ++i) {
     const auto& [target, drafter] = p.pairs[i];
     // Target first: it creates the pair's channel, which the drafter then opens.

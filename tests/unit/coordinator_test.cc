@@ -175,6 +175,74 @@ TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndHostOtherwise) 
   EXPECT_EQ(workers_.prepare_requests[2].transport(), "host");
 }
 
+// Data-parallel placement: auto takes every idle CPU pair, whose drafters share a host group;
+// pair 0's drafter alone checkpoints; GPU drafters get the nccl collective with the pair-0
+// drafter's unique id, one per GPU (auto stops at a shared GPU; an explicit count that needs one
+// fails the run naming the field).
+TEST_F(CoordinatorTest, DataParallelPairsFormTheirDrafterGroup) {
+  auto worker = [&](const std::string& name, v1::WorkerRole role, const std::string& kind,
+                    int index) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address(absl::StrCat("10.0.0.1:", 100 + static_cast<int>(name[1])));
+    w.mutable_device()->set_kind(kind);
+    w.mutable_device()->set_index(index);
+    return coordinator_->Register(w)->worker_id();
+  };
+  for (const char* n : {"t0", "t1"}) worker(n, v1::WORKER_ROLE_TARGET, "cpu", -1);
+  for (const char* n : {"d0", "d1"}) worker(n, v1::WORKER_ROLE_DRAFTER, "cpu", -1);
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_DONE);
+  ASSERT_EQ(workers_.prepare_requests.size(), 4u);  // t0, d0, t1, d1
+  const v1::PrepareRunRequest &d0 = workers_.prepare_requests[1],
+                              &d1 = workers_.prepare_requests[3];
+  EXPECT_EQ(d0.num_pairs(), 2);
+  EXPECT_EQ(d1.pair(), 1);
+  EXPECT_EQ(d0.collective(), "host");
+  EXPECT_FALSE(d0.drafter_group().empty());
+  EXPECT_EQ(d0.drafter_group(), d1.drafter_group());
+  EXPECT_TRUE(workers_.prepare_requests[0].drafter_group().empty()) << "targets join no group";
+  int checkpoints = 0;
+  for (const v1::RunStepRequest& r : workers_.requests) {
+    if (r.checkpoint_path().empty()) continue;
+    ++checkpoints;
+  }
+  EXPECT_EQ(checkpoints, 3) << "steps 2, 4 and the last, by one drafter";
+
+  // GPUs: one drafter per GPU. d0/d1 on GPUs 0 and 1 form an nccl group.
+  Reopen(":memory:");
+  worker("t0", v1::WORKER_ROLE_TARGET, "cuda", 0);
+  worker("t1", v1::WORKER_ROLE_TARGET, "cuda", 1);
+  worker("d0", v1::WORKER_ROLE_DRAFTER, "cuda", 0);
+  worker("d1", v1::WORKER_ROLE_DRAFTER, "cuda", 1);
+  run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  ASSERT_EQ(workers_.prepare_requests.size(), 8u);
+  EXPECT_EQ(workers_.prepare_requests[5].collective(), "nccl");
+  EXPECT_EQ(workers_.prepare_requests[5].num_pairs(), 2);
+  EXPECT_EQ(workers_.prepare_requests[7].nccl_unique_id(), "id-" + run.run_id());
+
+  // Two drafters on one GPU: auto takes one pair; two pairs asked for fail by name.
+  Reopen(":memory:");
+  worker("t0", v1::WORKER_ROLE_TARGET, "cuda", 0);
+  worker("t1", v1::WORKER_ROLE_TARGET, "cuda", 0);
+  worker("d0", v1::WORKER_ROLE_DRAFTER, "cuda", 0);
+  worker("d1", v1::WORKER_ROLE_DRAFTER, "cuda", 0);
+  run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  ASSERT_EQ(workers_.prepare_requests.size(), 10u);
+  EXPECT_EQ(workers_.prepare_requests[9].num_pairs(), 1);
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_DONE);
+  auto two = *coordinator_->SubmitRun(absl::StrCat(kRunYaml, "placement: {pairs: 2}\n"), "run.yaml",
+                                      false);
+  coordinator_->Tick();
+  auto failed = *coordinator_->GetRun(two.run_id());
+  EXPECT_EQ(failed.state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(failed.message(), HasSubstr("share GPU 0; NCCL refuses two ranks on one device"));
+}
+
 TEST_F(CoordinatorTest, DrafterThatTrainedOnOtherFeaturesFailsTheRun) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   AddWorker("t0", v1::WORKER_ROLE_TARGET);

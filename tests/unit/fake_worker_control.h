@@ -23,6 +23,9 @@ class FakeWorkerControl : public WorkerControl {
     if (it != prepare_errors.end()) return it->second;
     v1::PrepareRunResponse resp;
     (*resp.mutable_applied())["drafter.block_size"] = "16";
+    // The pair-0 drafter of an nccl group makes the group's unique id.
+    if (req.collective() == "nccl" && req.pair() == 0)
+      resp.set_nccl_unique_id("id-" + req.run_id());
     return resp;
   }
   absl::Status ReleaseRun(const v1::WorkerInfo& worker, const std::string& run_id) override {
