@@ -126,6 +126,10 @@ absl::Status ShmRing::Send(uint64_t batch_id, absl::Span<const uint8_t> payload,
   return absl::OkStatus();
 }
 
+absl::Status ShmRing::WaitFree(absl::Duration timeout) {
+  return WaitState(slot(next_), kEmpty, absl::Now() + timeout, "waiting for a free slot");
+}
+
 absl::StatusOr<absl::Span<const uint8_t>> ShmRing::Receive(uint64_t expected_batch_id,
                                                            absl::Duration timeout) {
   if (holding_) {

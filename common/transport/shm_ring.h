@@ -42,6 +42,11 @@ class ShmRing {
   // publishes it under `batch_id`. INVALID_ARGUMENT when the payload is larger than a slot.
   absl::Status Send(uint64_t batch_id, absl::Span<const uint8_t> payload, absl::Duration timeout);
 
+  // Producer: waits (up to `timeout`) until the slot the next Send fills is free, i.e. the consumer
+  // has released what it held there. A producer whose payload lives outside the ring (cuda_ipc:
+  // one device buffer per slot) calls this before writing that slot's buffer.
+  absl::Status WaitFree(absl::Duration timeout);
+
   // Consumer: waits (up to `timeout`) for the next slot. When it holds `expected_batch_id`, returns
   // its payload, valid until Release(); otherwise FAILED_PRECONDITION naming both ids, and the slot
   // stays unconsumed (the pair is out of step: the caller aborts the run).

@@ -73,7 +73,8 @@ class Coordinator {
     std::string resolved_yaml;
     std::vector<std::pair<v1::WorkerInfo, v1::WorkerInfo>> pairs;  // (target, drafter)
   };
-  struct Training;  // run_driver.cc: what a started run's step loop holds
+  struct Training;     // run_driver.cc: what a started run's step loop holds
+  struct PlannedStep;  // run_driver.cc: a step's requests and its RPCs in flight
 
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<RunStore> store,
               const Clock* clock, WorkerControl* workers, metrics::MetricsServer* metrics);
@@ -90,6 +91,8 @@ class Coordinator {
   void DriveRun(std::shared_ptr<Training> t);
   // One step on every worker of the run; commits it. Returns false when the run must stop.
   bool RunOneStep(Training* t);
+  absl::StatusOr<std::unique_ptr<PlannedStep>> PlanStep(Training* t);
+  void Dispatch(Training* t, PlannedStep* step, bool drafters);
   void EndRun(Training* t, const absl::Status& status);
   void ReleaseWorkers(const Placement& p);
   std::string RunDir(const std::string& run_id) const;

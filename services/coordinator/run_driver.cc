@@ -104,6 +104,17 @@ struct Coordinator::Training {
   int64_t step = 0;  // the next step to train
   std::string run_dir, checkpoint_dir, export_dir, resume_from;
   batching::PackedBatch scratch;
+  std::unique_ptr<PlannedStep> ahead;  // the next step, its targets already dispatched
+  absl::Status ahead_error;            // planning the next step failed
+  std::chrono::steady_clock::time_point last_commit = std::chrono::steady_clock::now();
+};
+
+// One planned step and its RPCs in flight. Destroying it waits for the calls (std::async).
+struct Coordinator::PlannedStep {
+  int64_t step = 0, epoch = 0, tokens = 0;
+  std::string cursor;  // the data cursor after this step
+  std::vector<v1::RunStepRequest> targets, drafters;
+  std::vector<std::future<absl::StatusOr<v1::RunStepResponse>>> target_calls, drafter_calls;
 };
 
 std::string Coordinator::RunDir(const std::string& run_id) const {
@@ -261,6 +272,7 @@ void Coordinator::StartRun(const Placement& p) {
 }
 
 void Coordinator::DriveRun(std::shared_ptr<Training> t) {
+  t->last_commit = std::chrono::steady_clock::now();  // the first step's time excludes Prepare
   while (RunOneStep(t.get())) {
   }
   ReleaseWorkers(t->p);
@@ -270,6 +282,82 @@ void Coordinator::DriveRun(std::shared_ptr<Training> t) {
   if (it != drivers_.end()) {
     it->second.detach();  // this thread, ending now
     drivers_.erase(it);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator::PlannedStep>> Coordinator::PlanStep(Training* t) {
+  auto ps = std::make_unique<PlannedStep>();
+  absl::StatusOr<batching::StepPlan> plan = t->batcher->NextStep();
+  if (!plan.ok()) return Annotate(plan.status(), "planning the step");
+  const int64_t step = plan->step;
+  ps->step = step;
+  ps->epoch = plan->epoch;
+  ps->cursor = batching::SerializeCursor(t->batcher->cursor());
+  const bool last = step + 1 == t->total_steps;
+  const int64_t every = t->spec.checkpoint.every_steps;
+  ps->targets.resize(t->p.pairs.size());
+  ps->drafters.resize(t->p.pairs.size());
+  for (size_t i = 0; i < t->p.pairs.size(); ++i) {
+    for (v1::RunStepRequest* r : {&ps->targets[i], &ps->drafters[i]}) {
+      r->set_run_id(t->p.run_id);
+      r->set_step(step);
+      r->set_epoch(plan->epoch);
+    }
+    // Data-parallel drafters hold identical weights and optimizer state: pair 0's writes them.
+    if (i == 0 && (last || (every > 0 && (step + 1) % every == 0))) {
+      ps->drafters[i].set_checkpoint_path(train::CheckpointPath(t->checkpoint_dir, step + 1));
+      (*ps->drafters[i].mutable_checkpoint_metadata())[kCursorKey] = ps->cursor;
+    }
+    if (i == 0 && last) ps->drafters[i].set_export_dir(t->export_dir);
+  }
+  for (const batching::MicroBatchPlan& mb : plan->micro_batches) {
+    absl::Status s = batching::MaterializeBatch(t->data.source(), mb.pieces,
+                                                t->batching.token_budget, &t->scratch);
+    absl::StatusOr<std::vector<int32_t>> anchors =
+        s.ok() ? batching::SampleAnchors(t->scratch.loss_mask, t->scratch.doc_ids,
+                                         t->spec.batching.max_anchors, mb.anchor_seed)
+               : absl::StatusOr<std::vector<int32_t>>(s);
+    if (!anchors.ok()) return Annotate(anchors.status(), absl::StrCat("step ", step));
+    // Unique in the run and the same for both sides: (step + 1) in the high bits, the
+    // micro-batch's index within its pair's step in the low 20.
+    const uint64_t batch_id =
+        (static_cast<uint64_t>(step + 1) << 20) | static_cast<uint64_t>(mb.index_in_step);
+    v1::MicroBatch* to_target = ps->targets[mb.pair].add_micro_batches();
+    v1::MicroBatch* to_drafter = ps->drafters[mb.pair].add_micro_batches();
+    to_target->set_batch_id(batch_id);
+    to_drafter->set_batch_id(batch_id);
+    for (const batching::Piece& piece : mb.pieces) {
+      v1::Piece* q = to_target->add_pieces();
+      q->set_document(piece.document);
+      q->set_begin(piece.begin);
+      q->set_length(piece.length);
+    }
+    to_drafter->mutable_anchors()->Add(anchors->begin(), anchors->end());
+    to_target->set_tokens(t->scratch.total_tokens);
+    to_drafter->set_tokens(t->scratch.total_tokens);
+    ps->tokens += t->scratch.total_tokens;
+  }
+  return ps;
+}
+
+void Coordinator::Dispatch(Training* t, PlannedStep* ps, bool drafters) {
+  // The first failure releases every worker of the run, which aborts the channels, so that no
+  // peer waits out its deadline for a partner that has given up.
+  auto& calls = drafters ? ps->drafter_calls : ps->target_calls;
+  for (size_t i = 0; i < t->p.pairs.size(); ++i) {
+    const v1::WorkerInfo& w = drafters ? t->p.pairs[i].second : t->p.pairs[i].first;
+    const v1::RunStepRequest* req = drafters ? &ps->drafters[i] : &ps->targets[i];
+    calls.push_back(std::async(std::launch::async, [this, t, w, req] {
+      absl::StatusOr<v1::RunStepResponse> r = workers_->RunStep(w, *req);
+      if (!r.ok()) {
+        if (Unreachable(r.status())) {
+          std::lock_guard<std::mutex> lock(mu_);
+          registry_.MarkDown(w.worker_id(), std::string(r.status().message()));
+        }
+        ReleaseWorkers(t->p);
+      }
+      return r;
+    }));
   }
 }
 
@@ -284,82 +372,39 @@ bool Coordinator::RunOneStep(Training* t) {
     EndRun(t, absl::OkStatus());
     return false;
   }
-  const auto started = std::chrono::steady_clock::now();
-  absl::StatusOr<batching::StepPlan> plan = t->batcher->NextStep();
-  if (!plan.ok()) {
-    EndRun(t, Annotate(plan.status(), "planning the step"));
-    return false;
-  }
-  const int64_t step = plan->step;
-  const std::string cursor = batching::SerializeCursor(t->batcher->cursor());
-  const bool last = step + 1 == t->total_steps;
-  const int64_t every = t->spec.checkpoint.every_steps;
-  std::vector<v1::RunStepRequest> targets(t->p.pairs.size()), drafters(t->p.pairs.size());
-  for (size_t i = 0; i < t->p.pairs.size(); ++i) {
-    for (v1::RunStepRequest* r : {&targets[i], &drafters[i]}) {
-      r->set_run_id(run_id);
-      r->set_step(step);
-      r->set_epoch(plan->epoch);
-    }
-    // Data-parallel drafters hold identical weights and optimizer state: pair 0's writes them.
-    if (i == 0 && (last || (every > 0 && (step + 1) % every == 0))) {
-      drafters[i].set_checkpoint_path(train::CheckpointPath(t->checkpoint_dir, step + 1));
-      (*drafters[i].mutable_checkpoint_metadata())[kCursorKey] = cursor;
-    }
-    if (i == 0 && last) drafters[i].set_export_dir(t->export_dir);
-  }
-  int64_t tokens = 0;
-  for (const batching::MicroBatchPlan& mb : plan->micro_batches) {
-    absl::Status s = batching::MaterializeBatch(t->data.source(), mb.pieces,
-                                                t->batching.token_budget, &t->scratch);
-    absl::StatusOr<std::vector<int32_t>> anchors =
-        s.ok() ? batching::SampleAnchors(t->scratch.loss_mask, t->scratch.doc_ids,
-                                         t->spec.batching.max_anchors, mb.anchor_seed)
-               : absl::StatusOr<std::vector<int32_t>>(s);
-    if (!anchors.ok()) {
-      EndRun(t, Annotate(anchors.status(), absl::StrCat("step ", step)));
+  // This step's targets may already be at work: dispatched when the previous step's targets
+  // finished (run-ahead of one step; the feature channel's slots bound it further).
+  std::unique_ptr<PlannedStep> cur = std::move(t->ahead);
+  if (!cur) {
+    absl::StatusOr<std::unique_ptr<PlannedStep>> planned = PlanStep(t);
+    if (!planned.ok()) {
+      EndRun(t, planned.status());
       return false;
     }
-    // Unique in the run and the same for both sides: (step + 1) in the high bits, the
-    // micro-batch's index within its pair's step in the low 20.
-    const uint64_t batch_id =
-        (static_cast<uint64_t>(step + 1) << 20) | static_cast<uint64_t>(mb.index_in_step);
-    v1::MicroBatch* to_target = targets[mb.pair].add_micro_batches();
-    v1::MicroBatch* to_drafter = drafters[mb.pair].add_micro_batches();
-    to_target->set_batch_id(batch_id);
-    to_drafter->set_batch_id(batch_id);
-    for (const batching::Piece& piece : mb.pieces) {
-      v1::Piece* q = to_target->add_pieces();
-      q->set_document(piece.document);
-      q->set_begin(piece.begin);
-      q->set_length(piece.length);
-    }
-    to_drafter->mutable_anchors()->Add(anchors->begin(), anchors->end());
-    to_target->set_tokens(t->scratch.total_tokens);
-    to_drafter->set_tokens(t->scratch.total_tokens);
-    tokens += t->scratch.total_tokens;
+    cur = *std::move(planned);
+    Dispatch(t, cur.get(), /*drafters=*/false);
   }
-  // Every worker of the run at once; the first failure releases them all, which aborts the
-  // channels, so that no peer waits out its deadline for a partner that has given up.
-  std::vector<std::future<absl::StatusOr<v1::RunStepResponse>>> calls;
-  for (size_t i = 0; i < t->p.pairs.size(); ++i) {
-    for (const auto& [w, req] : {std::make_pair(t->p.pairs[i].first, &targets[i]),
-                                 std::make_pair(t->p.pairs[i].second, &drafters[i])}) {
-      calls.push_back(std::async(std::launch::async, [this, t, w = w, req = req] {
-        absl::StatusOr<v1::RunStepResponse> r = workers_->RunStep(w, *req);
-        if (!r.ok()) {
-          if (Unreachable(r.status())) {
-            std::lock_guard<std::mutex> lock(mu_);
-            registry_.MarkDown(w.worker_id(), std::string(r.status().message()));
-          }
-          ReleaseWorkers(t->p);
-        }
-        return r;
-      }));
+  Dispatch(t, cur.get(), /*drafters=*/true);
+  const int64_t step = cur->step;
+  std::vector<absl::StatusOr<v1::RunStepResponse>> results;  // target i, drafter i, ...
+  std::vector<absl::StatusOr<v1::RunStepResponse>> target_results;
+  for (auto& c : cur->target_calls) target_results.push_back(c.get());
+  bool targets_ok = true;
+  for (const auto& r : target_results) targets_ok = targets_ok && r.ok();
+  if (targets_ok && step + 1 < t->total_steps) {
+    // Run ahead: plan the next step and start its targets while the drafters train on this one.
+    absl::StatusOr<std::unique_ptr<PlannedStep>> next = PlanStep(t);
+    if (next.ok()) {
+      t->ahead = *std::move(next);
+      Dispatch(t, t->ahead.get(), /*drafters=*/false);
+    } else {
+      t->ahead_error = next.status();  // reported after this step commits
     }
   }
-  std::vector<absl::StatusOr<v1::RunStepResponse>> results;
-  for (auto& c : calls) results.push_back(c.get());
+  for (size_t i = 0; i < cur->drafter_calls.size(); ++i) {
+    results.push_back(std::move(target_results[i]));
+    results.push_back(cur->drafter_calls[i].get());
+  }
   absl::Status failed;
   for (const auto& r : results) {
     // The root cause, not the ABORTED of a peer that was released because of it.
@@ -380,11 +425,15 @@ bool Coordinator::RunOneStep(Training* t) {
       return false;
     }
   }
+  const int64_t tokens = cur->tokens;
+  const std::string& cursor = cur->cursor;
+  const auto now = std::chrono::steady_clock::now();
   // Pair 0's drafter: its loss, weight sum and slot counts are the sums over all pairs.
   v1::StepMetrics metrics = results[1]->metrics();
   metrics.set_tokens(tokens);
-  metrics.set_seconds(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  // From the previous commit (or the start of the step loop): with the targets running ahead,
+  // the time between commits is what a step costs.
+  metrics.set_seconds(std::chrono::duration<double>(now - t->last_commit).count());
   std::string json;
   (void)google::protobuf::util::MessageToJsonString(metrics, &json);
   {
@@ -412,7 +461,7 @@ bool Coordinator::RunOneStep(Training* t) {
           .Add(l)
           .Set(metrics.seconds() > 0 ? tokens / metrics.seconds() : 0);
       metrics_->Counter("dflash_coordinator_run_tokens_total").Add(l).Increment(tokens);
-      metrics_->Gauge("dflash_coordinator_run_epoch").Add(l).Set(static_cast<double>(plan->epoch));
+      metrics_->Gauge("dflash_coordinator_run_epoch").Add(l).Set(static_cast<double>(cur->epoch));
       metrics_->Gauge("dflash_coordinator_run_grad_norm").Add(l).Set(metrics.grad_norm());
       metrics_->Gauge("dflash_coordinator_run_learning_rate").Add(l).Set(metrics.lr());
       for (int k = 0; k < metrics.slot_accuracy_size(); ++k) {
@@ -431,13 +480,18 @@ bool Coordinator::RunOneStep(Training* t) {
       "loss %.4f  acc.len %.3f  grad %.3g  lr %.3g  %d tok  %.2f s%s", metrics.loss(),
       metrics.acceptance_length(), metrics.grad_norm(), metrics.lr(), tokens, metrics.seconds(),
       metrics.skipped() ? "  SKIPPED" : "");
-  if (drafters[0].checkpoint_path().size() > 0) {
+  t->last_commit = now;
+  if (!cur->drafters[0].checkpoint_path().empty()) {
     if (absl::Status s = train::PruneCheckpoints(t->checkpoint_dir, t->spec.checkpoint.keep);
         !s.ok()) {
       LOG_RUN(WARNING, run_id, step) << "pruning checkpoints: " << s;
     }
   }
   t->step = step + 1;
+  if (!t->ahead_error.ok()) {
+    EndRun(t, t->ahead_error);
+    return false;
+  }
   return true;
 }
 

@@ -103,6 +103,19 @@ class TargetRunner : public StepRunner {
       absl::Status s = batching::MaterializeBatch(data_->source(), mb.pieces,
                                                   ctx_.spec.batching.token_budget, &scratch_);
       if (!s.ok()) return s;
+      if (device_features()) {
+        // The slot's device buffer may still be read in place by the drafter (the previous batch
+        // in that slot): write it only once the ring hands the slot back.
+        const auto wait_start = std::chrono::steady_clock::now();
+        absl::Status free = ring_->WaitFree(kChannelTimeout);
+        report.transport_wait_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+        if (!free.ok()) {
+          if (free.code() == absl::StatusCode::kDeadlineExceeded) ring_->Abort();
+          return absl::Status(free.code(),
+                              absl::StrCat("batch ", mb.batch_id, ": ", free.message()));
+        }
+      }
       absl::StatusOr<uint32_t> crc = device_features() ? ForwardIntoSlot() : ForwardToHost();
       if (!crc.ok()) return crc.status();
       const auto send_start = std::chrono::steady_clock::now();

@@ -65,6 +65,23 @@ TEST(ShmRingTest, BatchesCrossProcessesIntactAndInOrder) {
   EXPECT_EQ(Wait(consumer), 0);
 }
 
+// WaitFree: the producer of out-of-ring payloads (cuda_ipc) waits until the consumer hands the
+// slot back, and no longer.
+TEST(ShmRingTest, WaitFreeWaitsForTheConsumersRelease) {
+  const std::string name = UniqueName("waitfree");
+  auto ring = ShmRing::Create(name, {2, 64});
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  auto reader = ShmRing::Open(name, absl::Seconds(1));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE((*ring)->WaitFree(absl::Milliseconds(10)).ok());  // empty ring
+  ASSERT_TRUE((*ring)->Send(1, Payload(1, 8), absl::Seconds(1)).ok());
+  ASSERT_TRUE((*ring)->Send(2, Payload(2, 8), absl::Seconds(1)).ok());
+  ASSERT_TRUE((*reader)->Receive(1, absl::Seconds(1)).ok());  // held: slot 0 not yet free
+  EXPECT_EQ((*ring)->WaitFree(absl::Milliseconds(50)).code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE((*reader)->Release().ok());
+  EXPECT_TRUE((*ring)->WaitFree(absl::Milliseconds(10)).ok());
+}
+
 TEST(ShmRingTest, RefusesAnotherBatchIdWithoutConsumingIt) {
   const std::string name = UniqueName("mismatch");
   auto ring = ShmRing::Create(name, {2, 64});
