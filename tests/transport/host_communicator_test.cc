@@ -6,7 +6,6 @@
 #include "common/transport/host_communicator.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/common/fork.h"
 
 namespace dflash::transport {
 namespace {
@@ -22,17 +22,8 @@ std::string UniqueName(const char* what) {
   return absl::StrCat("dflash-test-comm-", what, "-", getpid());
 }
 
-template <typename Fn>
-pid_t Fork(Fn child) {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(child());
-  return pid;
-}
-int Wait(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using ::dflash::testing::ForkChild;
+using ::dflash::testing::WaitChild;
 
 // Rank r's contribution in round k: values whose fp32 sums depend on the order of the terms.
 template <typename T>
@@ -81,8 +72,8 @@ int RunRank(const std::string& name, int rank, int world) {
 TEST(HostCommunicatorTest, ThreeProcessesSumBitIdenticallyInRankOrder) {
   const std::string name = UniqueName("sum");
   std::vector<pid_t> ranks;
-  for (int r = 2; r >= 0; --r) ranks.push_back(Fork([&] { return RunRank(name, r, 3); }));
-  for (pid_t p : ranks) EXPECT_EQ(Wait(p), 0);
+  for (int r = 2; r >= 0; --r) ranks.push_back(ForkChild([&] { return RunRank(name, r, 3); }));
+  for (pid_t p : ranks) EXPECT_EQ(WaitChild(p), 0);
 }
 
 TEST(HostCommunicatorTest, OneRankIsANoOp) {
@@ -115,7 +106,7 @@ TEST(HostCommunicatorTest, AnAbortFromOneRankEndsTheOthersWait) {
   o.timeout = absl::Seconds(60);
   auto c = HostCommunicator::Create(name, o);
   ASSERT_TRUE(c.ok()) << c.status();
-  const pid_t peer = Fork([&] {
+  const pid_t peer = ForkChild([&] {
     HostCommunicator::Options p = o;
     p.rank = 1;
     auto mine = HostCommunicator::Create(name, p);
@@ -128,7 +119,7 @@ TEST(HostCommunicatorTest, AnAbortFromOneRankEndsTheOthersWait) {
   absl::Status s = (*c)->AllReduceSum(&x, 1, ReduceType::kFloat64, false);
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
-  EXPECT_EQ(Wait(peer), 0);
+  EXPECT_EQ(WaitChild(peer), 0);
 }
 
 TEST(HostCommunicatorTest, RefusesBadRanksWorldsAndDeviceMemory) {

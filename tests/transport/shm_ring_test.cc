@@ -5,7 +5,6 @@
 #include "common/transport/shm_ring.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/common/fork.h"
 
 namespace dflash::transport {
 namespace {
@@ -27,24 +27,14 @@ std::vector<uint8_t> Payload(uint64_t batch, size_t n) {
   return v;
 }
 
-// Runs `child` in a forked process; returns its exit code (or 128 + signal).
-template <typename Fn>
-pid_t Fork(Fn child) {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(child());
-  return pid;
-}
-int Wait(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using ::dflash::testing::ForkChild;
+using ::dflash::testing::WaitChild;
 
 TEST(ShmRingTest, BatchesCrossProcessesIntactAndInOrder) {
   const std::string name = UniqueName("order");
   auto ring = ShmRing::Create(name, {2, 4096});
   ASSERT_TRUE(ring.ok()) << ring.status();
-  const pid_t consumer = Fork([&] {
+  const pid_t consumer = ForkChild([&] {
     auto r = ShmRing::Open(name, absl::Seconds(10));
     if (!r.ok()) return 10;
     for (uint64_t b = 0; b < 200; ++b) {
@@ -62,7 +52,7 @@ TEST(ShmRingTest, BatchesCrossProcessesIntactAndInOrder) {
     const std::vector<uint8_t> p = Payload(b, 1 + (b * 37) % 4096);
     ASSERT_TRUE((*ring)->Send(b, p, absl::Seconds(10)).ok()) << "batch " << b;
   }
-  EXPECT_EQ(Wait(consumer), 0);
+  EXPECT_EQ(WaitChild(consumer), 0);
 }
 
 // WaitFree: the producer of out-of-ring payloads (cuda_ipc) waits until the consumer hands the
@@ -121,7 +111,7 @@ TEST(ShmRingTest, AbortEndsThePeersWait) {
   const std::string name = UniqueName("abort");
   auto ring = ShmRing::Create(name, {2, 16});
   ASSERT_TRUE(ring.ok());
-  const pid_t consumer = Fork([&] {
+  const pid_t consumer = ForkChild([&] {
     auto r = ShmRing::Open(name, absl::Seconds(10));
     if (!r.ok()) return 10;
     // Blocks (no batch is ever sent) until the producer aborts; a minute is far past the test.
@@ -131,7 +121,7 @@ TEST(ShmRingTest, AbortEndsThePeersWait) {
   // The consumer's Receive happens before or after this Abort (no sleep orders them): either the
   // futex wake or the flag check ends it with ABORTED instead of at its one-minute deadline.
   (*ring)->Abort();
-  EXPECT_EQ(Wait(consumer), 0);
+  EXPECT_EQ(WaitChild(consumer), 0);
   EXPECT_EQ((*ring)->Send(0, Payload(0, 4), absl::Seconds(1)).code(), absl::StatusCode::kAborted);
 }
 
