@@ -76,6 +76,10 @@ const std::vector<MetricDef>& Catalogue() {
       {"dflash_worker_transport_wait_seconds_total", T::kCounter, "worker",
        "Seconds blocked on the feature channel (target: waiting for a free slot; drafter: waiting "
        "for the next batch), by transport."},
+      {"dflash_worker_feature_queue_depth", T::kGauge, "worker",
+       "Feature batches waiting in the channel between target and drafter, the most seen during "
+       "the worker's last step (target: after each send; drafter: at each receive); the channel "
+       "holds at most 2. Full on the target side means the drafter is the bottleneck."},
   };
   return defs;
 }

@@ -126,6 +126,14 @@ absl::Status ShmRing::Send(uint64_t batch_id, absl::Span<const uint8_t> payload,
   return absl::OkStatus();
 }
 
+uint32_t ShmRing::Depth() const {
+  uint32_t full = 0;
+  for (uint32_t i = 0; i < header_->slots; ++i) {
+    full += slot(i)->state.load(std::memory_order_acquire) == kFull ? 1 : 0;
+  }
+  return full;
+}
+
 absl::Status ShmRing::WaitFree(absl::Duration timeout) {
   return WaitState(slot(next_), kEmpty, absl::Now() + timeout, "waiting for a free slot");
 }

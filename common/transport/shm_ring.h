@@ -58,6 +58,9 @@ class ShmRing {
   // Either side: marks the ring aborted; every current and later wait returns ABORTED.
   void Abort();
 
+  // Slots holding a batch not yet released by the consumer (0..slots), as of now.
+  uint32_t Depth() const;
+
   const std::string& name() const { return name_; }
   size_t slot_bytes() const;
 

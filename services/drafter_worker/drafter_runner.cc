@@ -2,6 +2,7 @@
 
 #include <ATen/ops/from_blob.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -109,7 +110,11 @@ class DrafterRunner : public StepRunner {
           ring_->Receive(mb.batch_id, kChannelTimeout);
       report.transport_wait_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-      if (message.ok()) report.transport_bytes += static_cast<int64_t>(message->size());
+      if (message.ok()) {
+        report.transport_bytes += static_cast<int64_t>(message->size());
+        report.max_queue_depth =
+            std::max<int64_t>(report.max_queue_depth, static_cast<int64_t>(ring_->Depth()));
+      }
       if (!message.ok()) {
         if (message.status().code() != absl::StatusCode::kAborted) ring_->Abort();
         return absl::Status(

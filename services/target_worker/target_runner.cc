@@ -5,6 +5,7 @@
 #include <ATen/ops/tensor.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
@@ -134,6 +135,8 @@ class TargetRunner : public StepRunner {
                             absl::StrCat("sending batch ", mb.batch_id, ": ", sent.message()));
       }
       ++sent_;
+      report.max_queue_depth =
+          std::max<int64_t>(report.max_queue_depth, static_cast<int64_t>(ring_->Depth()));
       chain = ChainChecksum(chain, *crc);
       report.tokens += static_cast<int64_t>(scratch_.input_ids.size());
       ++report.micro_batches;

@@ -60,6 +60,8 @@ struct StepReport {
   // place and count once, on the target side) and seconds blocked in Send / Receive.
   int64_t transport_bytes = 0;
   double transport_wait_seconds = 0;
+  int64_t max_queue_depth = 0;  // batches in the channel: target after each send, drafter at each
+                                // receive (before consuming), the most seen in the step
   // Drafter only:
   double loss = 0, weight_sum = 0, grad_norm = 0, lr = 0;
   bool skipped = false;

@@ -174,6 +174,9 @@ void WorkerCore::UpdateStepMetrics(const StepReport& report) {
   metrics_->Counter("dflash_worker_transport_wait_seconds_total")
       .Add(t)
       .Increment(report.transport_wait_seconds);
+  metrics_->Gauge("dflash_worker_feature_queue_depth")
+      .Add(t)
+      .Set(static_cast<double>(report.max_queue_depth));
   metrics_->Counter("dflash_worker_tokens_total")
       .Add(l)
       .Increment(static_cast<double>(report.tokens));

@@ -56,7 +56,7 @@ TEST(ShmRingTest, BatchesCrossProcessesIntactAndInOrder) {
 }
 
 // WaitFree: the producer of out-of-ring payloads (cuda_ipc) waits until the consumer hands the
-// slot back, and no longer.
+// slot back, and no longer; Depth counts the slots not yet handed back.
 TEST(ShmRingTest, WaitFreeWaitsForTheConsumersRelease) {
   const std::string name = UniqueName("waitfree");
   auto ring = ShmRing::Create(name, {2, 64});
@@ -66,9 +66,12 @@ TEST(ShmRingTest, WaitFreeWaitsForTheConsumersRelease) {
   ASSERT_TRUE((*ring)->WaitFree(absl::Milliseconds(10)).ok());  // empty ring
   ASSERT_TRUE((*ring)->Send(1, Payload(1, 8), absl::Seconds(1)).ok());
   ASSERT_TRUE((*ring)->Send(2, Payload(2, 8), absl::Seconds(1)).ok());
+  EXPECT_EQ((*ring)->Depth(), 2u);
   ASSERT_TRUE((*reader)->Receive(1, absl::Seconds(1)).ok());  // held: slot 0 not yet free
+  EXPECT_EQ((*reader)->Depth(), 2u);
   EXPECT_EQ((*ring)->WaitFree(absl::Milliseconds(50)).code(), absl::StatusCode::kDeadlineExceeded);
   ASSERT_TRUE((*reader)->Release().ok());
+  EXPECT_EQ((*ring)->Depth(), 1u);
   EXPECT_TRUE((*ring)->WaitFree(absl::Milliseconds(10)).ok());
 }
 
