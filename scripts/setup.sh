@@ -2,7 +2,7 @@
 # Installs everything dflash needs on Debian 12, idempotently (a second run is a fast no-op):
 #   - Debian packages: compilers, CMake, Ninja, ccache, gRPC/protobuf, abseil, yaml-cpp,
 #     prometheus-cpp, libmicrohttpd, GoogleTest/GMock, SQLite, nlohmann-json, CLI11, PCRE2, utf8proc,
-#     OpenSSL, zlib;
+#     OpenSSL, zlib; for the tests, clang-14 (fuzzing) and Prometheus (the dashboard's queries);
 #   - LibTorch from the PyPI wheel torch==2.11.0, in a virtual environment OUTSIDE the source tree
 #     ($DFLASH_VENV, default ~/.local/share/dflash/venv).
 # If you already have LibTorch, set Torch_DIR (or CMAKE_PREFIX_PATH) to it and the wheel is skipped.
@@ -27,6 +27,7 @@ DEBS=(
   libsqlite3-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libutf8proc-dev libssl-dev zlib1g-dev  # tokenizer regex, NFC, SHA-256; data CRC
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for scripts/fuzz.sh
+  prometheus  # tests only: tests/integration/prometheus_test.cc runs it; check-deploy.sh: promtool
 )
 
 missing=()
@@ -37,6 +38,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   as_root apt-get update -q
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # The package enables and starts a Prometheus service on :9090 under systemd; the tests start
+  # their own, and a node's own Prometheus (compose's, say) needs the port. Stopped only when this
+  # run installed it.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    as_root systemctl disable --now prometheus.service || true
+  fi
 else
   log "Debian packages: all present"
 fi
