@@ -41,10 +41,12 @@ TEST_F(TrainingCluster, GpuPairTrainsThroughCudaIpcWithTheLossCurveOfHost) {
   ASSERT_EQ(host.exit_code, 0) << host.out << host.err;
   EXPECT_THAT(ReadFile(dir_ + "/t0.log"), HasSubstr("(host, 2 x "));
   std::string ipc_id, host_id;
-  for (const auto& r :
-       nlohmann::json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"]) {
+  const CtlResult list = RunCtl(address_, {"list", "-o", "json"});
+  for (const auto& r : nlohmann::json::parse(list.out)["runs"]) {
     (r["name"] == "ipc" ? ipc_id : host_id) = r["run_id"].get<std::string>();
   }
+  SCOPED_TRACE(::testing::Message() << "dflashctl list: " << list.out << list.err << "\nipc: "
+                                    << ipc.out << "\nrun dir: " << dir_);
   // From the run directories' logs (4 decimals): the run store could not be read back on the GPU
   // machine in the first lease this ran in (both lookups came back empty), cause not found.
   const std::map<int64_t, double> a = LoggedLosses(ipc_id), b = LoggedLosses(host_id);
