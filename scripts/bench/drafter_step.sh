@@ -8,7 +8,9 @@
 # Env: GEOMS ("8192:512 16384:1024", tokens:anchors), STEPS (10), WARMUP (3), REF_ARGS (extra
 # drafter_step_ref.py flags, e.g. "--compile flex"), OURS_ARGS (extra drafter_step flags; "--device
 # cpu --target builtin:tiny-qwen3 ..." for the CPU smoke test), WORK (large files: 4.2 GB of F32
-# weights, the features; default /tmp/drafter_step_work).
+# weights, the features; default /tmp/drafter_step_work), PHASES ("ours ref": run ours, then the
+# reference, per geometry; "ours" or "ref" alone runs one side for every geometry, so that
+# PHASES=ours then PHASES=ref measures ours at every geometry before the reference's compiles).
 set -euo pipefail
 build=${1:?usage: drafter_step.sh BUILD_DIR [OUT_DIR]}
 out=${2:-/tmp/drafter_step_bench}
@@ -27,13 +29,15 @@ for geom in ${GEOMS:-"8192:512 16384:1024"}; do
   # Same seed at every geometry: the same initial drafter, exported once.
   [ "$first" = 1 ] && export_flag=(--export-weights "$work/weights")
   first=0
-  "$build/scripts/bench/drafter_step" --tokens "$1" --anchors "$2" --steps "$steps" \
+  phases=${PHASES:-"ours ref"}
+  [[ " $phases " == *" ours "* ]] && "$build/scripts/bench/drafter_step" --tokens "$1" --anchors "$2" --steps "$steps" \
     --warmup "$warmup" --json "$out/ours_$1.json" --dump-dir "$work/batch_$1" \
     "${export_flag[@]}" ${OURS_ARGS:-}
-  PYTHONUNBUFFERED=1 "$py" "$here/drafter_step_ref.py" --dump-dir "$work/batch_$1" \
+  [[ " $phases " == *" ref "* ]] && PYTHONUNBUFFERED=1 "$py" "$here/drafter_step_ref.py" --dump-dir "$work/batch_$1" \
     --weights "$work/weights" --ours "$out/ours_$1.json" --json "$out/ref_$1.json" \
     --steps "$steps" --warmup "$warmup" ${REF_ARGS:-}
 done
+[[ " ${PHASES:-ours ref} " == *" ref "* ]] || exit 0
 "$py" - "$out" ${GEOMS:-"8192:512 16384:1024"} <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -45,8 +49,12 @@ print("|---|---|---|---|---|---|---|---|---|")
 ratios = []
 for g in sys.argv[2:]:
     t = g.split(":")[0]
-    o = json.load(open(f"{out}/ours_{t}.json"))
-    r = json.load(open(f"{out}/ref_{t}.json"))
+    try:
+        o = json.load(open(f"{out}/ours_{t}.json"))
+        r = json.load(open(f"{out}/ref_{t}.json"))
+    except FileNotFoundError as e:
+        print(f"| {g} | missing: {e.filename} |")
+        continue
     for x in (o, r):
         print(f"| {x['tokens']} / {x['anchors']} | {x['impl']} | {x['ms_median']:.1f} | "
               f"{x['steps_per_s']:.2f} | {x['ctx_tok_per_s']:,.0f} | {gib(x['peak_bytes']):.2f} | "
