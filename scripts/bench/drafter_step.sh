@@ -21,7 +21,8 @@ steps=${STEPS:-10}
 warmup=${WARMUP:-3}
 mkdir -p "$out" "$work"
 first=1
-for geom in ${GEOMS:-"8192:512 16384:1024"}; do
+geoms=${GEOMS:-8192:512 16384:1024}  # unquoted below: one word per geometry
+for geom in $geoms; do
   geom=${geom/:/ }
   set -- $geom
   echo "== drafter step: $1 context tokens, max_anchors $2 =="
@@ -38,7 +39,7 @@ for geom in ${GEOMS:-"8192:512 16384:1024"}; do
     --steps "$steps" --warmup "$warmup" ${REF_ARGS:-}
 done
 [[ " ${PHASES:-ours ref} " == *" ref "* ]] || exit 0
-"$py" - "$out" ${GEOMS:-"8192:512 16384:1024"} <<'PY'
+"$py" - "$out" $geoms <<'PY'
 import json, sys
 out = sys.argv[1]
 gib = lambda b: b / 2**30
