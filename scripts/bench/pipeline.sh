@@ -26,7 +26,8 @@ wait_file() { for _ in $(seq 600); do [ -s "$1" ] && return 0; sleep 0.1; done; 
 
 printf '| tokens | anchors | steps timed | step s (median) | steps/s | context tok/s | target peak GiB | drafter peak GiB |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
-for geom in ${GEOMS:-"8192:512 16384:1024"}; do
+geoms=${GEOMS:-8192:512 16384:1024}  # unquoted below: one word per geometry
+for geom in $geoms; do
   geom=${geom/:/ }
   set -- $geom
   d=$out/run_$1; rm -rf "$d"; mkdir -p "$d"

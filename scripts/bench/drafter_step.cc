@@ -1,0 +1,351 @@
+// One drafter training step (issue 6, GPU targets): the project's DrafterModel + DrafterTrainer,
+// unchanged, at the Qwen3-8B drafter geometry, timed and measured the way the drafter worker runs
+// it (services/drafter_worker/drafter_runner.cc): target from run.yaml `builtin:qwen3-8b-random`
+// loaded with embeddings_only (embed_tokens, lm_head and layer 0, as the worker holds them),
+// drafter from CreateRunDrafter (fp32 master weights, bf16 compute, 5 layers, block 16, K = 5
+// feature layers), one micro-batch per step: AddMicroBatch (forward, fused loss, backward of the
+// numerator) then Step (1 / weight sum, clip 1.0, AdamW).
+//
+// The batch: documents of --doc-min..--doc-max tokens (uniform lengths, uniform token ids, loss
+// mask alternating prompt / answer runs of 16..271 tokens, like batching::SyntheticSource) packed
+// to exactly --tokens tokens (the last one cut), materialized by batching::MaterializeBatch,
+// anchors from batching::SampleAnchors (--anchors = max_anchors), features [T, K*H] drawn on the
+// device in the target dtype. The same batch every step.
+//
+// Reports (one JSON line on stdout, and --json FILE): median ms per step over --steps timed steps
+// after --warmup, steps/s, context tokens/s, the CUDA caching allocator's peak of allocated bytes
+// over the WHOLE process (setup included, never reset), the static bytes (fp32 parameters 4 B +
+// gradients 4 B + AdamW exp_avg and exp_avg_sq 8 B per trainable element; the frozen embed_tokens
+// and lm_head the drafter borrows; the other target tensors the process holds) and the loss of
+// every step.
+//
+// For drafter_step_ref.py (the PyTorch reference of the same step, in the same run):
+//   --dump-dir DIR       DIR/batch.safetensors: features, input_ids, positions, cu_seqlens,
+//   anchors,
+//                        loss_mask (what DrafterBatch holds), and DIR/meta.json (shapes, gamma,
+//                        rms eps, rope theta, mask id, block size).
+//   --export-weights DIR the initial drafter (drafter::ExportDrafter, F32, method.md §7 names) in
+//                        DIR/drafter and the frozen embed_tokens / lm_head in
+//                        DIR/frozen.safetensors.
+//
+// Usage: drafter_step [--tokens 8192] [--anchors 512] [--steps 10] [--warmup 3] [--seed 1]
+//          [--doc-min 200] [--doc-max 2000] [--target builtin:qwen3-8b-random] [--dtype bfloat16]
+//          [--layers 5] [--device cuda|cpu] [--json FILE] [--dump-dir DIR] [--export-weights DIR]
+// --target builtin:tiny-qwen3 --device cpu --tokens 256 --anchors 8 --doc-min 30 --doc-max 120 is
+// the CPU smoke-test geometry.
+#include <ATen/Context.h>
+#include <ATen/ops/randn.h>
+#include <c10/core/Device.h>
+
+#ifdef DFLASH_BENCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/batching/anchors.h"
+#include "common/batching/memory_source.h"
+#include "common/batching/packed_batch.h"
+#include "common/batching/rng.h"
+#include "common/config/run_spec.h"
+#include "common/drafter/drafter_checkpoint.h"
+#include "common/drafter/drafter_model.h"
+#include "common/model/safetensors.h"
+#include "common/train/local_run.h"
+#include "common/train/run_options.h"
+#include "common/train/run_setup.h"
+#include "common/train/trainer.h"
+
+namespace {
+
+using dflash::batching::SplitMix64;
+
+std::string StrFlag(int argc, char** argv, const char* name, const std::string& def = "") {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return def;
+}
+int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
+  const std::string s = StrFlag(argc, argv, name);
+  return s.empty() ? def : std::atoll(s.c_str());
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "drafter_step: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void Check(const absl::Status& s, const char* what) {
+  if (!s.ok()) Die(absl::StrCat(what, ": ", s.ToString()));
+}
+
+struct Memory {
+  int64_t current = 0, peak = 0;
+};
+Memory DeviceMemory(const c10::Device& device) {
+#ifdef DFLASH_BENCH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return {stats.allocated_bytes[0].current, stats.allocated_bytes[0].peak};
+  }
+#endif
+  return {};
+}
+void Synchronize(const c10::Device& device) {
+#ifdef DFLASH_BENCH_CUDA
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+#endif
+}
+
+dflash::model::DType FileDType(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return dflash::model::DType::kF32;
+    case at::kBFloat16:
+      return dflash::model::DType::kBF16;
+    case at::kHalf:
+      return dflash::model::DType::kF16;
+    case at::kLong:
+      return dflash::model::DType::kI64;
+    case at::kInt:
+      return dflash::model::DType::kI32;
+    default:
+      Die(absl::StrCat("no file dtype for ", c10::toString(t.scalar_type())));
+  }
+}
+
+// Writes CPU copies of `tensors` (widest element first, so every tensor stays aligned).
+void WriteTensors(const std::string& path, std::vector<std::pair<std::string, at::Tensor>> tensors,
+                  const std::map<std::string, std::string>& metadata = {}) {
+  std::stable_sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    return a.second.element_size() > b.second.element_size();
+  });
+  std::vector<at::Tensor> keep;
+  std::vector<dflash::model::TensorToWrite> out;
+  for (const auto& [name, t] : tensors) {
+    keep.push_back(t.detach().to(at::kCPU).contiguous());
+    dflash::model::TensorToWrite w;
+    w.name = name;
+    w.dtype = FileDType(keep.back());
+    w.shape = keep.back().sizes().vec();
+    w.data = keep.back().data_ptr();
+    w.nbytes = keep.back().nbytes();
+    out.push_back(std::move(w));
+  }
+  Check(dflash::model::WriteSafetensors(path, out, metadata), path.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t tokens = Flag(argc, argv, "--tokens", 8192);
+  const int64_t max_anchors = Flag(argc, argv, "--anchors", 512);
+  const int64_t steps = Flag(argc, argv, "--steps", 10);
+  const int64_t warmup = Flag(argc, argv, "--warmup", 3);
+  const int64_t seed = Flag(argc, argv, "--seed", 1);
+  const int64_t doc_min = Flag(argc, argv, "--doc-min", 200);
+  const int64_t doc_max = Flag(argc, argv, "--doc-max", 2000);
+  const int64_t layers = Flag(argc, argv, "--layers", 5);
+  const std::string target_path = StrFlag(argc, argv, "--target", "builtin:qwen3-8b-random");
+  const std::string dtype = StrFlag(argc, argv, "--dtype", "bfloat16");
+  const std::string device_name = StrFlag(argc, argv, "--device", "cuda");
+  const std::string json_path = StrFlag(argc, argv, "--json");
+  const std::string dump_dir = StrFlag(argc, argv, "--dump-dir");
+  const std::string export_dir = StrFlag(argc, argv, "--export-weights");
+  if (tokens < 2 || max_anchors < 1 || steps < 1 || warmup < 0 || doc_min < 2 ||
+      doc_max < doc_min) {
+    Die("bad flags: need --tokens >= 2, --anchors >= 1, --steps >= 1, 2 <= --doc-min <= --doc-max");
+  }
+  const c10::Device device =
+      device_name == "cpu" ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, 0);
+#ifndef DFLASH_BENCH_CUDA
+  if (device.is_cuda()) Die("built without CUDA: use --device cpu");
+#endif
+
+  // The run.yaml the drafter worker would get (only target, drafter, seed and optim matter here).
+  const std::string yaml = absl::StrCat(
+      "name: drafter-step-bench\nseed: ", seed, "\ntarget: {path: \"", target_path,
+      "\", dtype: ", dtype, "}\ndrafter: {layers: ", layers,
+      ", block_size: 16}\ndata: {train: \"builtin:long-synthetic\", max_length: ",
+      std::min<int64_t>(2048, tokens), "}\n", "batching: {token_budget: ", tokens,
+      ", max_anchors: ", max_anchors, ", grad_accum: 1}\n",
+      "optim: {lr: 6.0e-4, schedule: constant, warmup_ratio: 0.0, max_steps: ", warmup + steps,
+      "}\n");
+  dflash::config::RunSpecOptions spec_options;
+  spec_options.check_paths = false;
+  absl::StatusOr<dflash::config::RunSpec> spec =
+      dflash::config::ParseRunSpec(yaml, "drafter_step.yaml", spec_options);
+  Check(spec.status(), "run spec");
+  absl::StatusOr<dflash::train::LocalRunOptions> run_options =
+      dflash::train::LocalRunOptionsFor(*spec, warmup + steps, 1);
+  Check(run_options.status(), "run options");
+
+  const auto t_setup = std::chrono::steady_clock::now();
+  // As the drafter worker: the target's embeddings only, then the drafter borrowing them.
+  absl::StatusOr<std::unique_ptr<dflash::nn::TargetModel>> target =
+      dflash::train::LoadRunTarget(*spec, device, /*embeddings_only=*/true);
+  Check(target.status(), "target");
+  const int64_t target_bytes = DeviceMemory(device).current;
+  absl::StatusOr<std::unique_ptr<dflash::drafter::DrafterModel>> drafter =
+      dflash::train::CreateRunDrafter(*spec, **target, device);
+  Check(drafter.status(), "drafter");
+  const dflash::drafter::DrafterConfig& config = (*drafter)->config();
+  absl::StatusOr<std::unique_ptr<dflash::train::DrafterTrainer>> trainer =
+      dflash::train::DrafterTrainer::Create(drafter->get(), run_options->optim, run_options->loss);
+  Check(trainer.status(), "trainer");
+
+  // Static memory, from the parameter list: fp32 master weights, their gradients, AdamW's two
+  // moments (4 + 4 + 8 bytes per element).
+  int64_t param_elems = 0, param_bytes = 0;
+  for (const auto& p : (*drafter)->parameters()) {
+    param_elems += p.tensor.numel();
+    param_bytes += static_cast<int64_t>(p.tensor.nbytes());
+  }
+  const int64_t train_static = param_bytes * 4;  // params + grads + exp_avg + exp_avg_sq (fp32)
+  const at::Tensor& embed = (*target)->embed_tokens();
+  const at::Tensor& lm_head = (*target)->lm_head();
+  const int64_t frozen =
+      static_cast<int64_t>(embed.nbytes()) +
+      (lm_head.is_same(embed) ? int64_t{0} : static_cast<int64_t>(lm_head.nbytes()));
+  // What else the embeddings-only target holds on the device (layer 0, its final norm).
+  const int64_t other_held = device.is_cuda() ? target_bytes - frozen : 0;
+
+  // Documents filling the budget exactly; ids in [16, min(V, 151000)), never the mask id.
+  SplitMix64 rng(dflash::batching::SeedHash(0x4452414654535450ULL, {static_cast<uint64_t>(seed)}));
+  const int64_t vocab = std::min<int64_t>(config.target.vocab_size, 151000);
+  dflash::batching::InMemorySource source;
+  std::vector<dflash::batching::Piece> pieces;
+  for (int64_t filled = 0; filled < tokens;) {
+    const int64_t len =
+        doc_min + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(doc_max - doc_min + 1)));
+    std::vector<int32_t> ids(static_cast<size_t>(len));
+    std::vector<uint8_t> mask(static_cast<size_t>(len));
+    bool answer = false;
+    for (int64_t i = 0; i < len;) {
+      const int64_t run = 16 + static_cast<int64_t>(rng.Below(256));
+      for (int64_t k = 0; k < run && i < len; ++k, ++i) {
+        int64_t id = 16 + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(vocab - 16)));
+        if (id == config.mask_token_id) id = 16;
+        ids[i] = static_cast<int32_t>(id);
+        mask[i] = answer ? 1 : 0;
+      }
+      answer = !answer;
+    }
+    const int64_t take = std::min(len, tokens - filled);
+    pieces.push_back({source.num_documents(), 0, static_cast<int32_t>(take)});
+    source.Add(std::move(ids), std::move(mask));
+    filled += take;
+  }
+  absl::StatusOr<dflash::batching::PackedBatch> packed =
+      dflash::batching::MaterializeBatch(source, pieces, tokens);
+  Check(packed.status(), "materialize");
+  dflash::batching::AnchorSeed anchor_seed;
+  anchor_seed.run_seed = static_cast<uint64_t>(seed);
+  absl::StatusOr<std::vector<int32_t>> anchors =
+      dflash::batching::SampleAnchors(packed->loss_mask, packed->doc_ids, max_anchors, anchor_seed);
+  Check(anchors.status(), "anchors");
+  absl::StatusOr<c10::ScalarType> feature_dtype = dflash::train::RunTargetDtype(*spec);
+  Check(feature_dtype.status(), "dtype");
+  at::manual_seed(static_cast<uint64_t>(seed));
+  const at::Tensor features = at::randn({tokens, config.feature_dim()},
+                                        at::TensorOptions().dtype(*feature_dtype).device(device));
+  const dflash::drafter::DrafterBatch batch =
+      dflash::train::MakeDrafterBatch(*packed, *anchors, features);
+
+  if (!export_dir.empty()) {
+    std::filesystem::create_directories(export_dir);
+    dflash::drafter::ExportOptions eo;
+    eo.dtype = dflash::model::DType::kF32;  // bit-exact master weights
+    eo.overwrite = true;
+    Check(dflash::drafter::ExportDrafter(**drafter, export_dir + "/drafter", eo), "export");
+    WriteTensors(export_dir + "/frozen.safetensors",
+                 {{"embed_tokens", embed}, {"lm_head", lm_head}});
+  }
+  if (!dump_dir.empty()) {
+    std::filesystem::create_directories(dump_dir);
+    WriteTensors(dump_dir + "/batch.safetensors", {{"features", batch.features},
+                                                   {"input_ids", batch.input_ids},
+                                                   {"positions", batch.positions},
+                                                   {"cu_seqlens", batch.cu_seqlens},
+                                                   {"anchors", batch.anchors},
+                                                   {"loss_mask", batch.loss_mask}});
+    std::ofstream meta(dump_dir + "/meta.json");
+    const auto& t = config.target;
+    meta << "{\"tokens\": " << tokens << ", \"anchors\": " << batch.anchors.size(0)
+         << ", \"documents\": " << pieces.size() << ", \"block_size\": " << config.block_size
+         << ", \"mask_token_id\": " << config.mask_token_id
+         << ", \"gamma\": " << run_options->loss.gamma << ", \"rms_norm_eps\": " << t.rms_norm_eps
+         << ", \"rope_theta\": " << t.rope_theta << ", \"hidden_size\": " << t.hidden_size
+         << ", \"num_attention_heads\": " << t.num_attention_heads
+         << ", \"num_key_value_heads\": " << t.num_key_value_heads
+         << ", \"head_dim\": " << t.head_dim << ", \"intermediate_size\": " << t.intermediate_size
+         << ", \"vocab_size\": " << t.vocab_size << ", \"num_layers\": " << config.num_layers
+         << ", \"num_features\": " << config.num_features() << ", \"dtype\": \"" << dtype
+         << "\", \"lr\": " << run_options->optim.lr
+         << ", \"clip_norm\": " << run_options->optim.clip_norm << "}\n";
+  }
+  Synchronize(device);
+  const double setup_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_setup).count();
+
+  std::vector<double> ms, losses;
+  double grad_norm0 = 0;
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Check((*trainer)->AddMicroBatch(batch), "AddMicroBatch");
+    absl::StatusOr<dflash::train::StepStats> stats = (*trainer)->Step();
+    Check(stats.status(), "Step");
+    Synchronize(device);
+    const double elapsed =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (stats->skipped) Die(absl::StrCat("step ", i, " was skipped (non-finite loss or norm)"));
+    if (i == 0) grad_norm0 = stats->grad_norm;
+    losses.push_back(stats->loss);
+    if (i >= warmup) ms.push_back(elapsed);
+  }
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const Memory mem = DeviceMemory(device);
+  const int64_t stat = train_static + frozen;
+  std::string loss_list;
+  for (double l : losses) {
+    char one[32];
+    std::snprintf(one, sizeof(one), "%s%.6f", loss_list.empty() ? "" : ", ", l);
+    loss_list += one;
+  }
+  char buf[8192];
+  std::snprintf(buf, sizeof(buf),
+                "{\"impl\": \"dflash\", \"tokens\": %lld, \"anchors\": %lld, \"documents\": %zu, "
+                "\"steps_timed\": %lld, \"ms_median\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, "
+                "\"steps_per_s\": %.4f, \"ctx_tok_per_s\": %.1f, \"peak_bytes\": %lld, "
+                "\"param_elems\": %lld, \"train_static_bytes\": %lld, \"frozen_bytes\": %lld, "
+                "\"static_bytes\": %lld, \"beyond_bytes\": %lld, \"other_target_bytes\": %lld, "
+                "\"setup_s\": %.1f, \"grad_norm0\": %.6g, \"first_loss\": %.6f, \"losses\": [%s]}",
+                static_cast<long long>(tokens), static_cast<long long>(batch.anchors.size(0)),
+                pieces.size(), static_cast<long long>(steps), median, sorted.front(), sorted.back(),
+                1e3 / median, static_cast<double>(tokens) * 1e3 / median,
+                static_cast<long long>(mem.peak), static_cast<long long>(param_elems),
+                static_cast<long long>(train_static), static_cast<long long>(frozen),
+                static_cast<long long>(stat), static_cast<long long>(mem.peak - stat),
+                static_cast<long long>(other_held), setup_s, grad_norm0, losses.front(),
+                loss_list.c_str());
+  std::printf("%s\n", buf);
+  if (!json_path.empty()) {
+    std::ofstream(json_path) << buf << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,367 @@
+"""PyTorch reference of one DFlash drafter training step (issue 6, GPU targets), run in the same
+device run as the project's step (scripts/bench/drafter_step.cc; drafter_step.sh runs both).
+
+The same drafter and loss as method.md §2-4, written the way a competent PyTorch user would:
+  - fp32 parameters (master weights), bf16 compute by explicit casts of every weight at use, as
+    the project's DrafterModel does (`.to(bf16)` of each parameter inside the forward, so the
+    gradients arrive in fp32); RMSNorm in fp32 then cast back (HF style), NeoX RoPE with fp32
+    angles cast to the compute dtype;
+  - attention: FlexAttention with the DFlash BlockMask (method.md §3.3, the mask_mod of
+    dflash_attn_flex.py), q [1, Hq, n*B, D], k/v [1, Hkv, T + n*B, D], enable_gqa;
+  - loss: only rows with weight > 0 go to the lm_head (as ours); chunked cross-entropy over the
+    frozen bf16 lm_head, a torch.autograd.Function that keeps only the per-row logsumexp from the
+    forward and recomputes one chunk of logits at a time in the backward (at most one chunk of
+    logits, and its gradient, exists at once); decayed weights exp(-(k-1)/gamma); loss = numerator
+    / weight sum, backward;
+  - clip_grad_norm_(1.0), torch.optim.AdamW(fused=True), betas 0.9/0.999, eps 1e-8, wd 0,
+    constant lr 6e-4 (ours runs the same schedule in this benchmark).
+--compile full (default): torch.compile (inductor, dynamic=False) of the decoder layer with
+flex_attention inside, of the context projection, of the final norm and of the two chunk
+functions of the loss; --compile flex: only flex_attention compiled (the issue's minimum);
+--compile none: eager (the CPU smoke test; --attention dense there uses a dense masked softmax).
+Every batch-dependent tensor (block tokens, rope tables, the BlockMask, labels and weights) is
+built inside the timed step, as ours does in AddMicroBatch.
+
+Inputs (written by drafter_step --dump-dir / --export-weights): DIR/meta.json,
+DIR/batch.safetensors, WEIGHTS/drafter/model.safetensors (F32, method.md §7 names),
+WEIGHTS/frozen.safetensors (embed_tokens, lm_head). Prints one JSON line (the same keys as
+drafter_step's) and, with --ours, the cross-check of the first step's loss (same weights, same
+batch) and the ratios against the issue's targets.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+LAYER_NAMES = [
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+]
+
+
+def rms_norm(x, w, eps):
+    dtype = x.dtype
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return x32.to(dtype) * w
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def rope(x, cos, sin):  # x [N, heads, D], cos/sin [N, D]
+    return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
+
+
+def dense_attention(q, k, v, mask, scale):
+    """q [1, Hq, Q, D], k/v [1, Hkv, K, D], mask [Q, K] bool; rows seeing nothing give zeros."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = (q.float() @ k.float().transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~mask, float("-inf"))
+    any_visible = mask.any(-1)[:, None]
+    probs = torch.softmax(torch.where(any_visible, scores, torch.zeros_like(scores)), -1)
+    probs = (probs * any_visible).to(q.dtype)
+    return probs @ v
+
+
+class Attention:
+    def __init__(self, kind, compiled):
+        self.kind = kind
+        self.flex = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
+
+    def __call__(self, q, k, v, mask, scale):
+        if self.kind == "dense":
+            return dense_attention(q, k, v, mask, scale)
+        return self.flex(q, k, v, block_mask=mask, scale=scale, enable_gqa=True)
+
+
+def make_layer(cfg, attention):
+    hq, hkv, d, eps = cfg["hq"], cfg["hkv"], cfg["d"], cfg["eps"]
+    scale = d ** -0.5
+
+    def layer(x, ctx, w, q_cos, q_sin, k_cos, k_sin, mask):
+        dt = x.dtype
+        (in_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_norm, gate, up,
+         down) = [p.to(dt) for p in w]
+        q_rows, kv_rows = x.shape[0], ctx.shape[0] + x.shape[0]
+        h = rms_norm(x, in_norm, eps)
+        q = rms_norm((h @ q_proj.t()).view(q_rows, hq, d), q_norm, eps)
+        q = rope(q, q_cos, q_sin)
+        kv_in = torch.cat([ctx, h], 0)
+        k = rms_norm((kv_in @ k_proj.t()).view(kv_rows, hkv, d), k_norm, eps)
+        k = rope(k, k_cos, k_sin)
+        v = (kv_in @ v_proj.t()).view(kv_rows, hkv, d)
+        a = attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                      mask, scale)
+        a = a[0].transpose(0, 1).reshape(q_rows, hq * d)
+        y = x + a @ o_proj.t()
+        h = rms_norm(y, post_norm, eps)
+        return y + (F.silu(h @ gate.t()) * (h @ up.t())) @ down.t()
+
+    return layer
+
+
+def make_ctx(eps):
+    def ctx_fn(features, fc, hidden_norm, dt):
+        return rms_norm(features.to(dt) @ fc.to(dt).t(), hidden_norm.to(dt), eps)
+
+    return ctx_fn
+
+
+def ce_chunk_forward(h, lm_head, labels, w):
+    logits = (h.to(lm_head.dtype) @ lm_head.t()).float()
+    lse = torch.logsumexp(logits, -1)
+    target = logits.gather(1, labels[:, None]).squeeze(1)
+    return ((lse - target) * w).sum(), lse
+
+
+def ce_chunk_backward(h, lm_head, labels, lse, scale):
+    logits = (h.to(lm_head.dtype) @ lm_head.t()).float()
+    p = torch.exp(logits - lse[:, None])
+    onehot = torch.arange(p.shape[1], device=p.device)[None, :] == labels[:, None]
+    g = ((p - onehot.float()) * scale[:, None]).to(lm_head.dtype)
+    return (g @ lm_head).to(h.dtype)
+
+
+class ChunkedCE(torch.autograd.Function):
+    """sum_i w_i CE(h_i lm_head^T, label_i), one chunk of logits at a time, recomputed in the
+    backward (only the logsumexp per row is kept)."""
+
+    fwd = staticmethod(ce_chunk_forward)
+    bwd = staticmethod(ce_chunk_backward)
+
+    @staticmethod
+    def forward(ctx, hidden, lm_head, labels, weights, chunk):
+        num = torch.zeros((), device=hidden.device, dtype=torch.float32)
+        lse = torch.empty(hidden.shape[0], device=hidden.device, dtype=torch.float32)
+        for s in range(0, hidden.shape[0], chunk):
+            n, l = ChunkedCE.fwd(hidden[s:s + chunk], lm_head, labels[s:s + chunk],
+                                 weights[s:s + chunk])
+            num = num + n
+            lse[s:s + chunk] = l
+        ctx.save_for_backward(hidden, lm_head, labels, weights, lse)
+        ctx.chunk = chunk
+        return num
+
+    @staticmethod
+    def backward(ctx, g):
+        hidden, lm_head, labels, weights, lse = ctx.saved_tensors
+        scale = weights * g.float()
+        grad = torch.empty_like(hidden)
+        c = ctx.chunk
+        for s in range(0, hidden.shape[0], c):
+            grad[s:s + c] = ChunkedCE.bwd(hidden[s:s + c], lm_head, labels[s:s + c], lse[s:s + c],
+                                          scale[s:s + c])
+        return grad, None, None, None, None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump-dir", required=True, help="drafter_step --dump-dir")
+    ap.add_argument("--weights", required=True, help="drafter_step --export-weights")
+    ap.add_argument("--ours", help="drafter_step --json of the same geometry")
+    ap.add_argument("--json", help="write this process's JSON line here")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--chunk-rows", type=int, default=1024)
+    ap.add_argument("--compile", choices=["full", "flex", "none"], default="full")
+    ap.add_argument("--attention", choices=["flex", "dense"], default="flex")
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    t_setup = time.perf_counter()
+
+    with open(os.path.join(args.dump_dir, "meta.json")) as f:
+        meta = json.load(f)
+    cdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
+        meta["dtype"]]
+    cfg = dict(hq=meta["num_attention_heads"], hkv=meta["num_key_value_heads"],
+               d=meta["head_dim"], eps=meta["rms_norm_eps"])
+    B, L, gamma = meta["block_size"], meta["num_layers"], meta["gamma"]
+    mask_id, theta, d = meta["mask_token_id"], meta["rope_theta"], meta["head_dim"]
+
+    batch = {k: v.to(dev) for k, v in load_file(os.path.join(args.dump_dir, "batch.safetensors")).items()}
+    frozen = load_file(os.path.join(args.weights, "frozen.safetensors"))
+    embed = frozen["embed_tokens"].to(dev)
+    lm_head = frozen["lm_head"].to(dev)
+    del frozen
+    w = load_file(os.path.join(args.weights, "drafter", "model.safetensors"))
+    names = ["fc.weight", "hidden_norm.weight"] + [
+        f"layers.{i}.{n}" for i in range(L) for n in LAYER_NAMES] + ["norm.weight"]
+    params = {n: torch.nn.Parameter(w[n].to(dev, torch.float32)) for n in names}
+    del w
+    plist = list(params.values())
+    layer_w = [tuple(params[f"layers.{i}.{n}"] for n in LAYER_NAMES) for i in range(L)]
+    opt = torch.optim.AdamW(plist, lr=meta["lr"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                            fused=cuda)
+    clip = meta["clip_norm"]
+
+    compile_mode = args.compile
+    use_flex = args.attention == "flex"
+
+    def build(mode):
+        attention = Attention("flex" if use_flex else "dense", compiled=(mode == "flex"))
+        layer = make_layer(cfg, attention)
+        ctx_fn = make_ctx(cfg["eps"])
+        norm_fn = lambda x, wn: rms_norm(x, wn.to(x.dtype), cfg["eps"])  # noqa: E731
+        fwd, bwd = ce_chunk_forward, ce_chunk_backward
+        if mode == "full":
+            layer = torch.compile(layer, dynamic=False)
+            ctx_fn = torch.compile(ctx_fn, dynamic=False)
+            norm_fn = torch.compile(norm_fn, dynamic=False)
+            fwd = torch.compile(fwd, dynamic=False)
+            bwd = torch.compile(bwd, dynamic=False)
+        return layer, ctx_fn, norm_fn, fwd, bwd
+
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float32, device=dev) / d)
+
+    def rope_tables(pos):
+        ang = pos.float()[:, None] * inv_freq[None, :]
+        emb = torch.cat([ang, ang], -1)
+        return emb.cos().to(cdt), emb.sin().to(cdt)
+
+    def prepare():
+        """Everything the step derives from the batch (method.md §3.1-3.5)."""
+        ids, pos, anchors = batch["input_ids"], batch["positions"], batch["anchors"]
+        t, n = ids.shape[0], anchors.shape[0]
+        cu = batch["cu_seqlens"].long()
+        doc = torch.repeat_interleave(torch.arange(cu.shape[0] - 1, device=dev), cu[1:] - cu[:-1],
+                                      output_size=t)
+        valid = anchors >= 0
+        a = anchors.clamp_min(0)
+        k = torch.arange(B, device=dev)
+        slot0 = torch.where(valid, ids[a], torch.full_like(a, mask_id))
+        tokens = torch.cat([slot0[:, None], torch.full((n, B - 1), mask_id, device=dev)], 1).view(-1)
+        base = torch.where(valid, pos[a], torch.zeros_like(a))
+        q_cos, q_sin = rope_tables((base[:, None] + k[None, :]).view(-1))
+        c_cos, c_sin = rope_tables(pos)
+        k_cos, k_sin = torch.cat([c_cos, q_cos]), torch.cat([c_sin, q_sin])
+        row = a[:, None] + k[None, :]
+        at = row.clamp_max(t - 1).view(-1)
+        labels = ids[at]
+        same = (doc[at].view(n, B) == doc[a][:, None]) & (row < t) & valid[:, None]
+        decay = torch.exp(-(k.float() - 1) / gamma) * (k >= 1).float()
+        weights = (decay[None, :] * same.float() * (batch["loss_mask"][at].view(n, B) != 0).float()
+                   ).view(-1)
+        q_len, kv_len = n * B, t + n * B
+        doc_a = doc[a]
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            j = q_idx // B
+            anchor = anchors[j]
+            ctx_row = torch.clamp(kv_idx, max=t - 1)
+            in_ctx = (kv_idx < t) & (doc[ctx_row] == doc_a[j]) & (kv_idx < anchor)
+            in_blk = (kv_idx >= t) & ((kv_idx - t) // B == j)
+            return (in_ctx | in_blk) & (anchor >= 0)
+
+        if use_flex:
+            mask = create_block_mask(mask_mod, 1, None, q_len, kv_len, device=dev,
+                                     _compile=cuda)
+        else:
+            qi = torch.arange(q_len, device=dev)[:, None]
+            ki = torch.arange(kv_len, device=dev)[None, :]
+            mask = mask_mod(None, None, qi, ki)
+        return tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights
+
+    def step(fns):
+        layer, ctx_fn, norm_fn, fwd, bwd = fns
+        ChunkedCE.fwd, ChunkedCE.bwd = staticmethod(fwd), staticmethod(bwd)
+        tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights = prepare()
+        x = embed[tokens].to(cdt)
+        ctx = ctx_fn(batch["features"], params["fc.weight"], params["hidden_norm.weight"], cdt)
+        for i in range(L):
+            x = layer(x, ctx, layer_w[i], q_cos, q_sin, k_cos, k_sin, mask)
+        hidden = norm_fn(x, params["norm.weight"])
+        rows = torch.nonzero(weights > 0).squeeze(1)
+        num = ChunkedCE.apply(hidden[rows], lm_head, labels[rows], weights[rows], args.chunk_rows)
+        loss = num / weights.sum()
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(plist, clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach(), gn
+
+    fns = build(compile_mode)
+    note = ""
+    losses, ms, gn0 = [], [], None
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        try:
+            loss, gn = step(fns)
+        except Exception as e:  # noqa: BLE001  a compile failure: say so, fall back
+            if i > 0 or compile_mode == "none":
+                raise
+            note = f"--compile {compile_mode} failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); fell back to --compile flex"
+            print(note, file=sys.stderr)
+            compile_mode = "flex"
+            opt.zero_grad(set_to_none=True)
+            fns = build(compile_mode)
+            loss, gn = step(fns)
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed = (time.perf_counter() - t0) * 1e3
+        losses.append(loss.item())
+        if i == 0:
+            gn0 = gn.item()
+        if i >= args.warmup:
+            ms.append(elapsed)
+    srt = sorted(ms)
+    med = srt[len(srt) // 2]
+    t = batch["input_ids"].shape[0]
+    n_elem = sum(p.numel() for p in plist)
+    train_static = n_elem * 16
+    frozen_b = embed.nbytes + (0 if lm_head.data_ptr() == embed.data_ptr() else lm_head.nbytes)
+    peak = torch.cuda.max_memory_allocated(dev) if cuda else 0
+    out = {
+        "impl": f"pytorch ({compile_mode})", "tokens": t, "anchors": batch["anchors"].shape[0],
+        "documents": batch["cu_seqlens"].shape[0] - 1, "steps_timed": len(ms),
+        "ms_median": round(med, 3), "ms_min": round(srt[0], 3), "ms_max": round(srt[-1], 3),
+        "steps_per_s": 1e3 / med, "ctx_tok_per_s": t * 1e3 / med, "peak_bytes": peak,
+        "param_elems": n_elem, "train_static_bytes": train_static, "frozen_bytes": frozen_b,
+        "static_bytes": train_static + frozen_b, "beyond_bytes": peak - train_static - frozen_b,
+        "chunk_rows": args.chunk_rows, "torch": torch.__version__,
+        "setup_s": round(time.perf_counter() - t_setup - sum(ms) / 1e3, 1), "grad_norm0": gn0,
+        "first_loss": losses[0], "losses": losses, "note": note,
+    }
+    line = json.dumps(out)
+    print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(line + "\n")
+    if args.ours:
+        with open(args.ours) as f:
+            ours = json.load(f)
+        rel = abs(ours["first_loss"] - out["first_loss"]) / max(abs(out["first_loss"]), 1e-12)
+        print(f"cross-check first-step loss: ours {ours['first_loss']:.6f} reference "
+              f"{out['first_loss']:.6f} rel diff {rel:.2e} ({'OK' if rel <= 2e-2 else 'MISMATCH'}); "
+              f"grad norm ours {ours['grad_norm0']:.5g} reference {gn0:.5g}")
+        if cuda:
+            print(f"ratios: tok/s {ours['ctx_tok_per_s'] / out['ctx_tok_per_s']:.2f}x (target >= 1.5), "
+                  f"peak {ours['peak_bytes'] / peak:.2f} (target <= 0.8), beyond "
+                  f"{ours['beyond_bytes'] / out['beyond_bytes']:.2f} (target <= 0.5)")
+
+
+if __name__ == "__main__":
+    main()
