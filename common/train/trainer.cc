@@ -1,8 +1,15 @@
 #include "common/train/trainer.h"
 
 #include <ATen/core/grad_mode.h>
-#include <torch/nn/utils/clip_grad.h>
-#include <torch/optim/adamw.h>
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/norm.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
 #include <cmath>
@@ -57,9 +64,11 @@ double LearningRate(const OptimConfig& c, int64_t step) {
   return c.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
+// AdamW state per parameter, in fp32 on the parameter's device: the two moments and the step
+// count (a one-element fp32 tensor, as ATen's fused AdamW wants it).
 struct DrafterTrainer::Impl {
   std::vector<at::Tensor> params;
-  std::unique_ptr<torch::optim::AdamW> opt;
+  std::vector<at::Tensor> exp_avg, exp_avg_sq, steps;
   double numerator = 0, weight_sum = 0;
   bool nonfinite = false;
   int64_t micro = 0;
@@ -86,10 +95,10 @@ absl::StatusOr<std::unique_ptr<DrafterTrainer>> DrafterTrainer::Create(
           "; AdamW keeps fp32 master weights (DrafterOptions.dtype = fp32)"));
     }
     t->impl_->params.push_back(p.tensor);
+    t->impl_->exp_avg.push_back(at::zeros_like(p.tensor));
+    t->impl_->exp_avg_sq.push_back(at::zeros_like(p.tensor));
+    t->impl_->steps.push_back(at::zeros({}, p.tensor.options()));
   }
-  torch::optim::AdamWOptions options(config.lr);
-  options.betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
-  t->impl_->opt = std::make_unique<torch::optim::AdamW>(t->impl_->params, options);
   const size_t b = static_cast<size_t>(model->config().block_size);
   t->impl_->slot_correct.assign(b, 0);
   t->impl_->slot_total.assign(b, 0);
@@ -193,28 +202,40 @@ absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weig
   if (!s.skipped && comm_ != nullptr) {
     if (absl::Status st = ReduceGradients(); !st.ok()) return st;
   }
+  s.grad_norm = std::numeric_limits<double>::quiet_NaN();
   if (!s.skipped) {
+    // The gradients hold the step's loss numerator's: one norm pass gives the global norm of the
+    // normalized gradient (/ weight sum), and the normalization and the clipping are folded into
+    // the fused AdamW's grad_scale (it divides each gradient by it as it reads it), so the
+    // gradients are read twice in all instead of being rewritten twice first.
     const at::NoGradGuard no_grad;
-    const double scale = 1.0 / s.weight_sum;
-    for (at::Tensor& p : m.params) {
-      if (p.grad().defined()) p.mutable_grad().mul_(scale);
+    std::vector<at::Tensor> params, grads, exp_avg, exp_avg_sq, steps;
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      if (!m.params[i].grad().defined()) continue;  // untouched this step: not updated
+      params.push_back(m.params[i]);
+      grads.push_back(m.params[i].grad());
+      exp_avg.push_back(m.exp_avg[i]);
+      exp_avg_sq.push_back(m.exp_avg_sq[i]);
+      steps.push_back(m.steps[i]);
     }
-    const double max_norm =
-        config_.clip_norm > 0 ? config_.clip_norm : std::numeric_limits<double>::infinity();
-    s.grad_norm = torch::nn::utils::clip_grad_norm_(m.params, max_norm);
+    const double raw_norm =
+        grads.empty() ? 0.0 : at::stack(at::_foreach_norm(grads, 2)).norm().item<double>();
+    s.grad_norm = raw_norm / s.weight_sum;
     s.skipped = !std::isfinite(s.grad_norm);
-  } else {
-    s.grad_norm = std::numeric_limits<double>::quiet_NaN();
-  }
-  if (!s.skipped) {
-    s.lr = LearningRate(config_, step_);
-    for (auto& group : m.opt->param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(s.lr);
+    if (!s.skipped && !grads.empty()) {
+      // As clip_grad_norm_: coefficient max_norm / (norm + 1e-6), at most 1.
+      const double clip =
+          config_.clip_norm > 0 ? std::min(1.0, config_.clip_norm / (s.grad_norm + 1e-6)) : 1.0;
+      const at::Tensor grad_scale =
+          at::full({}, s.weight_sum / clip, grads[0].options().dtype(at::kFloat));
+      s.lr = LearningRate(config_, step_);
+      at::_foreach_add_(steps, 1.0);
+      at::_fused_adamw_(params, grads, exp_avg, exp_avg_sq, /*max_exp_avg_sqs=*/{}, steps, s.lr,
+                        config_.beta1, config_.beta2, config_.weight_decay, config_.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, grad_scale, /*found_inf=*/{});
     }
-    m.opt->step();
-  } else {
-    ++skipped_;
   }
+  if (s.skipped) ++skipped_;
   for (at::Tensor& p : m.params) p.mutable_grad() = at::Tensor();
   m.numerator = m.weight_sum = 0;
   m.nonfinite = false;
@@ -247,17 +268,10 @@ absl::Status DrafterTrainer::SaveState(
     const at::Tensor& p = m.params[i];
     const std::string& name = specs[i].name;
     add("param/" + name, p);
-    auto it = m.opt->state().find(p.unsafeGetTensorImpl());
-    if (it != m.opt->state().end()) {
-      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-      add("adam.exp_avg/" + name, st.exp_avg());
-      add("adam.exp_avg_sq/" + name, st.exp_avg_sq());
-      add("adam.step/" + name, at::full({1}, st.step(), at::kLong));
-    } else {  // no step applied yet
-      add("adam.exp_avg/" + name, at::zeros_like(p));
-      add("adam.exp_avg_sq/" + name, at::zeros_like(p));
-      add("adam.step/" + name, at::zeros({1}, at::kLong));
-    }
+    add("adam.exp_avg/" + name, m.exp_avg[i]);
+    add("adam.exp_avg_sq/" + name, m.exp_avg_sq[i]);
+    add("adam.step/" + name,
+        at::full({1}, static_cast<int64_t>(std::llround(m.steps[i].item<double>())), at::kLong));
   }
   std::map<std::string, std::string> meta = extra_metadata;
   meta["trainer.step"] = std::to_string(step_);
@@ -302,20 +316,13 @@ absl::StatusOr<std::map<std::string, std::string>> DrafterTrainer::LoadState(
     }
   }
   const at::NoGradGuard no_grad;
-  auto& state = m.opt->state();
   for (size_t i = 0; i < specs.size(); ++i) {
     at::Tensor& p = m.params[i];
     const std::string& name = specs[i].name;
     p.copy_(tensors->at("param/" + name));
-    const int64_t n = tensors->at("adam.step/" + name).item<int64_t>();
-    state.erase(p.unsafeGetTensorImpl());
-    if (n > 0) {
-      auto st = std::make_unique<torch::optim::AdamWParamState>();
-      st->step(n);
-      st->exp_avg(tensors->at("adam.exp_avg/" + name).to(p.device()).clone());
-      st->exp_avg_sq(tensors->at("adam.exp_avg_sq/" + name).to(p.device()).clone());
-      state[p.unsafeGetTensorImpl()] = std::move(st);
-    }
+    m.exp_avg[i].copy_(tensors->at("adam.exp_avg/" + name));
+    m.exp_avg_sq[i].copy_(tensors->at("adam.exp_avg_sq/" + name));
+    m.steps[i].fill_(static_cast<double>(tensors->at("adam.step/" + name).item<int64_t>()));
     p.mutable_grad() = at::Tensor();
   }
   step_ = step;

@@ -11,6 +11,8 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -142,6 +144,61 @@ TEST(DrafterTrainerTest, LossIsNormalizedOverTheStepsMicroBatches) {
   auto g = (*trainer)->Step(4.0 * la->denominator.item<double>());
   ASSERT_TRUE(g.ok());
   EXPECT_NEAR(g->weight_sum, 4.0 * la->denominator.item<double>(), 1e-9);
+}
+
+// The fused step (normalization and clipping folded into ATen's fused AdamW) against LibTorch's
+// own AdamW applied to explicitly normalized and clipped gradients: same parameters after three
+// steps of different weight sums, one of them clipped.
+TEST(DrafterTrainerTest, FusedStepEqualsLibTorchAdamWOnNormalizedClippedGradients) {
+  const DrafterConfig c = TinyConfig();
+  OptimConfig o = Config(3);
+  o.weight_decay = 0.1;
+  o.clip_norm = 5.0;
+  auto model = MakeModel(c, 3), oracle = MakeModel(c, 3);
+  auto trainer = DrafterTrainer::Create(model.get(), o, Loss());
+  ASSERT_TRUE(trainer.ok());
+  std::vector<at::Tensor> params;
+  for (const auto& p : oracle->parameters()) params.push_back(p.tensor);
+  torch::optim::AdamW adamw(params, torch::optim::AdamWOptions(o.lr)
+                                        .betas({o.beta1, o.beta2})
+                                        .eps(o.eps)
+                                        .weight_decay(o.weight_decay));
+  bool clipped = false;
+  for (int step = 0; step < 3; ++step) {
+    const DrafterBatch a = Batch(c, 40 + step), b = Batch(c, 50 + step);
+    ASSERT_TRUE((*trainer)->AddMicroBatch(a).ok());
+    if (step != 1) ASSERT_TRUE((*trainer)->AddMicroBatch(b).ok());  // another weight sum
+    auto s = (*trainer)->Step();
+    ASSERT_TRUE(s.ok()) << s.status();
+    double weight_sum = 0;
+    for (const DrafterBatch* x : {&a, &b}) {
+      if (step == 1 && x == &b) continue;
+      auto loss = oracle->Loss(*x, *oracle->Forward(*x), Loss());
+      ASSERT_TRUE(loss.ok());
+      loss->numerator.backward();
+      weight_sum += loss->denominator.item<double>();
+    }
+    EXPECT_NEAR(s->weight_sum, weight_sum, 1e-9 * weight_sum);
+    {
+      const at::NoGradGuard no_grad;
+      for (at::Tensor& p : params) p.mutable_grad().div_(weight_sum);
+    }
+    const double norm = torch::nn::utils::clip_grad_norm_(params, o.clip_norm);
+    EXPECT_NEAR(s->grad_norm, norm, 1e-4 * norm) << "step " << step;
+    clipped = clipped || norm > o.clip_norm;
+    for (auto& group : adamw.param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(s->lr);
+    }
+    adamw.step();
+    adamw.zero_grad();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor& got = model->parameters()[i].tensor;
+      const double err = (got - params[i]).abs().max().item<double>();
+      const double scale = params[i].abs().max().item<double>() + 1e-12;
+      EXPECT_LT(err, 1e-5 * scale) << model->parameters()[i].name << " step " << step;
+    }
+  }
+  EXPECT_TRUE(clipped) << "clip_norm 5 should clip at least one step of this tiny drafter";
 }
 
 TEST(DrafterTrainerTest, NonFiniteStepIsSkippedAndCounted) {
