@@ -31,8 +31,9 @@
 // Usage: drafter_step [--tokens 8192] [--anchors 512] [--steps 10] [--warmup 3] [--seed 1]
 //          [--doc-min 200] [--doc-max 2000] [--target builtin:qwen3-8b-random] [--dtype bfloat16]
 //          [--layers 5] [--device cuda|cpu] [--json FILE] [--dump-dir DIR] [--export-weights DIR]
-// --target builtin:tiny-qwen3 --device cpu --tokens 256 --anchors 8 --doc-min 30 --doc-max 120 is
-// the CPU smoke-test geometry.
+// --target builtin:tiny-qwen3 --device cpu --dtype float32 --tokens 512 --anchors 32 --doc-min 60
+// --doc-max 200 is a CPU smoke-test geometry (with 256 tokens / 8 anchors the first step can have
+// no supervised anchor and is refused as skipped).
 #include <ATen/Context.h>
 #include <ATen/ops/randn.h>
 #include <c10/core/Device.h>
@@ -215,13 +216,15 @@ int main(int argc, char** argv) {
     param_bytes += static_cast<int64_t>(p.tensor.nbytes());
   }
   const int64_t train_static = param_bytes * 4;  // params + grads + exp_avg + exp_avg_sq (fp32)
-  const at::Tensor& embed = (*target)->embed_tokens();
-  const at::Tensor& lm_head = (*target)->lm_head();
+  const at::Tensor embed = (*target)->embed_tokens();  // handles: the drafter shares them
+  const at::Tensor lm_head = (*target)->lm_head();
   const int64_t frozen =
       static_cast<int64_t>(embed.nbytes()) +
       (lm_head.is_same(embed) ? int64_t{0} : static_cast<int64_t>(lm_head.nbytes()));
-  // What else the embeddings-only target holds on the device (layer 0, its final norm).
+  // What else the embeddings-only target held on the device (layer 0, its final norm), freed
+  // here as the drafter worker frees it once the drafter exists.
   const int64_t other_held = device.is_cuda() ? target_bytes - frozen : 0;
+  target->reset();
 
   // Documents filling the budget exactly; ids in [16, min(V, 151000)), never the mask id.
   SplitMix64 rng(dflash::batching::SeedHash(0x4452414654535450ULL, {static_cast<uint64_t>(seed)}));
