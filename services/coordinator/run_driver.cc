@@ -242,7 +242,9 @@ void Coordinator::StartRun(const Placement& p) {
         s = TransitionLocked(p.run_id, v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED,
                              "waiting for an idle target/drafter pair");
       }
-      if (!s.ok()) LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
+      if (!s.ok()) {
+        LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
+      }
     } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING && !status.ok()) {
       TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_FAILED,
                        absl::StrCat("preparing the run failed: ", status.message()))
@@ -513,7 +515,9 @@ void Coordinator::EndRun(Training* t, const absl::Status& status) {
     s = TransitionLocked(run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_FAILED,
                          std::string(status.message()));
   }
-  if (!s.ok()) LOG_RUN(ERROR, run_id, -1) << "cannot end the run: " << s;
+  if (!s.ok()) {
+    LOG_RUN(ERROR, run_id, -1) << "cannot end the run: " << s;
+  }
   UpdateGaugesLocked();
 }
 
@@ -521,7 +525,9 @@ void Coordinator::ReleaseWorkers(const Placement& p) {
   for (const auto& [target, drafter] : p.pairs) {
     for (const auto& w : {target, drafter}) {
       absl::Status s = workers_->ReleaseRun(w, p.run_id);
-      if (!s.ok()) LOG_RUN(WARNING, p.run_id, -1) << "release: " << s;
+      if (!s.ok()) {
+        LOG_RUN(WARNING, p.run_id, -1) << "release: " << s;
+      }
     }
   }
 }
