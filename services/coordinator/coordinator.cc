@@ -11,6 +11,7 @@
 #include "common/batching/cursor.h"
 #include "common/config/run_spec.h"
 #include "common/data/run_data.h"
+#include "services/coordinator/placement.h"
 #include "services/coordinator/run_state.h"
 
 namespace dflash::coordinator {
@@ -292,16 +293,12 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
     // rank per GPU: auto stops before the first drafter on a GPU an earlier one holds.
     // A run that resumes keeps its pair count: its data cursor plans for it (and a cursor of
     // another pair count is refused), so auto then waits for as many pairs as before.
-    const bool gpu_drafters = !drafters.empty() && drafters[0].device().kind() == "cuda";
+    const bool gpu_drafters = !drafters.empty() && Collective(drafters[0]) == "nccl";
     size_t max_auto = available;
     if (gpu_drafters) {
       std::set<std::string> gpus;
       for (max_auto = 0; max_auto < available; ++max_auto) {
-        const v1::WorkerInfo& d = drafters[max_auto];
-        const std::string address = d.control_address();
-        const std::string gpu = absl::StrCat(address.substr(0, address.rfind(':')), "/",
-                                             d.device().kind(), d.device().index());
-        if (!gpus.insert(gpu).second) break;
+        if (!gpus.insert(DeviceKey(drafters[max_auto])).second) break;
       }
     }
     size_t wanted = spec->placement.pairs ? static_cast<size_t>(*spec->placement.pairs)

@@ -23,6 +23,7 @@
 #include "common/model/safetensors.h"
 #include "common/train/checkpoints.h"
 #include "services/coordinator/coordinator.h"
+#include "services/coordinator/placement.h"
 #include "services/coordinator/run_state.h"
 
 namespace dflash::coordinator {
@@ -36,60 +37,6 @@ constexpr char kCursorKey[] = "data.cursor";  // as LocalRun writes it (common/t
 bool Unreachable(const absl::Status& s) {
   return s.code() == absl::StatusCode::kUnavailable ||
          s.code() == absl::StatusCode::kDeadlineExceeded;
-}
-
-std::string HostOf(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
-// placement.transport for one pair: auto is cuda_ipc when the target and drafter hold the same
-// GPU of one machine, host otherwise (features staged through host memory); an explicit choice is
-// passed on, and the workers refuse what they cannot run, naming the field.
-// How data-parallel drafters sum gradients: through shared memory when they run on the CPU (the
-// drafter processes of one machine), NCCL when they hold GPUs.
-std::string Collective(const v1::WorkerInfo& drafter) {
-  return drafter.device().kind() == "cuda" ? "nccl" : "host";
-}
-
-// Data-parallel drafters must be able to form their group: CPU drafters (shared memory) on one
-// machine; GPU drafters (NCCL) each on its own GPU, since NCCL refuses two ranks on one device.
-absl::Status CheckDrafterGroup(
-    const std::vector<std::pair<v1::WorkerInfo, v1::WorkerInfo>>& pairs) {
-  const v1::WorkerInfo& first = pairs[0].second;
-  const bool host = Collective(first) == "host";
-  for (size_t i = 1; i < pairs.size(); ++i) {
-    const v1::WorkerInfo& d = pairs[i].second;
-    if (Collective(d) != Collective(first)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("placement.pairs: drafters ", first.name(), " and ", d.name(),
-                       " are on a CPU and a GPU; data-parallel drafters must all be one kind"));
-    }
-    for (size_t j = 0; j < i; ++j) {
-      const v1::WorkerInfo& e = pairs[j].second;
-      const bool same_host = HostOf(d.control_address()) == HostOf(e.control_address());
-      if (host && !same_host) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "placement.pairs: ", pairs.size(), " CPU drafters on more than one machine (", e.name(),
-            ", ", d.name(), "): CPU drafters sum gradients through shared memory on one machine"));
-      }
-      if (!host && same_host && d.device().index() == e.device().index()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "placement.pairs: drafters ", e.name(), " and ", d.name(), " share GPU ",
-            d.device().index(), "; NCCL refuses two ranks on one device (one drafter per GPU)"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string ResolveTransport(const config::RunSpec& spec, const v1::WorkerInfo& target,
-                             const v1::WorkerInfo& drafter) {
-  if (spec.placement.transport != "auto") return spec.placement.transport;
-  const bool same_gpu = target.device().kind() == "cuda" && drafter.device().kind() == "cuda" &&
-                        target.device().index() == drafter.device().index() &&
-                        HostOf(target.control_address()) == HostOf(drafter.control_address());
-  return same_gpu ? "cuda_ipc" : "host";
 }
 
 }  // namespace

@@ -175,29 +175,33 @@ class DrafterRunner : public StepRunner {
   // unique id that the coordinator hands to the others (who join at the first step).
   absl::Status JoinDrafterGroup(Prepared* prepared) {
     if (ctx_.num_pairs <= 1) return absl::OkStatus();
+    absl::StatusOr<std::unique_ptr<transport::Communicator>> comm = NewCommunicator(prepared);
+    if (!comm.ok()) return comm.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    comm_ = *std::move(comm);
+    if (aborted_) comm_->Abort();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<transport::Communicator>> NewCommunicator(Prepared* prepared) {
+    const int rank = static_cast<int>(ctx_.pair), world = static_cast<int>(ctx_.num_pairs);
     if (ctx_.collective == "nccl") {
       if (ctx_.gpu < 0) {
         return absl::FailedPreconditionError("collective nccl: this drafter has no GPU");
       }
       std::string id = ctx_.nccl_unique_id;
-      if (ctx_.pair == 0) {
+      if (rank == 0) {
         absl::StatusOr<std::string> made = transport::NewNcclUniqueId();
         if (!made.ok()) return made.status();
         id = *made;
         prepared->nccl_unique_id = id;
       }
       transport::NcclCommunicator::Options o;
-      o.rank = static_cast<int>(ctx_.pair);
-      o.world = static_cast<int>(ctx_.num_pairs);
+      o.rank = rank;
+      o.world = world;
       o.device = ctx_.gpu;
       o.timeout = kChannelTimeout;
-      absl::StatusOr<std::unique_ptr<transport::NcclCommunicator>> comm =
-          transport::NcclCommunicator::Create(id, o);
-      if (!comm.ok()) return comm.status();
-      std::lock_guard<std::mutex> lock(mu_);
-      comm_ = *std::move(comm);
-      if (aborted_) comm_->Abort();
-      return absl::OkStatus();
+      return transport::NcclCommunicator::Create(id, o);
     }
     if (ctx_.collective != "host") {
       return absl::InvalidArgumentError(
@@ -207,19 +211,13 @@ class DrafterRunner : public StepRunner {
       return absl::InvalidArgumentError("drafter_group: must not be empty with num_pairs > 1");
     }
     transport::HostCommunicator::Options o;
-    o.rank = static_cast<int>(ctx_.pair);
-    o.world = static_cast<int>(ctx_.num_pairs);
+    o.rank = rank;
+    o.world = world;
     o.timeout = kChannelTimeout;
     o.open_timeout = kOpenTimeout;
     // A group of this name left by a crashed attempt is stale: names are per attempt.
-    if (o.rank == 0) transport::ShmSegment::Unlink(ctx_.drafter_group);
-    absl::StatusOr<std::unique_ptr<transport::HostCommunicator>> comm =
-        transport::HostCommunicator::Create(ctx_.drafter_group, o);
-    if (!comm.ok()) return comm.status();
-    std::lock_guard<std::mutex> lock(mu_);
-    comm_ = *std::move(comm);
-    if (aborted_) comm_->Abort();
-    return absl::OkStatus();
+    if (rank == 0) transport::ShmSegment::Unlink(ctx_.drafter_group);
+    return transport::HostCommunicator::Create(ctx_.drafter_group, o);
   }
 
   absl::Status OpenChannel() {

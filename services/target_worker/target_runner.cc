@@ -3,7 +3,6 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/tensor.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -78,7 +77,7 @@ class TargetRunner : public StepRunner {
       slots_ = *std::move(slots);
     }
     // A channel of this name left behind by a crashed attempt is stale: names are per attempt.
-    if (shm_unlink(("/" + ctx.channel).c_str()) == 0) {
+    if (transport::ShmSegment::Unlink(ctx.channel)) {
       LOG_RUN(WARNING, ctx.run_id, -1) << "removed a stale channel " << ctx.channel;
     }
     absl::StatusOr<std::unique_ptr<transport::ShmRing>> ring =

@@ -1,0 +1,39 @@
+// Where a run's workers are, and what that allows: the feature transport of a pair, the
+// collective of its data-parallel drafters, and whether those drafters can form their group.
+// Pure functions of the registered workers' info (control address and device).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/config/run_spec.h"
+#include "dflash/v1/common.pb.h"
+
+namespace dflash::coordinator {
+
+using WorkerPairs = std::vector<std::pair<v1::WorkerInfo, v1::WorkerInfo>>;  // (target, drafter)
+
+// The host part of a control address ("10.0.0.1:7001" -> "10.0.0.1").
+std::string HostOf(const std::string& address);
+
+// One device of one machine: "<host>/<kind><index>", e.g. "10.0.0.1/cuda0" or "10.0.0.1/cpu-1".
+std::string DeviceKey(const v1::WorkerInfo& worker);
+
+// How data-parallel drafters sum gradients: through shared memory when they run on the CPU (the
+// drafter processes of one machine), NCCL when they hold GPUs.
+std::string Collective(const v1::WorkerInfo& drafter);
+
+// Data-parallel drafters must be able to form their group: all of one kind; CPU drafters
+// (shared memory) on one machine; GPU drafters (NCCL) each on its own GPU, since NCCL refuses
+// two ranks on one device. FAILED_PRECONDITION naming placement.pairs and the workers otherwise.
+absl::Status CheckDrafterGroup(const WorkerPairs& pairs);
+
+// placement.transport for one pair: auto is cuda_ipc when the target and drafter hold the same
+// GPU of one machine, host otherwise (features staged through host memory); an explicit choice is
+// passed on, and the workers refuse what they cannot run, naming the field.
+std::string ResolveTransport(const config::RunSpec& spec, const v1::WorkerInfo& target,
+                             const v1::WorkerInfo& drafter);
+
+}  // namespace dflash::coordinator
