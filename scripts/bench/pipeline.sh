@@ -66,6 +66,7 @@ YAML
   # Steps 3 .. steps-2 (the first ones warm up; the last one checkpoints and exports).
   grep "\] loss " "$d/c.log" | sed -n 's/.* step=\([0-9]*\) .* \([0-9]*\) tok  \([0-9.]*\) s.*/\1 \2 \3/p' \
     | awk -v n="$steps" '$1 >= 3 && $1 < n - 1' >"$d/steps.txt"
+  rm -rf "$d/state"  # checkpoints of a Qwen3-8B-sized drafter are 12.6 GB each
   "$py" - "$d/steps.txt" "$1" "$2" "$tp" "$dp" "$layers" "$tr" "$dr" <<'PY'
 import sys, statistics
 rows = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
