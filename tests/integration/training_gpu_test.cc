@@ -7,6 +7,8 @@
 #include <cmath>
 #include <map>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/strings/str_cat.h"
 #include "common/device/device_probe.h"
 #include "tests/integration/training_cluster.h"
@@ -31,6 +33,10 @@ std::string Yaml(const std::string& name, const std::string& transport) {
 }
 
 TEST_F(TrainingCluster, GpuPairTrainsThroughCudaIpcWithTheLossCurveOfHost) {
+  // The H200 runs of 2026-12-03 died of a segfault after the comparisons, before the test's end
+  // was reported: print the stack of any fatal signal.
+  absl::InitializeSymbolizer("/proc/self/exe");
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
   if (!device::Probe(0).ok()) GTEST_SKIP() << "no CUDA device";
   StartWorker("target", "t0", /*gpu=*/0);
   StartWorker("drafter", "d0", /*gpu=*/0);
