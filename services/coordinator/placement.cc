@@ -45,11 +45,30 @@ absl::Status CheckDrafterGroup(const WorkerPairs& pairs) {
   return absl::OkStatus();
 }
 
-std::string ResolveTransport(const config::RunSpec& spec, const v1::WorkerInfo& target,
-                             const v1::WorkerInfo& drafter) {
-  if (spec.placement.transport != "auto") return spec.placement.transport;
-  const bool same_gpu = target.device().kind() == "cuda" && DeviceKey(target) == DeviceKey(drafter);
-  return same_gpu ? "cuda_ipc" : "host";
+absl::StatusOr<std::string> ResolveTransport(const config::RunSpec& spec,
+                                             const v1::WorkerInfo& target,
+                                             const v1::WorkerInfo& drafter) {
+  const bool gpus = target.device().kind() == "cuda" && drafter.device().kind() == "cuda";
+  const bool same_gpu = gpus && DeviceKey(target) == DeviceKey(drafter);
+  const bool same_host = HostOf(target.control_address()) == HostOf(drafter.control_address());
+  const std::string& t = spec.placement.transport;
+  if (t == "auto") return std::string(same_gpu ? "cuda_ipc" : gpus ? "nccl" : "host");
+  const auto refuse = [&](const std::string& why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("placement.transport: ", t, " ", why, "; target ", target.name(), " on ",
+                     DeviceKey(target), ", drafter ", drafter.name(), " on ", DeviceKey(drafter)));
+  };
+  if (t == "cuda_ipc" && !same_gpu) {
+    return refuse("needs the target and the drafter on the same GPU (nccl is for two GPUs)");
+  }
+  if (t == "nccl" && !gpus) return refuse("needs the target and the drafter on GPUs");
+  if (t == "nccl" && same_gpu) {
+    return refuse("needs two GPUs: NCCL refuses two ranks on one device (cuda_ipc is for one GPU)");
+  }
+  if (t == "host" && !same_host) {
+    return refuse("moves features through shared memory on one machine (nccl crosses machines)");
+  }
+  return t;
 }
 
 }  // namespace dflash::coordinator

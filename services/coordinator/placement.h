@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/config/run_spec.h"
 #include "dflash/v1/common.pb.h"
 
@@ -30,10 +31,13 @@ std::string Collective(const v1::WorkerInfo& drafter);
 // two ranks on one device. FAILED_PRECONDITION naming placement.pairs and the workers otherwise.
 absl::Status CheckDrafterGroup(const WorkerPairs& pairs);
 
-// placement.transport for one pair: auto is cuda_ipc when the target and drafter hold the same
-// GPU of one machine, host otherwise (features staged through host memory); an explicit choice is
-// passed on, and the workers refuse what they cannot run, naming the field.
-std::string ResolveTransport(const config::RunSpec& spec, const v1::WorkerInfo& target,
-                             const v1::WorkerInfo& drafter);
+// placement.transport for one pair. auto: cuda_ipc when the target and drafter hold the same GPU
+// of one machine, nccl when they hold two different GPUs (of one machine or of two), host
+// otherwise (a CPU worker: features through shared memory on one machine). An explicit choice is
+// checked against the pair: cuda_ipc needs one GPU, nccl two (NCCL refuses two ranks on one
+// device), host one machine; FAILED_PRECONDITION naming placement.transport and the workers.
+absl::StatusOr<std::string> ResolveTransport(const config::RunSpec& spec,
+                                             const v1::WorkerInfo& target,
+                                             const v1::WorkerInfo& drafter);
 
 }  // namespace dflash::coordinator

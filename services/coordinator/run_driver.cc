@@ -144,6 +144,12 @@ void Coordinator::StartRun(const Placement& p) {
   if (status.ok() && p.pairs.size() > 1) status = CheckDrafterGroup(p.pairs);
   for (size_t i = 0; status.ok() && i < p.pairs.size(); ++i) {
     const auto& [target, drafter] = p.pairs[i];
+    absl::StatusOr<std::string> transport = ResolveTransport(training->spec, target, drafter);
+    if (!transport.ok()) {
+      status = transport.status();
+      break;
+    }
+    std::string channel_descriptor;  // transport nccl: from the target, for its drafter
     // Target first: it creates the pair's channel, which the drafter then opens.
     for (const auto& [self, peer] :
          {std::make_pair(target, drafter), std::make_pair(drafter, target)}) {
@@ -156,7 +162,8 @@ void Coordinator::StartRun(const Placement& p) {
       req.set_total_steps(training->total_steps);
       req.set_resume_checkpoint(training->resume_from);
       req.set_channel(absl::StrCat(group_prefix, "-p", i));
-      req.set_transport(ResolveTransport(training->spec, target, drafter));
+      req.set_transport(*transport);
+      if (self.worker_id() == drafter.worker_id()) req.set_channel_descriptor(channel_descriptor);
       req.set_run_dir(training->run_dir);
       if (self.worker_id() == drafter.worker_id() && p.pairs.size() > 1) {
         req.set_drafter_group(absl::StrCat(group_prefix, "-dp"));
@@ -171,6 +178,7 @@ void Coordinator::StartRun(const Placement& p) {
       }
       if (self.worker_id() == drafter.worker_id() && i == 0)
         nccl_unique_id = resp->nccl_unique_id();
+      if (self.worker_id() == target.worker_id()) channel_descriptor = resp->channel_descriptor();
       echoes.push_back(absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
     }
   }

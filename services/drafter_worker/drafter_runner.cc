@@ -17,6 +17,7 @@
 #include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_message.h"
 #include "common/transport/host_communicator.h"
+#include "common/transport/nccl_channel.h"
 #include "common/transport/nccl_communicator.h"
 #include "common/transport/shm_ring.h"
 #include "services/worker_common/feature_channel.h"
@@ -48,6 +49,19 @@ class DrafterRunner : public StepRunner {
     if (absl::Status s = JoinDrafterGroup(&prepared); !s.ok()) return s;
     if (ctx.transport == "cuda_ipc")
       mappings_ = std::make_unique<transport::CudaIpcMappings>(ctx.gpu);
+    if (ctx.transport == "nccl") {
+      transport::NcclChannel::Options o;
+      o.rank = 1;
+      o.device = ctx.gpu;
+      o.slots = kChannelSlots;
+      o.timeout = kChannelTimeout;
+      absl::StatusOr<std::unique_ptr<transport::NcclChannel>> channel =
+          transport::NcclChannel::Create(ctx.channel_descriptor, o);
+      if (!channel.ok()) return channel.status();
+      std::lock_guard<std::mutex> lock(mu_);
+      nccl_ = *std::move(channel);
+      if (aborted_) nccl_->Abort();
+    }
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
                                            : c10::Device(c10::DeviceType::CUDA, ctx.gpu);
     absl::StatusOr<train::LocalRunOptions> options =
@@ -101,31 +115,35 @@ class DrafterRunner : public StepRunner {
                                                         trainer_->step(), " steps; step ",
                                                         work.step, " is not the next one"));
     }
-    if (absl::Status s = OpenChannel(); !s.ok()) return s;
+    if (!nccl_) {
+      if (absl::Status s = OpenChannel(); !s.ok()) return s;
+    }
     StepReport report;
     report.step = work.step;
     uint32_t chain = 0;
     for (const StepMicroBatch& mb : work.micro_batches) {
       const auto wait_start = std::chrono::steady_clock::now();
       absl::StatusOr<absl::Span<const uint8_t>> message =
-          ring_->Receive(mb.batch_id, kChannelTimeout);
+          nccl_ ? nccl_->ReceiveFrame(mb.batch_id) : ring_->Receive(mb.batch_id, kChannelTimeout);
       report.transport_wait_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-      if (message.ok()) {
-        report.transport_bytes += static_cast<int64_t>(message->size());
-        report.max_queue_depth =
-            std::max<int64_t>(report.max_queue_depth, static_cast<int64_t>(ring_->Depth()));
-      }
       if (!message.ok()) {
-        if (message.status().code() != absl::StatusCode::kAborted) ring_->Abort();
+        if (ring_ && message.status().code() != absl::StatusCode::kAborted) ring_->Abort();
         return absl::Status(
             message.status().code(),
             absl::StrCat("receiving batch ", mb.batch_id, ": ", message.status().message()));
       }
+      report.transport_bytes += static_cast<int64_t>(message->size());
+      if (ring_) {
+        report.max_queue_depth =
+            std::max<int64_t>(report.max_queue_depth, static_cast<int64_t>(ring_->Depth()));
+      }
       absl::Status s = TrainOn(mb, *message, &chain, &report);
-      absl::Status released = ring_->Release();
+      absl::Status released = nccl_ ? nccl_->Release() : ring_->Release();
       if (!s.ok()) {
-        ring_->Abort();  // the pair is out of step: nothing after this batch can be trusted
+        // The pair is out of step: nothing after this batch can be trusted.
+        if (ring_) ring_->Abort();
+        if (nccl_) nccl_->Abort();
         return s;
       }
       if (!released.ok()) return released;
@@ -166,6 +184,7 @@ class DrafterRunner : public StepRunner {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_ = true;
     if (ring_) ring_->Abort();
+    if (nccl_) nccl_->Abort();
     if (comm_) comm_->Abort();
   }
 
@@ -255,7 +274,25 @@ class DrafterRunner : public StepRunner {
       }
     }
     at::Tensor features;
-    if (d->device) {
+    if (d->device && nccl_) {
+      // nccl: the features follow the message into the channel's buffer, valid until Release
+      // (which orders the buffer's reuse after the work queued on it).
+      const auto wait_start = std::chrono::steady_clock::now();
+      absl::StatusOr<const void*> base = nccl_->ReceiveFeatures(
+          static_cast<size_t>(t * d->feature_dim) * transport::FeatureDTypeSize(d->dtype));
+      report->transport_wait_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+      if (!base.ok()) {
+        return absl::Status(base.status().code(),
+                            absl::StrCat("batch ", mb.batch_id, ": ", base.status().message()));
+      }
+      report->transport_bytes +=
+          t * d->feature_dim * static_cast<int64_t>(transport::FeatureDTypeSize(d->dtype));
+      features = at::from_blob(const_cast<void*>(*base), {t, d->feature_dim},
+                               at::TensorOptions()
+                                   .dtype(ScalarOf(d->dtype))
+                                   .device(c10::Device(c10::DeviceType::CUDA, ctx_.gpu)));
+    } else if (d->device) {
       // cuda_ipc: read in place from the target's slot; the slot is handed back (Release) only
       // after the work that reads it has finished on the device.
       if (!mappings_) {
@@ -284,7 +321,7 @@ class DrafterRunner : public StepRunner {
         !s.ok()) {
       return s;
     }
-    if (d->device) {
+    if (d->device && !nccl_) {
       if (absl::Status s = transport::SynchronizeDevice(ctx_.gpu); !s.ok()) return s;
     }
     *chain = ChainChecksum(*chain, d->crc32);
@@ -302,6 +339,7 @@ class DrafterRunner : public StepRunner {
   std::unique_ptr<transport::ShmRing> ring_;
   std::unique_ptr<transport::Communicator> comm_;         // data-parallel drafters only
   std::unique_ptr<transport::CudaIpcMappings> mappings_;  // cuda_ipc only
+  std::unique_ptr<transport::NcclChannel> nccl_;          // nccl only
 };
 
 }  // namespace

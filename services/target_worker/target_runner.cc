@@ -15,6 +15,7 @@
 #include "common/train/run_setup.h"
 #include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_message.h"
+#include "common/transport/nccl_channel.h"
 #include "common/transport/shm_ring.h"
 #include "services/worker_common/feature_channel.h"
 
@@ -62,6 +63,9 @@ class TargetRunner : public StepRunner {
     if (!ftype.ok()) return ftype.status();
     ftype_ = *ftype;
     const int64_t budget = ctx.spec.batching.token_budget;
+    const size_t feature_bytes =
+        static_cast<size_t>(budget * target_->feature_dim()) * transport::FeatureDTypeSize(ftype_);
+    if (ctx.transport == "nccl") return PrepareNccl(*dc, feature_bytes);
     transport::ShmRing::Options ro;
     ro.slots = kChannelSlots;
     ro.slot_bytes = transport::MaxFeatureMessageBytes(budget, target_->feature_dim(), ftype_,
@@ -70,9 +74,7 @@ class TargetRunner : public StepRunner {
       // One device buffer per ring slot: the ring's order guarantees that the drafter has handed
       // a slot back before the target writes it again.
       absl::StatusOr<std::unique_ptr<transport::CudaIpcSlots>> slots =
-          transport::CudaIpcSlots::Create(ctx.gpu, kChannelSlots,
-                                          static_cast<size_t>(budget * target_->feature_dim()) *
-                                              transport::FeatureDTypeSize(ftype_));
+          transport::CudaIpcSlots::Create(ctx.gpu, kChannelSlots, feature_bytes);
       if (!slots.ok()) return slots.status();
       slots_ = *std::move(slots);
     }
@@ -92,7 +94,33 @@ class TargetRunner : public StepRunner {
                                   << data_->summary.documents << " documents; channel "
                                   << ctx.channel << " (" << ctx.transport << ", " << ro.slots
                                   << " x " << ro.slot_bytes << " bytes)";
-    return Prepared{train::RunSettings(ctx.spec, *dc), {}};
+    return Prepared{train::RunSettings(ctx.spec, *dc), {}, {}};
+  }
+
+  // nccl: the pair's own two-rank channel, whose descriptor the coordinator hands to the drafter.
+  absl::StatusOr<Prepared> PrepareNccl(const drafter::DrafterConfig& dc, size_t feature_bytes) {
+    const size_t message_bytes = transport::MaxFeatureMessageBytes(
+        ctx_.spec.batching.token_budget, target_->feature_dim(), ftype_, /*inline_features=*/false);
+    absl::StatusOr<std::string> descriptor =
+        transport::NcclChannel::NewDescriptor(message_bytes, feature_bytes);
+    if (!descriptor.ok()) return descriptor.status();
+    transport::NcclChannel::Options o;
+    o.rank = 0;
+    o.device = ctx_.gpu;
+    o.slots = kChannelSlots;
+    o.timeout = kChannelTimeout;
+    absl::StatusOr<std::unique_ptr<transport::NcclChannel>> channel =
+        transport::NcclChannel::Create(*descriptor, o);
+    if (!channel.ok()) return channel.status();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      nccl_ = *std::move(channel);
+    }
+    LOG_RUN(INFO, ctx_.run_id, -1)
+        << "target ready: " << target_->config().num_hidden_layers << " layers, features "
+        << target_->feature_dim() << " wide, " << data_->summary.documents
+        << " documents; channel nccl (" << o.slots << " x " << feature_bytes << " bytes)";
+    return Prepared{train::RunSettings(ctx_.spec, dc), {}, *std::move(descriptor)};
   }
 
   absl::StatusOr<StepReport> RunStep(const StepWork& work) override {
@@ -103,39 +131,45 @@ class TargetRunner : public StepRunner {
       absl::Status s = batching::MaterializeBatch(data_->source(), mb.pieces,
                                                   ctx_.spec.batching.token_budget, &scratch_);
       if (!s.ok()) return s;
-      if (device_features()) {
-        // The slot's device buffer may still be read in place by the drafter (the previous batch
-        // in that slot): write it only once the ring hands the slot back.
-        const auto wait_start = std::chrono::steady_clock::now();
-        absl::Status free = ring_->WaitFree(kChannelTimeout);
-        report.transport_wait_seconds +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-        if (!free.ok()) {
+      // The device buffer to write the features into (cuda_ipc, nccl), once the batch that last
+      // used it has been read by the drafter (cuda_ipc: the ring hands its slot back) or sent
+      // (nccl).
+      void* buffer = nullptr;
+      const auto wait_start = std::chrono::steady_clock::now();
+      if (ctx_.transport == "nccl") {
+        absl::StatusOr<void*> b = nccl_->NextFeatureBuffer();
+        if (!b.ok()) return Annotate(b.status(), "batch ", mb.batch_id);
+        buffer = *b;
+      } else if (device_features()) {
+        if (absl::Status free = ring_->WaitFree(kChannelTimeout); !free.ok()) {
           if (free.code() == absl::StatusCode::kDeadlineExceeded) ring_->Abort();
-          return absl::Status(free.code(),
-                              absl::StrCat("batch ", mb.batch_id, ": ", free.message()));
+          return Annotate(free, "batch ", mb.batch_id);
         }
+        buffer = slots_->slot(static_cast<uint32_t>(sent_ % slots_->size()));
       }
-      absl::StatusOr<uint32_t> crc = device_features() ? ForwardIntoSlot() : ForwardToHost();
+      report.transport_wait_seconds += SecondsSince(wait_start);
+      absl::StatusOr<uint32_t> crc = buffer != nullptr ? ForwardInto(buffer) : ForwardToHost();
       if (!crc.ok()) return crc.status();
       const auto send_start = std::chrono::steady_clock::now();
-      absl::Status sent = ring_->Send(mb.batch_id, message_, kChannelTimeout);
-      report.transport_wait_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - send_start).count();
+      const int64_t feature_bytes = static_cast<int64_t>(scratch_.input_ids.size()) *
+                                    target_->feature_dim() *
+                                    static_cast<int64_t>(transport::FeatureDTypeSize(ftype_));
+      absl::Status sent =
+          ctx_.transport == "nccl"
+              ? nccl_->Send(mb.batch_id, message_, static_cast<size_t>(feature_bytes))
+              : ring_->Send(mb.batch_id, message_, kChannelTimeout);
+      report.transport_wait_seconds += SecondsSince(send_start);
       report.transport_bytes += static_cast<int64_t>(message_.size());
-      if (device_features()) {
-        report.transport_bytes += static_cast<int64_t>(scratch_.input_ids.size()) *
-                                  target_->feature_dim() *
-                                  static_cast<int64_t>(transport::FeatureDTypeSize(ftype_));
-      }
+      if (buffer != nullptr) report.transport_bytes += feature_bytes;
       if (!sent.ok()) {
-        if (sent.code() == absl::StatusCode::kDeadlineExceeded) ring_->Abort();
-        return absl::Status(sent.code(),
-                            absl::StrCat("sending batch ", mb.batch_id, ": ", sent.message()));
+        if (sent.code() == absl::StatusCode::kDeadlineExceeded && ring_) ring_->Abort();
+        return Annotate(sent, "sending batch ", mb.batch_id);
       }
       ++sent_;
-      report.max_queue_depth =
-          std::max<int64_t>(report.max_queue_depth, static_cast<int64_t>(ring_->Depth()));
+      if (ring_) {
+        report.max_queue_depth =
+            std::max<int64_t>(report.max_queue_depth, static_cast<int64_t>(ring_->Depth()));
+      }
       chain = ChainChecksum(chain, *crc);
       report.tokens += static_cast<int64_t>(scratch_.input_ids.size());
       ++report.micro_batches;
@@ -144,7 +178,15 @@ class TargetRunner : public StepRunner {
     return report;
   }
 
-  bool device_features() const { return ctx_.transport == "cuda_ipc"; }
+  bool device_features() const { return ctx_.transport != "host"; }
+
+  static double SecondsSince(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  template <typename... Parts>
+  static absl::Status Annotate(const absl::Status& s, const Parts&... parts) {
+    return absl::Status(s.code(), absl::StrCat(parts..., ": ", s.message()));
+  }
 
   // host: runs the target, copies the features into the message.
   absl::StatusOr<uint32_t> ForwardToHost() {
@@ -158,12 +200,12 @@ class TargetRunner : public StepRunner {
                                            ftype_, &message_);
   }
 
-  // cuda_ipc: runs the target straight into the device slot the next message names.
-  absl::StatusOr<uint32_t> ForwardIntoSlot() {
-    const uint32_t slot = static_cast<uint32_t>(sent_ % slots_->size());
+  // cuda_ipc, nccl: runs the target straight into the device buffer the next message names
+  // (cuda_ipc: the ring slot's; nccl: the channel's, sent device to device after the forward).
+  absl::StatusOr<uint32_t> ForwardInto(void* buffer) {
     const int64_t t = static_cast<int64_t>(scratch_.input_ids.size());
     const at::Tensor features =
-        at::from_blob(slots_->slot(slot), {t, target_->feature_dim()},
+        at::from_blob(buffer, {t, target_->feature_dim()},
                       at::TensorOptions().dtype(target_->dtype()).device(target_->device()));
     {
       const at::NoGradGuard no_grad;
@@ -172,11 +214,13 @@ class TargetRunner : public StepRunner {
                                         AsTensor(scratch_.cu_seqlens, at::kInt), features);
       if (!s.ok()) return s;
     }
-    // Published only once written: the drafter reads the slot as soon as the message arrives.
-    if (absl::Status s = transport::SynchronizeDevice(ctx_.gpu); !s.ok()) return s;
-    transport::DeviceFeatureRef ref;
-    ref.ipc_handle = slots_->handle(slot);
-    ref.offset = 0;
+    transport::DeviceFeatureRef ref;  // nccl: no handle, the features follow the message
+    if (ctx_.transport == "cuda_ipc") {
+      // Published only once written: the drafter reads the slot as soon as the message arrives.
+      // (nccl's transfer waits for the forward on the device.)
+      if (absl::Status s = transport::SynchronizeDevice(ctx_.gpu); !s.ok()) return s;
+      ref.ipc_handle = slots_->handle(static_cast<uint32_t>(sent_ % slots_->size()));
+    }
     return transport::EncodeFeatureMessageRef(scratch_, target_->feature_dim(), ftype_, ref,
                                               &message_);
   }
@@ -184,6 +228,7 @@ class TargetRunner : public StepRunner {
   void Abort() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (ring_) ring_->Abort();
+    if (nccl_) nccl_->Abort();
   }
 
  private:
@@ -194,6 +239,7 @@ class TargetRunner : public StepRunner {
   std::mutex mu_;
   std::unique_ptr<transport::ShmRing> ring_;
   std::unique_ptr<transport::CudaIpcSlots> slots_;  // cuda_ipc only
+  std::unique_ptr<transport::NcclChannel> nccl_;    // nccl only
   uint64_t sent_ = 0;                               // messages sent (= ring slot counter)
   batching::PackedBatch scratch_;
   std::vector<uint8_t> message_;

@@ -20,19 +20,19 @@ inline constexpr absl::Duration kChannelTimeout = absl::Minutes(10);
 inline constexpr uint32_t kChannelSlots = 2;
 
 // The transport the coordinator resolved (RunContext::transport) as this worker can run it:
-// host (features in the shared-memory ring) anywhere, cuda_ipc (features stay on the GPU) when
-// this worker has a GPU; nccl is not built yet.
+// host (features in the shared-memory ring) anywhere, cuda_ipc (features stay on the GPU the pair
+// shares) and nccl (features from GPU to GPU, common/transport/nccl_channel.h) when this worker
+// has a GPU.
 inline absl::Status CheckTransport(const std::string& transport, int gpu) {
   if (transport == "host") return absl::OkStatus();
-  if (transport == "cuda_ipc") {
+  if (transport == "cuda_ipc" || transport == "nccl") {
     if (gpu >= 0) return absl::OkStatus();
     return absl::FailedPreconditionError(
-        "placement.transport: cuda_ipc needs the target and drafter workers on the same GPU; "
-        "this worker runs on the CPU");
+        absl::StrCat("placement.transport: ", transport,
+                     " needs the target and drafter workers on GPUs; this worker runs on the CPU"));
   }
-  return absl::UnimplementedError(
-      absl::StrCat("placement.transport: ", transport,
-                   " is not built yet; use host or cuda_ipc (auto picks between them)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("placement.transport: '", transport, "' is none of host, cuda_ipc, nccl"));
 }
 
 // The checksum both sides report for a step: CRC-32 over the CRC-32s of its feature messages,

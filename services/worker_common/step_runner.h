@@ -26,10 +26,12 @@ struct RunContext {
   int64_t total_steps = 1;
   std::string resume_checkpoint;   // drafter: trainer state to continue from ("" = fresh)
   std::string channel;             // the pair's feature channel name
-  std::string transport = "host";  // resolved by the coordinator: host | cuda_ipc
+  std::string transport = "host";  // resolved by the coordinator: host | cuda_ipc | nccl
   // Drafters, num_pairs > 1: the data-parallel group (PrepareRunRequest fields of these names).
   std::string drafter_group, collective;
   std::string nccl_unique_id;  // bytes
+  // Drafters, transport nccl: the target's NcclChannel descriptor (bytes).
+  std::string channel_descriptor;
 };
 
 // What Prepare hands back: the applied settings and, from the pair-0 drafter of an nccl group,
@@ -37,6 +39,7 @@ struct RunContext {
 struct Prepared {
   std::map<std::string, std::string> applied;
   std::string nccl_unique_id;
+  std::string channel_descriptor;  // a target on transport nccl: for its drafter
 };
 
 struct StepMicroBatch {

@@ -52,6 +52,7 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   ctx.drafter_group = req.drafter_group();
   ctx.collective = req.collective();
   ctx.nccl_unique_id = req.nccl_unique_id();
+  ctx.channel_descriptor = req.channel_descriptor();
   if (ctx.channel.empty()) return absl::InvalidArgumentError("channel: must not be empty");
   if (ctx.total_steps < 1) return absl::InvalidArgumentError("total_steps: must be at least 1");
   if (!req.run_dir().empty()) {
@@ -81,6 +82,7 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   v1::PrepareRunResponse resp;
   for (const auto& [k, v] : prepared->applied) (*resp.mutable_applied())[k] = v;
   resp.set_nccl_unique_id(prepared->nccl_unique_id);
+  resp.set_channel_descriptor(prepared->channel_descriptor);
   std::lock_guard<std::mutex> lock(mu_);
   if (runner_) runner_->Abort();  // a previous attempt of the same run
   run_id_ = req.run_id();

@@ -144,7 +144,7 @@ TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
   for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
 }
 
-TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndHostOtherwise) {
+TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndNcclOnTwo) {
   auto worker = [&](const std::string& name, v1::WorkerRole role, const std::string& kind,
                     int index) {
     v1::WorkerInfo w;
@@ -165,14 +165,19 @@ TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndHostOtherwise) 
     EXPECT_EQ(req.total_steps(), 5);
     EXPECT_THAT(req.channel(), ::testing::StartsWith("dflash-unit-"));
   }
-  // Another GPU for the drafter: features go through host memory (nccl is not built).
+  // Another GPU for the drafter: nccl, the target's channel descriptor handed to its drafter.
   Reopen(":memory:");
   worker("t1", v1::WORKER_ROLE_TARGET, "cuda", 1);
   worker("d1", v1::WORKER_ROLE_DRAFTER, "cuda", 2);
   coordinator_->SubmitRun(kRunYaml, "run.yaml", false).IgnoreError();
   coordinator_->Tick();
   ASSERT_EQ(workers_.prepare_requests.size(), 4u);
-  EXPECT_EQ(workers_.prepare_requests[2].transport(), "host");
+  const v1::PrepareRunRequest &t1 = workers_.prepare_requests[2],
+                              &d1 = workers_.prepare_requests[3];
+  EXPECT_EQ(t1.transport(), "nccl");
+  EXPECT_EQ(d1.transport(), "nccl");
+  EXPECT_TRUE(t1.channel_descriptor().empty());
+  EXPECT_EQ(d1.channel_descriptor(), "channel-" + t1.channel());
 }
 
 // Data-parallel placement: auto takes every idle CPU pair, whose drafters share a host group;

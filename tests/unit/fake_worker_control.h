@@ -26,6 +26,9 @@ class FakeWorkerControl : public WorkerControl {
     // The pair-0 drafter of an nccl group makes the group's unique id.
     if (req.collective() == "nccl" && req.pair() == 0)
       resp.set_nccl_unique_id("id-" + req.run_id());
+    // A target on transport nccl makes its pair's channel descriptor (the drafter has a peer).
+    if (req.transport() == "nccl" && req.collective().empty() && req.channel_descriptor().empty())
+      resp.set_channel_descriptor("channel-" + req.channel());
     return resp;
   }
   absl::Status ReleaseRun(const v1::WorkerInfo& worker, const std::string& run_id) override {
