@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/safetensors.h"
 #include "common/nn/weights.h"
+#include "common/train/grad_reducer.h"
 
 namespace dflash::train {
 namespace {
@@ -73,6 +74,7 @@ struct DrafterTrainer::Impl {
   bool nonfinite = false;
   int64_t micro = 0;
   std::vector<int64_t> slot_correct, slot_total;
+  std::unique_ptr<GradReducer> reducer;  // with a communicator
 };
 
 DrafterTrainer::DrafterTrainer(drafter::DrafterModel* model, OptimConfig config,
@@ -99,23 +101,32 @@ absl::StatusOr<std::unique_ptr<DrafterTrainer>> DrafterTrainer::Create(
     t->impl_->exp_avg_sq.push_back(at::zeros_like(p.tensor));
     t->impl_->steps.push_back(at::zeros({}, p.tensor.options()));
   }
+  if (t->comm_ != nullptr) {
+    t->impl_->reducer = std::make_unique<GradReducer>(t->impl_->params, t->comm_);
+  }
   const size_t b = static_cast<size_t>(model->config().block_size);
   t->impl_->slot_correct.assign(b, 0);
   t->impl_->slot_total.assign(b, 0);
   return t;
 }
 
-absl::Status DrafterTrainer::AddMicroBatch(const drafter::DrafterBatch& batch) {
+absl::Status DrafterTrainer::AddMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step) {
   absl::StatusOr<at::Tensor> hidden = model_->Forward(batch);
   if (!hidden.ok()) return hidden.status();
   absl::StatusOr<drafter::DrafterLoss> loss = model_->Loss(batch, *hidden, loss_);
   if (!loss.ok()) return loss.status();
   const double num = loss->numerator.item<double>();
   Impl& m = *impl_;
+  const bool overlap = last_in_step && m.reducer != nullptr;
+  if (overlap) m.reducer->Arm();
   if (std::isfinite(num)) {
     loss->numerator.backward();
   } else {
     m.nonfinite = true;  // the step will be skipped: no use propagating NaN into the gradients
+  }
+  // Every rank starts every bucket, in order, whether its backward reached it or not.
+  if (overlap) {
+    if (absl::Status s = m.reducer->Flush(); !s.ok()) return s;
   }
   m.numerator += num;
   m.weight_sum += loss->denominator.item<double>();
@@ -151,43 +162,17 @@ absl::Status DrafterTrainer::ReduceScalars() {
 }
 
 absl::Status DrafterTrainer::ReduceGradients() {
-  // Buckets of whole gradients, flattened into one buffer each: one reduction per bucket.
-  constexpr int64_t kBucketBytes = int64_t{32} << 20;
-  Impl& m = *impl_;
-  const at::NoGradGuard no_grad;
-  for (size_t begin = 0; begin < m.params.size();) {
-    size_t end = begin;
-    int64_t bytes = 0;
-    std::vector<at::Tensor> flat;
-    while (end < m.params.size() && (end == begin || bytes < kBucketBytes)) {
-      at::Tensor& p = m.params[end];
-      // A parameter no micro-batch of this rank reached still takes part, with zeros.
-      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-      flat.push_back(p.grad().reshape({-1}));
-      bytes += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
-      ++end;
-    }
-    at::Tensor bucket = at::cat(flat).contiguous();
-    if (absl::Status s = comm_->AllReduceSum(bucket.data_ptr(), static_cast<size_t>(bucket.numel()),
-                                             transport::ReduceType::kFloat32, bucket.is_cuda());
-        !s.ok()) {
-      return s;
-    }
-    int64_t offset = 0;
-    for (size_t i = begin; i < end; ++i) {
-      at::Tensor& g = m.params[i].mutable_grad();
-      g.copy_(bucket.narrow(0, offset, g.numel()).view(g.sizes()));
-      offset += g.numel();
-    }
-    begin = end;
-  }
-  return absl::OkStatus();
+  // The buckets a last_in_step backward started are finished; all of them otherwise.
+  return impl_->reducer->Finish();
 }
 
 absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weight_sum) {
   Impl& m = *impl_;
   if (m.micro == 0) return absl::FailedPreconditionError("trainer: Step() without a micro-batch");
   if (comm_ != nullptr) {
+    // Gradients first, then the scalars, on every rank: the order the overlapped backward starts
+    // them in. A step that turns out skipped has reduced its gradients for nothing.
+    if (absl::Status st = ReduceGradients(); !st.ok()) return st;
     if (absl::Status st = ReduceScalars(); !st.ok()) return st;
   }
   StepStats s;
@@ -199,9 +184,6 @@ absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weig
   s.slot_total = m.slot_total;
   s.acceptance_length = drafter::ExpectedAcceptanceLength(m.slot_correct, m.slot_total);
   s.skipped = m.nonfinite || !(s.weight_sum > 0) || !std::isfinite(s.loss);
-  if (!s.skipped && comm_ != nullptr) {
-    if (absl::Status st = ReduceGradients(); !st.ok()) return st;
-  }
   s.grad_norm = std::numeric_limits<double>::quiet_NaN();
   if (!s.skipped) {
     // The gradients hold the step's loss numerator's: one norm pass gives the global norm of the

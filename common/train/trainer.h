@@ -73,7 +73,9 @@ class DrafterTrainer {
   DrafterTrainer& operator=(const DrafterTrainer&) = delete;
 
   // Forward, loss and backward of the numerator for one micro-batch of the current step.
-  absl::Status AddMicroBatch(const drafter::DrafterBatch& batch);
+  // `last_in_step` with a communicator: the gradient all-reduce starts bucket by bucket during
+  // this backward (grad_reducer.h); otherwise it all runs in Step().
+  absl::Status AddMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step = false);
   // Ends the step (a collective when there is a communicator: every rank calls it). StepStats
   // then hold the sums over all ranks. `global_weight_sum` overrides the weight sum the gradients
   // are divided by (tests; without a communicator only).
@@ -97,7 +99,7 @@ class DrafterTrainer {
   struct Impl;
   DrafterTrainer(drafter::DrafterModel* model, OptimConfig config, drafter::LossOptions loss);
   absl::Status ReduceScalars();    // numerator, weight sum, non-finite flag, slot counts
-  absl::Status ReduceGradients();  // every parameter's gradient, in buckets
+  absl::Status ReduceGradients();  // every parameter's gradient (the GradReducer's buckets)
   drafter::DrafterModel* model_;
   OptimConfig config_;
   drafter::LossOptions loss_;

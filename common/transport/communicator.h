@@ -25,6 +25,16 @@ class Communicator {
   // communicator is aborted (DEADLINE_EXCEEDED), and after an abort every call fails with ABORTED.
   virtual absl::Status AllReduceSum(void* data, size_t count, ReduceType type,
                                     bool device_memory) = 0;
+  // The same sum, started now and finished by WaitStarted(), in order with every other reduction
+  // of the communicator, so that it can overlap with work this rank still queues (the gradient
+  // buckets during the backward). `data` must stay valid and untouched until WaitStarted()
+  // returns. Device memory: the reduction waits on the device for the work queued so far on the
+  // default stream. This default runs it at once (no overlap); the nccl communicator overlaps.
+  virtual absl::Status StartAllReduceSum(void* data, size_t count, ReduceType type,
+                                         bool device_memory) {
+    return AllReduceSum(data, count, type, device_memory);
+  }
+  virtual absl::Status WaitStarted() { return absl::OkStatus(); }
   // From any thread: wakes every wait of every rank with ABORTED (the run is being released).
   virtual void Abort() = 0;
 };

@@ -29,6 +29,7 @@ struct NcclCommunicator::State {
   cudaStream_t stream = nullptr;
   void* scratch = nullptr;  // device staging for host buffers
   size_t scratch_bytes = 0;
+  cudaEvent_t produced = nullptr;  // StartAllReduceSum: the default stream's work so far
   bool aborted = false;
 };
 
@@ -66,10 +67,11 @@ NcclCommunicator::~NcclCommunicator() {
     ncclCommAbort(s.comm);
   }
   if (s.scratch != nullptr) cudaFree(s.scratch);
+  if (s.produced != nullptr) cudaEventDestroy(s.produced);
   if (s.stream != nullptr) cudaStreamDestroy(s.stream);
 }
 
-absl::Status NcclCommunicator::Wait(const char* what) {
+absl::Status NcclCommunicator::Wait(const char* what, bool queued_only) {
   State& s = *state_;
   const absl::Time deadline = absl::Now() + options_.timeout;
   for (;;) {
@@ -83,7 +85,7 @@ absl::Status NcclCommunicator::Wait(const char* what) {
                                               ncclGetErrorString(r != ncclSuccess ? r : async)));
     }
     bool done = async == ncclSuccess;
-    if (done && s.stream != nullptr) {
+    if (done && !queued_only && s.stream != nullptr) {
       const cudaError_t q = cudaStreamQuery(s.stream);
       if (q != cudaSuccess && q != cudaErrorNotReady) return CudaError(q, what);
       done = q == cudaSuccess;
@@ -172,6 +174,53 @@ absl::Status NcclCommunicator::AllReduceSum(void* data, size_t count, ReduceType
   return absl::OkStatus();
 }
 
+absl::Status NcclCommunicator::StartAllReduceSum(void* data, size_t count, ReduceType type,
+                                                 bool device_memory) {
+  if (!device_memory) return AllReduceSum(data, count, type, device_memory);
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  if (s.aborted || abort_requested_.load()) {
+    return absl::AbortedError("nccl communicator aborted");
+  }
+  if (count == 0) return absl::OkStatus();
+  if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
+    return CudaError(e, "cudaSetDevice");
+  }
+  if (absl::Status st = EnsureInitialized(); !st.ok()) return st;
+  if (s.produced == nullptr) {
+    if (cudaError_t e = cudaEventCreateWithFlags(&s.produced, cudaEventDisableTiming);
+        e != cudaSuccess) {
+      return CudaError(e, "creating an event");
+    }
+  }
+  // The buffer is written by work queued on the default stream (LibTorch's): the reduction waits
+  // for it on the device, not on the host.
+  cudaError_t e = cudaEventRecord(s.produced, nullptr);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(s.stream, s.produced, 0);
+  if (e != cudaSuccess) return CudaError(e, "ordering the reduction");
+  const ncclResult_t r =
+      ncclAllReduce(data, data, count, type == ReduceType::kFloat64 ? ncclFloat64 : ncclFloat32,
+                    ncclSum, s.comm, s.stream);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    return absl::InternalError(
+        absl::StrCat("nccl communicator: ncclAllReduce: ", ncclGetErrorString(r)));
+  }
+  return Wait("queueing an all-reduce", /*queued_only=*/true);
+}
+
+absl::Status NcclCommunicator::WaitStarted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  if (s.aborted || abort_requested_.load()) {
+    return absl::AbortedError("nccl communicator aborted");
+  }
+  if (s.comm == nullptr) return absl::OkStatus();  // nothing was started
+  if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
+    return CudaError(e, "cudaSetDevice");
+  }
+  return Wait("the started all-reduces");
+}
+
 void NcclCommunicator::Abort() { abort_requested_.store(true); }
 
 #else  // !DFLASH_HAVE_NCCL
@@ -193,6 +242,10 @@ NcclCommunicator::NcclCommunicator(std::string unique_id, Options options)
     : unique_id_(std::move(unique_id)), options_(options) {}
 NcclCommunicator::~NcclCommunicator() = default;
 absl::Status NcclCommunicator::AllReduceSum(void*, size_t, ReduceType, bool) { return NoNccl(); }
+absl::Status NcclCommunicator::StartAllReduceSum(void*, size_t, ReduceType, bool) {
+  return NoNccl();
+}
+absl::Status NcclCommunicator::WaitStarted() { return NoNccl(); }
 void NcclCommunicator::Abort() {}
 
 #endif  // DFLASH_HAVE_NCCL

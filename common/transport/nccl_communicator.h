@@ -38,13 +38,18 @@ class NcclCommunicator : public Communicator {
   int rank() const override { return options_.rank; }
   int world() const override { return options_.world; }
   absl::Status AllReduceSum(void* data, size_t count, ReduceType type, bool device_memory) override;
+  absl::Status StartAllReduceSum(void* data, size_t count, ReduceType type,
+                                 bool device_memory) override;
+  absl::Status WaitStarted() override;
   void Abort() override;
 
  private:
   struct State;
   NcclCommunicator(std::string unique_id, Options options);
   absl::Status EnsureInitialized();
-  absl::Status Wait(const char* what);  // polls the communicator and the stream to the deadline
+  // Polls the communicator (and the stream, unless `queued_only`: the call's enqueueing alone) to
+  // the deadline.
+  absl::Status Wait(const char* what, bool queued_only = false);
 
   std::string unique_id_;
   Options options_;

@@ -122,6 +122,7 @@ class DrafterRunner : public StepRunner {
     report.step = work.step;
     uint32_t chain = 0;
     for (const StepMicroBatch& mb : work.micro_batches) {
+      const bool last = &mb == &work.micro_batches.back();
       const auto wait_start = std::chrono::steady_clock::now();
       absl::StatusOr<absl::Span<const uint8_t>> message =
           nccl_ ? nccl_->ReceiveFrame(mb.batch_id) : ring_->Receive(mb.batch_id, kChannelTimeout);
@@ -138,7 +139,7 @@ class DrafterRunner : public StepRunner {
         report.max_queue_depth =
             std::max<int64_t>(report.max_queue_depth, static_cast<int64_t>(ring_->Depth()));
       }
-      absl::Status s = TrainOn(mb, *message, &chain, &report);
+      absl::Status s = TrainOn(mb, *message, last, &chain, &report);
       absl::Status released = nccl_ ? nccl_->Release() : ring_->Release();
       if (!s.ok()) {
         // The pair is out of step: nothing after this batch can be trusted.
@@ -254,8 +255,9 @@ class DrafterRunner : public StepRunner {
     return absl::OkStatus();
   }
 
-  absl::Status TrainOn(const StepMicroBatch& mb, absl::Span<const uint8_t> message, uint32_t* chain,
-                       StepReport* report) {
+  // `last`: the step's last micro-batch, whose backward starts the gradient all-reduce.
+  absl::Status TrainOn(const StepMicroBatch& mb, absl::Span<const uint8_t> message, bool last,
+                       uint32_t* chain, StepReport* report) {
     absl::StatusOr<transport::DecodedFeatures> d = transport::DecodeFeatureMessage(message);
     if (!d.ok()) {
       return absl::Status(d.status().code(),
@@ -317,7 +319,7 @@ class DrafterRunner : public StepRunner {
                      .clone();
     }
     if (absl::Status s =
-            trainer_->AddMicroBatch(train::MakeDrafterBatch(d->batch, mb.anchors, features));
+            trainer_->AddMicroBatch(train::MakeDrafterBatch(d->batch, mb.anchors, features), last);
         !s.ok()) {
       return s;
     }

@@ -228,7 +228,8 @@ TEST(DrafterTrainerTest, NonFiniteStepIsSkippedAndCounted) {
 
 // Two data-parallel ranks (threads, host communicator) with one micro-batch each take exactly the
 // steps of one rank accumulating both micro-batches in rank order: same losses, same parameters,
-// bit for bit; a non-finite micro-batch on one rank skips the step on both.
+// bit for bit, whether the all-reduce starts during the backward (last_in_step, even steps) or in
+// Step(); a non-finite micro-batch on one rank skips the step on both.
 TEST(DrafterTrainerTest, DataParallelRanksEqualOneRankAccumulating) {
   const DrafterConfig c = TinyConfig();
   constexpr int kSteps = 5;
@@ -270,7 +271,7 @@ TEST(DrafterTrainerTest, DataParallelRanksEqualOneRankAccumulating) {
       return;
     }
     for (int i = 0; i < kSteps; ++i) {
-      status[rank] = (*t)->AddMicroBatch(batch(i, rank));
+      status[rank] = (*t)->AddMicroBatch(batch(i, rank), /*last_in_step=*/i % 2 == 0);
       if (!status[rank].ok()) return;
       auto s = (*t)->Step();
       if (!s.ok()) {
