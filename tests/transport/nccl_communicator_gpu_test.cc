@@ -45,6 +45,36 @@ TEST(NcclCommunicatorGpu, OneRankSumsDeviceAndHostBuffersInPlace) {
   EXPECT_EQ(scalars, (std::vector<double>{1.5, -2.25, 1e300}));
 }
 
+// The overlapped form (StartAllReduceSum ... WaitStarted): started behind work queued on the
+// default stream (a device-side write the host never waited for), finished by WaitStarted.
+TEST(NcclCommunicatorGpu, StartedSumsWaitForTheDefaultStreamAndFinishInWaitStarted) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine";
+  auto id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto comm = NcclCommunicator::Create(*id, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  constexpr size_t kCount = 1 << 22;
+  std::vector<float> host(kCount);
+  for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(i % 1000) * 0.5f;
+  float* device[2] = {nullptr, nullptr};
+  for (float*& d : device) {
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), kCount * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(d, 0, kCount * sizeof(float), nullptr), cudaSuccess);
+  }
+  // Queued on the default stream, not waited for by the host: the reduction must wait for it.
+  ASSERT_EQ(cudaMemcpyAsync(device[0], host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice,
+                            nullptr),
+            cudaSuccess);
+  ASSERT_TRUE((*comm)->StartAllReduceSum(device[0], kCount, ReduceType::kFloat32, true).ok());
+  ASSERT_TRUE((*comm)->StartAllReduceSum(device[1], kCount, ReduceType::kFloat32, true).ok());
+  ASSERT_TRUE((*comm)->WaitStarted().ok());
+  std::vector<float> back(kCount, -1.0f);
+  ASSERT_EQ(cudaMemcpy(back.data(), device[0], kCount * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(back, host);
+  for (float* d : device) cudaFree(d);
+}
+
 TEST(NcclCommunicatorGpu, AMissingRankEndsAtTheDeadlineAndAborts) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine";
   auto id = NewNcclUniqueId();
