@@ -51,8 +51,10 @@ absl::StatusOr<std::string> ResolveTransport(const config::RunSpec& spec,
   const bool gpus = target.device().kind() == "cuda" && drafter.device().kind() == "cuda";
   const bool same_gpu = gpus && DeviceKey(target) == DeviceKey(drafter);
   const bool same_host = HostOf(target.control_address()) == HostOf(drafter.control_address());
-  const std::string& t = spec.placement.transport;
-  if (t == "auto") return std::string(same_gpu ? "cuda_ipc" : gpus ? "nccl" : "host");
+  const std::string t = spec.placement.transport != "auto" ? spec.placement.transport
+                                                           : std::string(same_gpu ? "cuda_ipc"
+                                                                         : gpus   ? "nccl"
+                                                                                  : "host");
   const auto refuse = [&](const std::string& why) {
     return absl::FailedPreconditionError(
         absl::StrCat("placement.transport: ", t, " ", why, "; target ", target.name(), " on ",

@@ -33,8 +33,8 @@ absl::Status CheckDrafterGroup(const WorkerPairs& pairs);
 
 // placement.transport for one pair. auto: cuda_ipc when the target and drafter hold the same GPU
 // of one machine, nccl when they hold two different GPUs (of one machine or of two), host
-// otherwise (a CPU worker: features through shared memory on one machine). An explicit choice is
-// checked against the pair: cuda_ipc needs one GPU, nccl two (NCCL refuses two ranks on one
+// otherwise (a CPU worker: features through shared memory on one machine). The choice, explicit or
+// resolved, is checked against the pair: cuda_ipc needs one GPU, nccl two (NCCL refuses two ranks on one
 // device), host one machine; FAILED_PRECONDITION naming placement.transport and the workers.
 absl::StatusOr<std::string> ResolveTransport(const config::RunSpec& spec,
                                              const v1::WorkerInfo& target,

@@ -40,6 +40,11 @@ TEST(Placement, AutoPicksCudaIpcOnOneGpuNcclOnTwoAndHostWithACpu) {
   EXPECT_EQ(*Resolve("auto", g0, other), "nccl");  // GPU 0 of another machine
   EXPECT_EQ(*Resolve("auto", g0, cpu), "host");
   EXPECT_EQ(*Resolve("auto", Worker("t", "10.0.0.1", "cpu", -1), cpu), "host");
+  // A CPU worker on another machine: nothing can connect them, said at once.
+  const absl::Status far = Resolve("auto", g0, Worker("d", "10.0.0.2", "cpu", -1)).status();
+  EXPECT_EQ(far.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(far.message(), HasSubstr("placement.transport: host moves features through shared "
+                                       "memory on one machine"));
 }
 
 TEST(Placement, ExplicitTransportsThatCannotWorkAreRefusedByName) {
