@@ -4,12 +4,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/nn/builtin_target.h"
+#include "common/plan/memory_plan.h"
 
 namespace dflash::train {
 namespace {
 
 constexpr char kBuiltin[] = "builtin:";
-constexpr int64_t kDefaultFeatures = 5;  // method.md §2: K = 5
 
 bool IsBuiltin(const std::string& path) { return absl::StartsWith(path, kBuiltin); }
 std::string BuiltinName(const std::string& path) { return path.substr(sizeof(kBuiltin) - 1); }
@@ -17,34 +17,12 @@ std::string BuiltinName(const std::string& path) { return path.substr(sizeof(kBu
 }  // namespace
 
 absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec) {
-  absl::StatusOr<model::TransformerConfig> c =
-      IsBuiltin(spec.target.path) ? nn::BuiltinTargetConfig(BuiltinName(spec.target.path))
-                                  : model::LoadHfConfig(spec.target.path);
-  if (!c.ok()) {
-    return absl::Status(c.status().code(), absl::StrCat("target.path: ", c.status().message()));
-  }
-  return c;
+  return plan::RunTargetConfig(spec);
 }
 
 absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
                                                  const model::TransformerConfig& target) {
-  std::vector<int64_t> ids;
-  if (spec.target.layer_ids) {
-    ids = *spec.target.layer_ids;
-  } else if (target.target_layer_ids) {
-    ids = *target.target_layer_ids;
-  } else {
-    ids = model::DefaultTargetLayerIds(target.num_hidden_layers, kDefaultFeatures);
-  }
-  for (int64_t id : ids) {
-    if (id < 0 || id >= target.num_hidden_layers) {
-      return absl::InvalidArgumentError(absl::StrCat("target.layer_ids: ", absl::StrJoin(ids, ","),
-                                                     ": id ", id, " is outside the target's ",
-                                                     target.num_hidden_layers, " layers"));
-    }
-  }
-  if (ids.empty()) return absl::InvalidArgumentError("target.layer_ids: no layer");
-  return ids;
+  return plan::RunLayerIds(spec, target);
 }
 
 absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& spec,

@@ -1,0 +1,343 @@
+#include "common/plan/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/model/builtin_config.h"
+#include "nlohmann/json.hpp"
+
+namespace dflash::plan {
+namespace {
+
+constexpr char kBuiltin[] = "builtin:";
+constexpr int64_t kDefaultFeatures = 5;  // method.md §2: K = 5
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Rows of logits the fused lm_head + cross-entropy holds at a time (common/kernels/fused_ce), fp32.
+constexpr int64_t kLossChunkRows = 1024;
+// Estimates, not predictions from the code: the caching allocator's reserve beyond its allocated
+// peak (measured 0.4-3.2 GiB on the H200 runs of docs/benchmarks.md), and a CUDA context with
+// LibTorch's and dflash's kernels loaded.
+constexpr double kSlack = 0.05;
+constexpr int64_t kCudaContextBytes = int64_t{512} << 20;
+
+int64_t DtypeBytes(const std::string& dtype) { return dtype == "float32" ? 4 : 2; }
+
+struct Shape {
+  int64_t h, inter, vocab, q, kv, head_dim;
+  bool tied;
+};
+
+Shape ShapeOf(const model::TransformerConfig& c) {
+  return {c.hidden_size,
+          c.intermediate_size,
+          c.vocab_size,
+          c.num_attention_heads * c.head_dim,
+          c.num_key_value_heads * c.head_dim,
+          c.head_dim,
+          c.tie_word_embeddings};
+}
+
+// One decoder layer's parameters: q, k, v, o, gate, up, down, two norms (+ q/k norms, biases).
+int64_t LayerParams(const Shape& s, bool qk_norm, bool attention_bias, bool mlp_bias) {
+  int64_t n = s.h * s.q + 2 * s.h * s.kv + s.q * s.h + 3 * s.h * s.inter + 2 * s.h;
+  if (qk_norm) n += 2 * s.head_dim;
+  if (attention_bias) n += s.q + 2 * s.kv;
+  if (mlp_bias) n += 2 * s.inter + s.h;
+  return n;
+}
+
+size_t Add(WorkerPlan* w, std::string name, std::string what, int64_t bytes) {
+  w->terms.push_back({std::move(name), std::move(what), bytes});
+  return w->terms.size() - 1;
+}
+
+void AddPhase(WorkerPlan* w, std::string name, std::vector<size_t> terms) {
+  Phase p{std::move(name), std::move(terms), 0};
+  for (size_t t : p.terms) p.bytes += w->terms[t].bytes;
+  w->phases.push_back(std::move(p));
+}
+
+// Peak phase, extras, dominant term (the largest among `variable` in the peak phase, else the
+// largest in it).
+void Finish(WorkerPlan* w, const std::vector<size_t>& variable, int64_t transport_bytes,
+            const std::string& transport_what) {
+  for (size_t i = 0; i < w->phases.size(); ++i) {
+    if (w->phases[i].bytes > w->phases[w->peak_phase].bytes) w->peak_phase = i;
+  }
+  const Phase& peak = w->phases[w->peak_phase];
+  w->allocator_peak = peak.bytes;
+  if (transport_bytes > 0)
+    w->extra.push_back({"transport buffers", transport_what, transport_bytes});
+  w->extra.push_back({"allocator slack", "estimate: 5% of the allocator's peak",
+                      static_cast<int64_t>(kSlack * static_cast<double>(peak.bytes))});
+  w->extra.push_back({"CUDA context", "estimate", kCudaContextBytes});
+  w->device_bytes = w->allocator_peak;
+  for (const Term& t : w->extra) w->device_bytes += t.bytes;
+  int64_t best = -1;
+  for (size_t t : peak.terms) {
+    const bool var = std::find(variable.begin(), variable.end(), t) != variable.end();
+    if (var && w->terms[t].bytes > best) {
+      best = w->terms[t].bytes;
+      w->dominant_term = t;
+    }
+  }
+  if (best < 0) {
+    for (size_t t : peak.terms) {
+      if (w->terms[t].bytes > best) {
+        best = w->terms[t].bytes;
+        w->dominant_term = t;
+      }
+    }
+  }
+}
+
+std::string GiB(int64_t bytes) {
+  return absl::StrFormat("%.2f", static_cast<double>(bytes) / kGiB);
+}
+
+}  // namespace
+
+absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec) {
+  const std::string& path = spec.target.path;
+  absl::StatusOr<model::TransformerConfig> c =
+      absl::StartsWith(path, kBuiltin)
+          ? model::BuiltinTargetConfig(path.substr(sizeof(kBuiltin) - 1))
+          : model::LoadHfConfig(path);
+  if (!c.ok()) {
+    return absl::Status(c.status().code(), absl::StrCat("target.path: ", c.status().message()));
+  }
+  return c;
+}
+
+absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
+                                                 const model::TransformerConfig& target) {
+  std::vector<int64_t> ids;
+  if (spec.target.layer_ids) {
+    ids = *spec.target.layer_ids;
+  } else if (target.target_layer_ids) {
+    ids = *target.target_layer_ids;
+  } else {
+    ids = model::DefaultTargetLayerIds(target.num_hidden_layers, kDefaultFeatures);
+  }
+  for (int64_t id : ids) {
+    if (id < 0 || id >= target.num_hidden_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("target.layer_ids: ", absl::StrJoin(ids, ","),
+                                                     ": id ", id, " is outside the target's ",
+                                                     target.num_hidden_layers, " layers"));
+    }
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("target.layer_ids: no layer");
+  return ids;
+}
+
+absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::TransformerConfig& target,
+                                const std::string& transport) {
+  absl::StatusOr<std::vector<int64_t>> ids = RunLayerIds(spec, target);
+  if (!ids.ok()) return ids.status();
+  RunPlan plan;
+  plan.token_budget = spec.batching.token_budget;
+  plan.max_anchors = spec.batching.max_anchors;
+  plan.transport = transport == "auto" ? "cuda_ipc" : transport;
+  const Shape s = ShapeOf(target);
+  const int64_t db = DtypeBytes(spec.target.dtype);
+  const int64_t k = static_cast<int64_t>(ids->size());
+  const int64_t run_layers = 1 + *std::max_element(ids->begin(), ids->end());
+  const int64_t t = plan.token_budget;
+  const int64_t q_rows = plan.max_anchors * spec.drafter.block_size;
+  const int64_t features = t * k * s.h * db;
+  const int64_t embed = s.vocab * s.h * (s.tied ? 1 : 2);  // embed_tokens (+ lm_head)
+
+  // Target worker (common/nn/target_model.cc): weights of the layers up to the last feature
+  // layer; at load the per-layer q/k/v and gate/up are concatenated into fused matrices while the
+  // loaded ones are still held; the forward keeps the features and one layer's intermediates.
+  WorkerPlan& tw = plan.target;
+  tw.role = "target";
+  const int64_t target_layer =
+      LayerParams(s, target.qk_norm, target.attention_bias, target.mlp_bias);
+  const size_t weights =
+      Add(&tw, "weights",
+          absl::StrCat(spec.target.dtype, ", ", run_layers, " of ", target.num_hidden_layers,
+                       " layers + embed_tokens", s.tied ? "" : " + lm_head", " + final norm"),
+          (embed + run_layers * target_layer + s.h) * db);
+  const size_t fused = Add(&tw, "fused copies at load",
+                           absl::StrCat("q/k/v and gate/up concatenated, ", run_layers, " layers"),
+                           run_layers * (s.h * (s.q + 2 * s.kv) + 2 * s.h * s.inter) * db);
+  const size_t forward =
+      Add(&tw, "forward",
+          absl::StrCat(t, " tokens: features (", k, " x ", s.h, ") + one layer's intermediates"),
+          t * (k * s.h + 4 * s.inter + s.q + 2 * s.kv + 4 * s.h) * db);
+  AddPhase(&tw, "loading the target", {weights, fused});
+  AddPhase(&tw, "forward", {weights, forward});
+  int64_t slots = 0;
+  std::string slots_what;
+  if (plan.transport == "cuda_ipc" || plan.transport == "nccl") {
+    slots = 2 * features;
+    slots_what = absl::StrCat(plan.transport, ": 2 slots of ", t, " x ", k * s.h, " features");
+  }
+  Finish(&tw, {forward}, slots, slots_what);
+
+  // Drafter worker (common/drafter, common/train/trainer.cc): fp32 master weights, gradients and
+  // AdamW's two moments; the target's embed_tokens and lm_head, frozen; the forward's casts of
+  // every parameter to the compute dtype, which the backward keeps; per layer the query rows'
+  // (anchors x block) saved activations and the context rows' keys and values. Gradients exist
+  // from the backward to the optimizer step: the peak is the end of the forward (all activations,
+  // no gradients) or the step (all gradients, no activations).
+  WorkerPlan& dw = plan.drafter;
+  dw.role = "drafter";
+  const int64_t ld = spec.drafter.layers;
+  const int64_t drafter_params =
+      ld * LayerParams(s, /*qk_norm=*/true, false, false) + k * s.h * s.h + 2 * s.h;
+  const size_t master =
+      Add(&dw, "master weights",
+          absl::StrCat("fp32, ", drafter_params, " parameters (", ld, " layers + fc)"),
+          drafter_params * 4);
+  const size_t adam = Add(&dw, "AdamW state", "fp32 exp_avg + exp_avg_sq", drafter_params * 8);
+  const size_t grads = Add(&dw, "gradients", "fp32", drafter_params * 4);
+  const size_t frozen = Add(&dw, "frozen embed_tokens + lm_head",
+                            absl::StrCat(spec.target.dtype, ", the target's"), embed * db);
+  const size_t casts = Add(&dw, "compute casts of the weights",
+                           db < 4 ? absl::StrCat(spec.target.dtype, ", kept for the backward")
+                                  : std::string("none (fp32 compute)"),
+                           db < 4 ? drafter_params * db : 0);
+  const size_t feats =
+      Add(&dw, "features",
+          plan.transport == "host" ? absl::StrCat(t, " x ", k * s.h, ", copied to the device")
+                                   : absl::StrCat("none: read in place (", plan.transport, ")"),
+          plan.transport == "host" ? features : 0);
+  const int64_t row = (4 * s.h + 2 * s.kv + 4 * s.inter) * db + 2 * s.h * 4;
+  const int64_t ctx = (s.h + 2 * s.kv) * db;
+  const size_t acts =
+      Add(&dw, "activations",
+          absl::StrCat(ld, " layers x (", q_rows, " query rows + ", t, " context rows)"),
+          ld * (q_rows * row + t * ctx) + 2 * t * s.h * db + 2 * q_rows * s.h * db);
+  const size_t chunk =
+      Add(&dw, "loss chunk", absl::StrCat("fp32 logits, ", kLossChunkRows, " rows x ", s.vocab),
+          kLossChunkRows * s.vocab * 4);
+  AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk});
+  AddPhase(&dw, "optimizer step", {master, adam, grads, frozen, casts, feats});
+  Finish(&dw, {acts, feats}, plan.transport == "nccl" ? 2 * features : 0,
+         absl::StrCat("nccl: 2 receive buffers of ", t, " x ", k * s.h, " features"));
+  return plan;
+}
+
+absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConfig& target,
+                       const std::string& transport, const std::string& role,
+                       const std::string& worker, int64_t capacity_bytes) {
+  if (capacity_bytes <= 0) return absl::OkStatus();
+  absl::StatusOr<RunPlan> plan = PlanRun(spec, target, transport);
+  if (!plan.ok()) return plan.status();
+  const WorkerPlan& w = role == "target" ? plan->target : plan->drafter;
+  if (w.device_bytes <= capacity_bytes) return absl::OkStatus();
+  const Term& dom = w.terms[w.dominant_term];
+  // The setting the dominant term follows, lowered until the worker fits.
+  std::string field;
+  int64_t config::BatchingSpec::*member = nullptr;
+  int64_t step = 0;
+  if (dom.name == "activations" && role == "drafter") {
+    field = "batching.max_anchors";
+    member = &config::BatchingSpec::max_anchors;
+    step = 32;
+  } else if (dom.name == "forward" || dom.name == "features" || dom.name == "activations") {
+    field = "batching.token_budget";
+    member = &config::BatchingSpec::token_budget;
+    step = 512;
+  }
+  std::string fix;
+  if (member != nullptr) {
+    config::RunSpec smaller = spec;
+    for (int64_t v = spec.batching.*member - step; v >= step; v -= step) {
+      smaller.batching.*member = v;
+      absl::StatusOr<RunPlan> p = PlanRun(smaller, target, transport);
+      if (!p.ok()) break;
+      const WorkerPlan& pw = role == "target" ? p->target : p->drafter;
+      if (pw.device_bytes <= capacity_bytes) {
+        fix = absl::StrCat("; ", field, " ", spec.batching.*member, " -> ", v, " fits");
+        break;
+      }
+    }
+  }
+  if (fix.empty() && role == "drafter") {
+    config::RunSpec fewer = spec;
+    for (int64_t l = spec.drafter.layers - 1; l >= 1 && fix.empty(); --l) {
+      fewer.drafter.layers = l;
+      absl::StatusOr<RunPlan> p = PlanRun(fewer, target, transport);
+      if (p.ok() && p->drafter.device_bytes <= capacity_bytes) {
+        fix = absl::StrCat("; drafter.layers ", spec.drafter.layers, " -> ", l, " fits");
+      }
+    }
+  }
+  if (fix.empty()) fix = "; no smaller setting fits: it needs a GPU with more memory";
+  return absl::FailedPreconditionError(absl::StrCat(
+      "memory plan: the ", role, " worker ", worker, " needs ", GiB(w.device_bytes),
+      " GiB (allocator peak ", GiB(w.allocator_peak), " GiB ", w.phases[w.peak_phase].name,
+      ") of its GPU's ", GiB(capacity_bytes), " GiB; the largest term is ", dom.name, " (",
+      GiB(dom.bytes), " GiB: ", dom.what, ")", fix));
+}
+
+std::string PlanTable(const RunPlan& plan, int64_t target_capacity, int64_t drafter_capacity) {
+  std::string out = absl::StrCat("memory plan: ", plan.token_budget, " tokens, ", plan.max_anchors,
+                                 " anchors, transport ", plan.transport, " (GiB)\n");
+  for (const auto& [w, cap] : {std::make_pair(&plan.target, target_capacity),
+                               std::make_pair(&plan.drafter, drafter_capacity)}) {
+    absl::StrAppend(&out, "\n", w->role, " worker\n");
+    for (size_t i = 0; i < w->terms.size(); ++i) {
+      const Term& t = w->terms[i];
+      const bool at_peak =
+          std::find(w->phases[w->peak_phase].terms.begin(), w->phases[w->peak_phase].terms.end(),
+                    i) != w->phases[w->peak_phase].terms.end();
+      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s %s %s\n", t.name, GiB(t.bytes),
+                                            at_peak ? "*" : " ", t.what));
+    }
+    for (const Phase& p : w->phases) {
+      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s\n", "phase: " + p.name, GiB(p.bytes)));
+    }
+    absl::StrAppend(&out, absl::StrFormat("  %-32s %8s   (* = alive then)\n", "allocator peak",
+                                          GiB(w->allocator_peak)));
+    for (const Term& t : w->extra) {
+      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s   %s\n", t.name, GiB(t.bytes), t.what));
+    }
+    absl::StrAppend(&out, absl::StrFormat("  %-32s %8s", "device total", GiB(w->device_bytes)));
+    if (cap > 0) {
+      absl::StrAppend(&out, " of ", GiB(cap),
+                      w->device_bytes <= cap ? " (fits)" : " (DOES NOT FIT)");
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+std::string PlanJson(const RunPlan& plan, int64_t target_capacity, int64_t drafter_capacity) {
+  nlohmann::json j;
+  j["token_budget"] = plan.token_budget;
+  j["max_anchors"] = plan.max_anchors;
+  j["transport"] = plan.transport;
+  for (const auto& [w, cap] : {std::make_pair(&plan.target, target_capacity),
+                               std::make_pair(&plan.drafter, drafter_capacity)}) {
+    nlohmann::json jw;
+    for (const Term& t : w->terms) {
+      jw["terms"].push_back({{"name", t.name}, {"what", t.what}, {"bytes", t.bytes}});
+    }
+    for (const Phase& p : w->phases) {
+      nlohmann::json names = nlohmann::json::array();
+      for (size_t i : p.terms) names.push_back(w->terms[i].name);
+      jw["phases"].push_back({{"name", p.name}, {"bytes", p.bytes}, {"terms", names}});
+    }
+    for (const Term& t : w->extra) {
+      jw["extra"].push_back({{"name", t.name}, {"what", t.what}, {"bytes", t.bytes}});
+    }
+    jw["peak_phase"] = w->phases[w->peak_phase].name;
+    jw["allocator_peak_bytes"] = w->allocator_peak;
+    jw["device_bytes"] = w->device_bytes;
+    jw["dominant_term"] = w->terms[w->dominant_term].name;
+    jw["capacity_bytes"] = cap;
+    jw["fits"] = cap <= 0 ? nlohmann::json(nullptr) : nlohmann::json(w->device_bytes <= cap);
+    j[w->role] = jw;
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace dflash::plan

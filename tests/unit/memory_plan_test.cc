@@ -1,0 +1,141 @@
+// The memory planner (common/plan/memory_plan.h): its arithmetic pinned for the Qwen3-8B shape,
+// its predictions against the peaks measured on the H200 (docs/benchmarks.md, "Training pipeline
+// at seven configurations", main at 02dbbf5: each worker's caching-allocator peak) within the
+// issue's 10%, and a run that does not fit refused with the dominant term and a setting that fits.
+#include "common/plan/memory_plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace dflash::plan {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+config::RunSpec Spec(int64_t tokens, int64_t anchors, int64_t layers,
+                     const std::string& target = "builtin:qwen3-8b-random") {
+  const std::string yaml =
+      absl::StrCat("name: plan\ntarget: {path: \"", target, "\", dtype: bfloat16}\n",
+                   "drafter: {layers: ", layers, ", block_size: 16}\n",
+                   "data: {train: \"builtin:long-synthetic\", max_length: 2048}\n",
+                   "batching: {token_budget: ", tokens, ", max_anchors: ", anchors,
+                   ", grad_accum: 1}\n", "optim: {lr: 6.0e-4, max_steps: 10}\n");
+  absl::StatusOr<config::RunSpec> spec = config::ParseRunSpec(yaml, "plan.yaml", {"", false});
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+RunPlan Plan(const config::RunSpec& spec, const std::string& transport = "cuda_ipc") {
+  absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
+  EXPECT_TRUE(target.ok()) << target.status();
+  absl::StatusOr<RunPlan> plan = PlanRun(spec, *target, transport);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *plan;
+}
+
+int64_t TermBytes(const WorkerPlan& w, const std::string& name) {
+  for (const Term& t : w.terms) {
+    if (t.name == name) return t.bytes;
+  }
+  ADD_FAILURE() << "no term " << name;
+  return -1;
+}
+
+TEST(MemoryPlanTest, ArithmeticOfTheQwen3_8BShape) {
+  const RunPlan p = Plan(Spec(8192, 512, 5));
+  // The drafter_step benchmark counts 1,048,626,432 drafter parameters (5 layers + fc + norms).
+  EXPECT_EQ(TermBytes(p.drafter, "master weights"), int64_t{1048626432} * 4);
+  EXPECT_EQ(TermBytes(p.drafter, "AdamW state"), int64_t{1048626432} * 8);
+  EXPECT_EQ(TermBytes(p.drafter, "compute casts of the weights"), int64_t{1048626432} * 2);
+  EXPECT_EQ(TermBytes(p.drafter, "frozen embed_tokens + lm_head"), int64_t{2} * 151936 * 4096 * 2);
+  EXPECT_EQ(TermBytes(p.drafter, "features"), 0);  // cuda_ipc: read in place
+  EXPECT_EQ(TermBytes(Plan(Spec(8192, 512, 5), "host").drafter, "features"),
+            int64_t{8192} * 5 * 4096 * 2);
+  // Layers 0..33 run (feature layers 1, 9, 17, 25, 33), each 192,946,432 parameters with q/k norms.
+  EXPECT_EQ(TermBytes(p.target, "weights"),
+            (int64_t{2} * 151936 * 4096 + 34 * int64_t{192946432} + 4096) * 2);
+  EXPECT_EQ(p.target.phases[p.target.peak_phase].name, "loading the target");
+  EXPECT_EQ(p.drafter.phases[p.drafter.peak_phase].name, "end of the forward");
+  EXPECT_EQ(p.drafter.terms[p.drafter.dominant_term].name, "activations");
+  // Beyond the allocator: cuda_ipc's two slots on the target, slack and context on both.
+  EXPECT_EQ(p.target.extra[0].bytes, int64_t{2} * 8192 * 5 * 4096 * 2);
+  EXPECT_GT(p.drafter.device_bytes, p.drafter.allocator_peak);
+}
+
+TEST(MemoryPlanTest, PredictsTheH200PeaksWithinTenPercent) {
+  struct Measured {
+    int64_t tokens, anchors, layers;
+    double target_gib, drafter_gib;
+  };
+  // docs/benchmarks.md, scripts/bench/pipeline.sh at 02dbbf5, cuda_ipc, one H200.
+  const Measured runs[] = {
+      {8192, 512, 5, 22.51, 23.60},  {16384, 1024, 5, 22.51, 31.25}, {4096, 256, 5, 22.51, 19.90},
+      {8192, 512, 1, 22.51, 7.91},   {8192, 256, 5, 22.51, 20.21},   {8192, 1024, 5, 22.51, 30.66},
+      {16384, 1024, 1, 22.51, 9.94},
+  };
+  for (const Measured& m : runs) {
+    const RunPlan p = Plan(Spec(m.tokens, m.anchors, m.layers));
+    const double t = p.target.allocator_peak / kGiB, d = p.drafter.allocator_peak / kGiB;
+    SCOPED_TRACE(absl::StrCat(m.tokens, " tokens, ", m.anchors, " anchors, ", m.layers,
+                              " layers: target ", t, " GiB, drafter ", d, " GiB"));
+    EXPECT_LE(std::abs(t - m.target_gib), 0.10 * m.target_gib);
+    EXPECT_LE(std::abs(d - m.drafter_gib), 0.10 * m.drafter_gib);
+  }
+}
+
+TEST(MemoryPlanTest, ARunThatDoesNotFitNamesTheDominantTermAndASettingThatFits) {
+  const config::RunSpec spec = Spec(16384, 1024, 5);
+  absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
+  ASSERT_TRUE(target.ok());
+  const int64_t gpu = static_cast<int64_t>(28 * kGiB);
+  const absl::Status s = CheckFits(spec, *target, "cuda_ipc", "drafter", "d0", gpu);
+  ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("the drafter worker d0 needs"));
+  EXPECT_THAT(s.message(), HasSubstr("the largest term is activations"));
+  EXPECT_THAT(s.message(), HasSubstr("batching.max_anchors 1024 -> "));
+  // The suggested value does fit, and the next step up does not.
+  const std::string msg(s.message());
+  const size_t at = msg.find("1024 -> ") + 8;
+  const int64_t suggested = std::stoll(msg.substr(at));
+  config::RunSpec fixed = spec;
+  fixed.batching.max_anchors = suggested;
+  EXPECT_TRUE(CheckFits(fixed, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
+  fixed.batching.max_anchors = suggested + 32;
+  EXPECT_FALSE(CheckFits(fixed, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
+  // The target fits; an unknown capacity is not checked.
+  EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "target", "t0", gpu).ok());
+  EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "drafter", "d0", 0).ok());
+  // Where no budget is small enough, fewer drafter layers are suggested.
+  const absl::Status tight =
+      CheckFits(spec, *target, "cuda_ipc", "drafter", "d0", static_cast<int64_t>(16 * kGiB));
+  EXPECT_THAT(tight.message(), HasSubstr("drafter.layers 5 -> "));
+}
+
+TEST(MemoryPlanTest, TableAndJsonShowEveryTermAndTheVerdict) {
+  const RunPlan p = Plan(Spec(8192, 512, 5));
+  const int64_t h200 = static_cast<int64_t>(139.8 * kGiB);
+  const std::string table = PlanTable(p, h200, static_cast<int64_t>(20 * kGiB));
+  EXPECT_THAT(table, HasSubstr("fused copies at load"));
+  EXPECT_THAT(table, HasSubstr("phase: end of the forward"));
+  EXPECT_THAT(table, HasSubstr("(fits)"));
+  EXPECT_THAT(table, HasSubstr("(DOES NOT FIT)"));
+  const nlohmann::json j = nlohmann::json::parse(PlanJson(p, h200, 0));
+  EXPECT_EQ(j["drafter"]["peak_phase"], "end of the forward");
+  EXPECT_EQ(j["drafter"]["allocator_peak_bytes"], p.drafter.allocator_peak);
+  EXPECT_TRUE(j["drafter"]["fits"].is_null());
+  EXPECT_EQ(j["target"]["fits"], true);
+  // The CPU demo's tiny target plans too.
+  const RunPlan tiny = Plan(Spec(2048, 64, 1, "builtin:tiny-qwen3"), "host");
+  EXPECT_GT(tiny.drafter.allocator_peak, 0);
+}
+
+}  // namespace
+}  // namespace dflash::plan
