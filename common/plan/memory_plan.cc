@@ -99,6 +99,15 @@ std::string GiB(int64_t bytes) {
   return absl::StrFormat("%.2f", static_cast<double>(bytes) / kGiB);
 }
 
+// The table's unit: GiB, or MiB for plans whose workers stay under 1 GiB (the CPU demo's).
+struct Unit {
+  const char* name;
+  double bytes;
+  std::string operator()(int64_t b) const {
+    return absl::StrFormat("%.2f", static_cast<double>(b) / bytes);
+  }
+};
+
 }  // namespace
 
 absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec) {
@@ -279,8 +288,10 @@ absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConf
 }
 
 std::string PlanTable(const RunPlan& plan, int64_t target_capacity, int64_t drafter_capacity) {
+  const bool small = std::max(plan.target.allocator_peak, plan.drafter.allocator_peak) < kGiB;
+  const Unit u = small ? Unit{"MiB", 1024.0 * 1024.0} : Unit{"GiB", kGiB};
   std::string out = absl::StrCat("memory plan: ", plan.token_budget, " tokens, ", plan.max_anchors,
-                                 " anchors, transport ", plan.transport, " (GiB)\n");
+                                 " anchors, transport ", plan.transport, " (", u.name, ")\n");
   for (const auto& [w, cap] : {std::make_pair(&plan.target, target_capacity),
                                std::make_pair(&plan.drafter, drafter_capacity)}) {
     absl::StrAppend(&out, "\n", w->role, " worker\n");
@@ -289,21 +300,22 @@ std::string PlanTable(const RunPlan& plan, int64_t target_capacity, int64_t draf
       const bool at_peak =
           std::find(w->phases[w->peak_phase].terms.begin(), w->phases[w->peak_phase].terms.end(),
                     i) != w->phases[w->peak_phase].terms.end();
-      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s %s %s\n", t.name, GiB(t.bytes),
+      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s %s %s\n", t.name, u(t.bytes),
                                             at_peak ? "*" : " ", t.what));
     }
     for (const Phase& p : w->phases) {
-      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s\n", "phase: " + p.name, GiB(p.bytes)));
+      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s\n", "phase: " + p.name, u(p.bytes)));
     }
     absl::StrAppend(&out, absl::StrFormat("  %-32s %8s   (* = alive then)\n", "allocator peak",
-                                          GiB(w->allocator_peak)));
+                                          u(w->allocator_peak)));
     for (const Term& t : w->extra) {
-      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s   %s\n", t.name, GiB(t.bytes), t.what));
+      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s   %s\n", t.name, u(t.bytes), t.what));
     }
-    absl::StrAppend(&out, absl::StrFormat("  %-32s %8s", "device total", GiB(w->device_bytes)));
+    absl::StrAppend(&out, absl::StrFormat("  %-32s %8s", "device total", u(w->device_bytes)));
     if (cap > 0) {
-      absl::StrAppend(&out, " of ", GiB(cap),
-                      w->device_bytes <= cap ? " (fits)" : " (DOES NOT FIT)");
+      absl::StrAppend(&out, " of ", u(cap), w->device_bytes <= cap ? " (fits)" : " (DOES NOT FIT)");
+    } else {
+      absl::StrAppend(&out, "   (no registered GPU of this role: not checked)");
     }
     absl::StrAppend(&out, "\n");
   }

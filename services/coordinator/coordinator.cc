@@ -2,6 +2,7 @@
 
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "common/batching/cursor.h"
 #include "common/config/run_spec.h"
 #include "common/data/run_data.h"
+#include "common/plan/memory_plan.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/run_state.h"
 
@@ -127,6 +129,24 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   ASSIGN_OR_RETURN(
       config::RunSpec spec,
       config::ParseRunSpec(run_yaml, source_name.empty() ? "run.yaml" : source_name, opts));
+  {
+    // The memory plan against the largest registered GPU of each role (none: not checked here;
+    // every placement is checked against its own GPUs).
+    ASSIGN_OR_RETURN(model::TransformerConfig target, plan::RunTargetConfig(spec));
+    const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());
+    for (const auto& [role, worker, capacity] :
+         {std::make_tuple("target", pt.target_worker, pt.target_capacity),
+          std::make_tuple("drafter", pt.drafter_worker, pt.drafter_capacity)}) {
+      absl::Status fits =
+          plan::CheckFits(spec, target, pt.transport, role,
+                          absl::StrCat(worker, " (the largest registered GPU)"), capacity);
+      if (!fits.ok()) {
+        return absl::Status(
+            fits.code(),
+            absl::StrCat(source_name.empty() ? "run.yaml" : source_name, ": ", fits.message()));
+      }
+    }
+  }
   v1::RunStatus run;
   run.set_name(spec.name);
   run.set_state(v1::RUN_STATE_QUEUED);
@@ -164,6 +184,25 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   events_cv_.notify_all();
   UpdateGaugesLocked();
   return store_->GetRun(run.run_id());
+}
+
+absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_yaml) {
+  config::RunSpecOptions opts;
+  opts.check_paths = true;
+  ASSIGN_OR_RETURN(config::RunSpec spec, config::ParseRunSpec(run_yaml, "run.yaml", opts));
+  ASSIGN_OR_RETURN(model::TransformerConfig target, plan::RunTargetConfig(spec));
+  const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());
+  ASSIGN_OR_RETURN(plan::RunPlan p, plan::PlanRun(spec, target, pt.transport));
+  v1::PlanRunResponse resp;
+  resp.set_table(plan::PlanTable(p, pt.target_capacity, pt.drafter_capacity));
+  resp.set_json(plan::PlanJson(p, pt.target_capacity, pt.drafter_capacity));
+  for (const auto& [role, worker, capacity] :
+       {std::make_tuple("target", pt.target_worker, pt.target_capacity),
+        std::make_tuple("drafter", pt.drafter_worker, pt.drafter_capacity)}) {
+    absl::Status fits = plan::CheckFits(spec, target, pt.transport, role, worker, capacity);
+    if (!fits.ok()) resp.add_problems(std::string(fits.message()));
+  }
+  return resp;
 }
 
 absl::StatusOr<v1::RunStatus> Coordinator::GetRun(const std::string& run_id) {

@@ -16,6 +16,7 @@
 #include "common/base/clock.h"
 #include "common/metrics/catalogue.h"
 #include "dflash/v1/common.pb.h"
+#include "dflash/v1/coordinator.pb.h"
 #include "dflash/v1/registry.pb.h"
 #include "services/coordinator/run_store.h"
 #include "services/coordinator/worker_control.h"
@@ -45,9 +46,13 @@ class Coordinator {
                                                              metrics::MetricsServer* metrics);
 
   // --- user API ---
-  // Validates and resolves run.yaml; stores the run as queued unless dry_run.
+  // Validates and resolves run.yaml; refuses a run whose memory plan fits none of the registered
+  // GPUs of a role (naming the dominant term and a setting that fits); stores the run as queued
+  // unless dry_run.
   absl::StatusOr<v1::RunStatus> SubmitRun(const std::string& run_yaml,
                                           const std::string& source_name, bool dry_run);
+  // The memory plan of a run.yaml against the registered GPUs (placement.h, PlanTargetsOf).
+  absl::StatusOr<v1::PlanRunResponse> PlanRun(const std::string& run_yaml);
   absl::StatusOr<v1::RunStatus> GetRun(const std::string& run_id);
   absl::StatusOr<std::vector<v1::RunStatus>> ListRuns();
   absl::StatusOr<v1::RunStatus> CancelRun(const std::string& run_id);

@@ -77,10 +77,12 @@ grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::Lis
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::PlanRun(grpc::ServerContext*, const v1::PlanRunRequest*,
-                                         v1::PlanRunResponse*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "PlanRun: the memory planner is not built yet");
+grpc::Status CoordinatorService::PlanRun(grpc::ServerContext*, const v1::PlanRunRequest* req,
+                                         v1::PlanRunResponse* resp) {
+  auto r = c_->PlanRun(req->run_yaml());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *std::move(r);
+  return grpc::Status::OK;
 }
 
 grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,

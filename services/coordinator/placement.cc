@@ -73,4 +73,33 @@ absl::StatusOr<std::string> ResolveTransport(const config::RunSpec& spec,
   return t;
 }
 
+PlanTargets PlanTargetsOf(const config::RunSpec& spec, const std::vector<v1::WorkerInfo>& workers) {
+  PlanTargets p;
+  bool shared_gpu = false;
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.device().kind() != "cuda") continue;
+    const int64_t total = static_cast<int64_t>(w.device().total_bytes());
+    if (w.role() == v1::WORKER_ROLE_TARGET && total > p.target_capacity) {
+      p.target_capacity = total;
+      p.target_worker = w.name();
+    }
+    if (w.role() == v1::WORKER_ROLE_DRAFTER && total > p.drafter_capacity) {
+      p.drafter_capacity = total;
+      p.drafter_worker = w.name();
+    }
+    for (const v1::WorkerInfo& o : workers) {
+      if (w.role() == v1::WORKER_ROLE_TARGET && o.role() == v1::WORKER_ROLE_DRAFTER &&
+          o.device().kind() == "cuda" && DeviceKey(w) == DeviceKey(o)) {
+        shared_gpu = true;
+      }
+    }
+  }
+  p.transport = spec.placement.transport;
+  if (p.transport == "auto") {
+    const bool gpus = !p.target_worker.empty() && !p.drafter_worker.empty();
+    p.transport = shared_gpu ? "cuda_ipc" : gpus ? "nccl" : "host";
+  }
+  return p;
+}
+
 }  // namespace dflash::coordinator

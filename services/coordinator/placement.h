@@ -34,10 +34,21 @@ absl::Status CheckDrafterGroup(const WorkerPairs& pairs);
 // placement.transport for one pair. auto: cuda_ipc when the target and drafter hold the same GPU
 // of one machine, nccl when they hold two different GPUs (of one machine or of two), host
 // otherwise (a CPU worker: features through shared memory on one machine). The choice, explicit or
-// resolved, is checked against the pair: cuda_ipc needs one GPU, nccl two (NCCL refuses two ranks on one
-// device), host one machine; FAILED_PRECONDITION naming placement.transport and the workers.
+// resolved, is checked against the pair: cuda_ipc needs one GPU, nccl two (NCCL refuses two ranks
+// on one device), host one machine; FAILED_PRECONDITION naming placement.transport and the workers.
 absl::StatusOr<std::string> ResolveTransport(const config::RunSpec& spec,
                                              const v1::WorkerInfo& target,
                                              const v1::WorkerInfo& drafter);
+
+// What a run's memory plan is checked against before it is placed: for each role the registered
+// worker with the largest GPU (capacity 0 and no name when the role has no GPU worker), and the
+// transport a pair of them would use (placement.transport, or what auto resolves to: cuda_ipc when
+// a target and a drafter share a GPU, nccl when both roles have GPUs, host otherwise).
+struct PlanTargets {
+  int64_t target_capacity = 0, drafter_capacity = 0;
+  std::string target_worker, drafter_worker;
+  std::string transport;
+};
+PlanTargets PlanTargetsOf(const config::RunSpec& spec, const std::vector<v1::WorkerInfo>& workers);
 
 }  // namespace dflash::coordinator

@@ -21,6 +21,7 @@
 #include "common/config/run_spec.h"
 #include "common/data/run_data.h"
 #include "common/model/safetensors.h"
+#include "common/plan/memory_plan.h"
 #include "common/train/checkpoints.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/placement.h"
@@ -149,6 +150,17 @@ void Coordinator::StartRun(const Placement& p) {
       status = transport.status();
       break;
     }
+    // The memory plan against this pair's own GPUs, before anything is loaded.
+    for (const v1::WorkerInfo* w : {&target, &drafter}) {
+      if (!status.ok() || w->device().kind() != "cuda") continue;
+      absl::StatusOr<model::TransformerConfig> tc = plan::RunTargetConfig(training->spec);
+      status = tc.ok() ? plan::CheckFits(
+                             training->spec, *tc, *transport, w == &target ? "target" : "drafter",
+                             absl::StrCat(w->name(), " (GPU ", w->device().index(), ")"),
+                             static_cast<int64_t>(w->device().total_bytes()))
+                       : tc.status();
+    }
+    if (!status.ok()) break;
     std::string channel_descriptor;  // transport nccl: from the target, for its drafter
     // Target first: it creates the pair's channel, which the drafter then opens.
     for (const auto& [self, peer] :

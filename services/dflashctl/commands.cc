@@ -230,8 +230,11 @@ int Commands::Plan(const std::string& path) {
   SetDeadline(&ctx, opts_.timeout_ms);
   grpc::Status s = stub_->PlanRun(&ctx, req, &resp);
   if (!s.ok()) return RpcError(s, "plan");
-  std::cout << resp.table();
-  return kOk;
+  std::cout << (opts_.json ? resp.json() : resp.table()) << std::flush;
+  // A worker that does not fit: what submit would refuse, with the fix.
+  for (const std::string& p : resp.problems())
+    std::cerr << "dflashctl: does not fit: " << p << "\n";
+  return resp.problems().empty() ? kOk : kDoesNotFit;
 }
 
 int Commands::Export(const std::string& run_id, const std::string& out, bool force) {

@@ -17,6 +17,7 @@ enum ExitCode : int {
   kUnreachable = 4,    // coordinator cannot be reached
   kRunFailed = 5,      // a followed run ended failed or cancelled
   kBadData = 6,        // prepare: the data was refused (on_bad_record: fail, wrong tokenizer...)
+  kDoesNotFit = 7,     // plan: a worker's predicted memory exceeds its GPU (submit refuses it)
 };
 
 struct GlobalOptions {

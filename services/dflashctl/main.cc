@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   exp->add_option("run_id", run_id, "run id")->required();
   exp->add_option("--out", export_out, "destination directory")->required();
   exp->add_flag("--force", export_force, "replace an existing destination");
-  auto* plan = app.add_subcommand("plan", "predicted memory per worker (not built yet)");
+  auto* plan = app.add_subcommand(
+      "plan", "predicted peak GPU memory per worker, by term, against the registered GPUs");
   plan->add_option("run_yaml", path, "path to run.yaml")->required();
 
   dflash::ctl::PrepareArgs pa;

@@ -248,6 +248,54 @@ TEST_F(CoordinatorTest, DataParallelPairsFormTheirDrafterGroup) {
   EXPECT_THAT(failed.message(), HasSubstr("share GPU 0; NCCL refuses two ranks on one device"));
 }
 
+// The memory plan (common/plan/memory_plan.h): PlanRun reports it against the registered GPUs;
+// submit refuses a run that fits no registered drafter GPU, naming the dominant term and a
+// setting that fits; a run queued before the GPUs registered fails at placement on a pair whose
+// GPU is too small, before anything is prepared.
+TEST_F(CoordinatorTest, MemoryPlanIsReportedAndEnforcedAtSubmitAndAtPlacement) {
+  constexpr char kBig[] = R"(
+name: big
+target: {path: "builtin:qwen3-8b-random"}
+data: {train: "builtin:long-synthetic", max_length: 2048}
+batching: {token_budget: 8192, max_anchors: 512}
+optim: {max_steps: 5}
+)";
+  // Queued while no GPU is registered: nothing to check against yet.
+  auto queued = coordinator_->SubmitRun(kBig, "big.yaml", false);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  auto gpu = [&](const std::string& name, v1::WorkerRole role, int index, double gib) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address(absl::StrCat("10.0.0.1:", 200 + index));
+    w.mutable_device()->set_kind("cuda");
+    w.mutable_device()->set_index(index);
+    w.mutable_device()->set_total_bytes(static_cast<uint64_t>(gib * (1 << 30)));
+    return coordinator_->Register(w)->worker_id();
+  };
+  gpu("t0", v1::WORKER_ROLE_TARGET, 0, 80);
+  gpu("d0", v1::WORKER_ROLE_DRAFTER, 0, 24);  // the drafter needs ~25.4 GiB
+  auto plan = coordinator_->PlanRun(kBig);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(plan->table(), HasSubstr("transport cuda_ipc"));
+  EXPECT_THAT(plan->table(), HasSubstr("(DOES NOT FIT)"));
+  ASSERT_EQ(plan->problems_size(), 1);
+  EXPECT_THAT(plan->problems(0), HasSubstr("the drafter worker d0 needs"));
+  EXPECT_THAT(plan->json(), HasSubstr("\"allocator_peak_bytes\""));
+  auto refused = coordinator_->SubmitRun(kBig, "big.yaml", false);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("big.yaml: memory plan: the drafter worker d0"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("the largest term is activations"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("batching.max_anchors 512 -> "));
+  // The run queued earlier is placed on that pair and fails there, preparing nothing.
+  coordinator_->Tick();
+  auto failed = *coordinator_->GetRun(queued->run_id());
+  EXPECT_EQ(failed.state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(failed.message(), HasSubstr("memory plan: the drafter worker d0 (GPU 0) needs"));
+  EXPECT_TRUE(workers_.prepare_requests.empty());
+}
+
 TEST_F(CoordinatorTest, DrafterThatTrainedOnOtherFeaturesFailsTheRun) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   AddWorker("t0", v1::WORKER_ROLE_TARGET);
