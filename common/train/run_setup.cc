@@ -111,7 +111,6 @@ std::map<std::string, std::string> RunSettings(const config::RunSpec& spec,
       {"drafter.mask_token_id", std::to_string(drafter.mask_token_id)},
       {"batching.token_budget", std::to_string(spec.batching.token_budget)},
       {"data.max_length", std::to_string(spec.data.max_length)},
-      {"placement.transport", spec.placement.transport},
   };
 }
 

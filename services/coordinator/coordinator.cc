@@ -132,8 +132,11 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   {
     // The memory plan against the largest registered GPU of each role (none: not checked here;
     // every placement is checked against its own GPUs).
-    ASSIGN_OR_RETURN(model::TransformerConfig target, plan::RunTargetConfig(spec));
     const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());
+    model::TransformerConfig target;
+    if (pt.target_capacity > 0 || pt.drafter_capacity > 0) {
+      ASSIGN_OR_RETURN(target, plan::RunTargetConfig(spec));
+    }
     for (const auto& [role, worker, capacity] :
          {std::make_tuple("target", pt.target_worker, pt.target_capacity),
           std::make_tuple("drafter", pt.drafter_worker, pt.drafter_capacity)}) {

@@ -26,6 +26,7 @@
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/run_state.h"
+#include "services/coordinator/settings_echo.h"
 
 namespace dflash::coordinator {
 
@@ -150,17 +151,24 @@ void Coordinator::StartRun(const Placement& p) {
       status = transport.status();
       break;
     }
+    absl::StatusOr<model::TransformerConfig> tc = plan::RunTargetConfig(training->spec);
+    absl::StatusOr<std::vector<int64_t>> layer_ids =
+        tc.ok() ? plan::RunLayerIds(training->spec, *tc) : tc.status();
+    if (!layer_ids.ok()) {
+      status = layer_ids.status();
+      break;
+    }
     // The memory plan against this pair's own GPUs, before anything is loaded.
     for (const v1::WorkerInfo* w : {&target, &drafter}) {
       if (!status.ok() || w->device().kind() != "cuda") continue;
-      absl::StatusOr<model::TransformerConfig> tc = plan::RunTargetConfig(training->spec);
-      status = tc.ok() ? plan::CheckFits(
-                             training->spec, *tc, *transport, w == &target ? "target" : "drafter",
-                             absl::StrCat(w->name(), " (GPU ", w->device().index(), ")"),
-                             static_cast<int64_t>(w->device().total_bytes()))
-                       : tc.status();
+      status = plan::CheckFits(training->spec, *tc, *transport, w == &target ? "target" : "drafter",
+                               absl::StrCat(w->name(), " (GPU ", w->device().index(), ")"),
+                               static_cast<int64_t>(w->device().total_bytes()));
     }
     if (!status.ok()) break;
+    const std::map<std::string, std::string> expected =
+        ExpectedSettings(training->spec, *layer_ids, *transport, training->total_steps,
+                         training->step, static_cast<int64_t>(p.pairs.size()));
     std::string channel_descriptor;  // transport nccl: from the target, for its drafter
     // Target first: it creates the pair's channel, which the drafter then opens.
     for (const auto& [self, peer] :
@@ -191,6 +199,10 @@ void Coordinator::StartRun(const Placement& p) {
       if (self.worker_id() == drafter.worker_id() && i == 0)
         nccl_unique_id = resp->nccl_unique_id();
       if (self.worker_id() == target.worker_id()) channel_descriptor = resp->channel_descriptor();
+      status = CheckEcho(
+          self.name(), expected,
+          std::map<std::string, std::string>(resp->applied().begin(), resp->applied().end()));
+      if (!status.ok()) break;
       echoes.push_back(absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
     }
   }

@@ -105,6 +105,7 @@ class DrafterRunner : public StepRunner {
     applied["optim.total_steps"] = std::to_string(options_.optim.total_steps);
     applied["resume.step"] = std::to_string(trainer_->step());
     applied["placement.pairs"] = std::to_string(ctx.num_pairs);
+    applied["placement.transport"] = ctx.transport;
     prepared.applied = std::move(applied);
     return prepared;
   }

@@ -94,7 +94,9 @@ class TargetRunner : public StepRunner {
                                   << data_->summary.documents << " documents; channel "
                                   << ctx.channel << " (" << ctx.transport << ", " << ro.slots
                                   << " x " << ro.slot_bytes << " bytes)";
-    return Prepared{train::RunSettings(ctx.spec, *dc), {}, {}};
+    std::map<std::string, std::string> applied = train::RunSettings(ctx.spec, *dc);
+    applied["placement.transport"] = ctx.transport;
+    return Prepared{std::move(applied), {}, {}};
   }
 
   // nccl: the pair's own two-rank channel, whose descriptor the coordinator hands to the drafter.
@@ -120,7 +122,9 @@ class TargetRunner : public StepRunner {
         << "target ready: " << target_->config().num_hidden_layers << " layers, features "
         << target_->feature_dim() << " wide, " << data_->summary.documents
         << " documents; channel nccl (" << o.slots << " x " << feature_bytes << " bytes)";
-    return Prepared{train::RunSettings(ctx_.spec, dc), {}, *std::move(descriptor)};
+    std::map<std::string, std::string> applied = train::RunSettings(ctx_.spec, dc);
+    applied["placement.transport"] = ctx_.transport;
+    return Prepared{std::move(applied), {}, *std::move(descriptor)};
   }
 
   absl::StatusOr<StepReport> RunStep(const StepWork& work) override {

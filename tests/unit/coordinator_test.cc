@@ -296,6 +296,33 @@ optim: {max_steps: 5}
   EXPECT_TRUE(workers_.prepare_requests.empty());
 }
 
+// Settings echo: a worker that would apply another value than the resolved config (a setting
+// that silently did not reach the code) stops the run before its first step, naming the field;
+// echoed values equal to the resolved ones (derived ones included) start it.
+TEST_F(CoordinatorTest, SettingsEchoThatDiffersFromTheResolvedConfigRefusesTheRun) {
+  workers_.echo_overrides = {{"batching.max_anchors", "16"},
+                             {"target.layer_ids", "1,2,3,4,5"},
+                             {"optim.total_steps", "5"},
+                             {"loss.gamma", "7"},
+                             {"placement.transport", "host"},
+                             {"drafter.mask_token_id", "7"}};  // not resolved by the coordinator
+  auto ok = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetRun(ok.run_id())->state(), v1::RUN_STATE_DONE)
+      << coordinator_->GetRun(ok.run_id())->message();
+  workers_.echo_overrides["batching.max_anchors"] = "8";
+  auto bad = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  auto failed = *coordinator_->GetRun(bad.run_id());
+  EXPECT_EQ(failed.state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(failed.message(),
+              HasSubstr("settings echo: batching.max_anchors: worker t0 would apply '8' where "
+                        "the run's resolved config says '16'"));
+  EXPECT_EQ(failed.step(), 0);
+}
+
 TEST_F(CoordinatorTest, DrafterThatTrainedOnOtherFeaturesFailsTheRun) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   AddWorker("t0", v1::WORKER_ROLE_TARGET);

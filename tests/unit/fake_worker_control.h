@@ -23,6 +23,7 @@ class FakeWorkerControl : public WorkerControl {
     if (it != prepare_errors.end()) return it->second;
     v1::PrepareRunResponse resp;
     (*resp.mutable_applied())["drafter.block_size"] = "16";
+    for (const auto& [k, v] : echo_overrides) (*resp.mutable_applied())[k] = v;
     // The pair-0 drafter of an nccl group makes the group's unique id.
     if (req.collective() == "nccl" && req.pair() == 0)
       resp.set_nccl_unique_id("id-" + req.run_id());
@@ -67,6 +68,7 @@ class FakeWorkerControl : public WorkerControl {
   std::function<void(const v1::WorkerInfo&, const v1::RunStepRequest&)> on_step;
   std::vector<std::string> prepared;
   std::vector<v1::PrepareRunRequest> prepare_requests;
+  std::map<std::string, std::string> echo_overrides;  // settings every worker echoes
   std::vector<std::string> released;
   std::map<std::string, absl::Status> prepare_errors;  // by worker id
   // Runs before each PrepareRun answers (outside the coordinator's lock, as a real RPC would).

@@ -1,0 +1,51 @@
+#include "services/coordinator/settings_echo.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dflash::coordinator {
+
+std::map<std::string, std::string> ExpectedSettings(const config::RunSpec& spec,
+                                                    const std::vector<int64_t>& layer_ids,
+                                                    const std::string& transport,
+                                                    int64_t total_steps, int64_t resume_step,
+                                                    int64_t num_pairs) {
+  std::map<std::string, std::string> e = {
+      {"target.path", spec.target.path},
+      {"target.dtype", spec.target.dtype},
+      {"target.layer_ids", absl::StrJoin(layer_ids, ",")},
+      {"drafter.layers", std::to_string(spec.drafter.layers)},
+      {"drafter.block_size", std::to_string(spec.drafter.block_size)},
+      {"batching.token_budget", std::to_string(spec.batching.token_budget)},
+      {"batching.max_anchors", std::to_string(spec.batching.max_anchors)},
+      {"batching.grad_accum", std::to_string(spec.batching.grad_accum)},
+      {"data.max_length", std::to_string(spec.data.max_length)},
+      {"optim.lr", absl::StrCat(spec.optim.lr)},
+      {"optim.total_steps", std::to_string(total_steps)},
+      {"resume.step", std::to_string(resume_step)},
+      {"placement.pairs", std::to_string(num_pairs)},
+      {"placement.transport", transport},
+  };
+  if (spec.drafter.mask_token_id) {
+    e["drafter.mask_token_id"] = std::to_string(*spec.drafter.mask_token_id);
+  }
+  const std::optional<double> gamma =
+      spec.loss.gamma ? spec.loss.gamma : config::DefaultGamma(spec.drafter.block_size);
+  if (gamma) e["loss.gamma"] = absl::StrCat(*gamma);
+  return e;
+}
+
+absl::Status CheckEcho(const std::string& worker,
+                       const std::map<std::string, std::string>& expected,
+                       const std::map<std::string, std::string>& applied) {
+  for (const auto& [key, value] : applied) {
+    auto it = expected.find(key);
+    if (it == expected.end() || it->second == value) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "settings echo: ", key, ": worker ", worker, " would apply '", value,
+        "' where the run's resolved config says '", it->second, "'; the run is not started"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dflash::coordinator
