@@ -258,7 +258,11 @@ absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConf
   std::string fix;
   if (member != nullptr) {
     config::RunSpec smaller = spec;
-    for (int64_t v = spec.batching.*member - step; v >= step; v -= step) {
+    // Not below what validation allows: a document of data.max_length must fit a micro-batch.
+    const int64_t floor = member == &config::BatchingSpec::token_budget
+                              ? std::max<int64_t>(step, spec.data.max_length)
+                              : step;
+    for (int64_t v = spec.batching.*member - step; v >= floor; v -= step) {
       smaller.batching.*member = v;
       absl::StatusOr<RunPlan> p = PlanRun(smaller, target, transport);
       if (!p.ok()) break;
@@ -284,6 +288,38 @@ absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConf
       "memory plan: the ", role, " worker ", worker, " needs ", GiB(w.device_bytes),
       " GiB (allocator peak ", GiB(w.allocator_peak), " GiB ", w.phases[w.peak_phase].name,
       ") of its GPU's ", GiB(capacity_bytes), " GiB; the largest term is ", dom.name, " (",
+      GiB(dom.bytes), " GiB: ", dom.what, ")", fix));
+}
+
+absl::Status CheckSharedGpuFits(const config::RunSpec& spec, const model::TransformerConfig& target,
+                                const std::string& gpu, int64_t capacity_bytes) {
+  if (capacity_bytes <= 0) return absl::OkStatus();
+  const auto need = [&](const config::RunSpec& s) -> absl::StatusOr<int64_t> {
+    absl::StatusOr<RunPlan> p = PlanRun(s, target, "cuda_ipc");
+    if (!p.ok()) return p.status();
+    return p->target.device_bytes + p->drafter.device_bytes;
+  };
+  absl::StatusOr<RunPlan> plan = PlanRun(spec, target, "cuda_ipc");
+  if (!plan.ok()) return plan.status();
+  const int64_t total = plan->target.device_bytes + plan->drafter.device_bytes;
+  if (total <= capacity_bytes) return absl::OkStatus();
+  const WorkerPlan& big =
+      plan->drafter.device_bytes >= plan->target.device_bytes ? plan->drafter : plan->target;
+  const Term& dom = big.terms[big.dominant_term];
+  std::string fix;
+  for (int64_t v = spec.batching.max_anchors - 32; v >= 32 && fix.empty(); v -= 32) {
+    config::RunSpec s = spec;
+    s.batching.max_anchors = v;
+    absl::StatusOr<int64_t> n = need(s);
+    if (n.ok() && *n <= capacity_bytes) {
+      fix = absl::StrCat("; batching.max_anchors ", spec.batching.max_anchors, " -> ", v, " fits");
+    }
+  }
+  if (fix.empty()) fix = "; no smaller max_anchors fits: put the pair on two GPUs (nccl)";
+  return absl::FailedPreconditionError(absl::StrCat(
+      "memory plan: the target and drafter workers sharing ", gpu, " need ", GiB(total), " GiB (",
+      GiB(plan->target.device_bytes), " + ", GiB(plan->drafter.device_bytes), ") of its ",
+      GiB(capacity_bytes), " GiB; the largest term is the ", big.role, "'s ", dom.name, " (",
       GiB(dom.bytes), " GiB: ", dom.what, ")", fix));
 }
 

@@ -73,6 +73,11 @@ absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConf
                        const std::string& transport, const std::string& role,
                        const std::string& worker, int64_t capacity_bytes);
 
+// A target and a drafter on one GPU (cuda_ipc): their device totals together against it, with
+// the same refusal as CheckFits (the dominant term is the larger worker's).
+absl::Status CheckSharedGpuFits(const config::RunSpec& spec, const model::TransformerConfig& target,
+                                const std::string& gpu, int64_t capacity_bytes);
+
 // The plan as a table (GiB, one block per worker, `capacities` in bytes per role: 0 = unknown)
 // and as JSON (bytes).
 std::string PlanTable(const RunPlan& plan, int64_t target_capacity, int64_t drafter_capacity);

@@ -137,6 +137,14 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
     if (pt.target_capacity > 0 || pt.drafter_capacity > 0) {
       ASSIGN_OR_RETURN(target, plan::RunTargetConfig(spec));
     }
+    if (pt.transport == "cuda_ipc") {
+      absl::Status fits = plan::CheckSharedGpuFits(spec, target, pt.shared_gpu, pt.shared_capacity);
+      if (!fits.ok()) {
+        return absl::Status(
+            fits.code(),
+            absl::StrCat(source_name.empty() ? "run.yaml" : source_name, ": ", fits.message()));
+      }
+    }
     for (const auto& [role, worker, capacity] :
          {std::make_tuple("target", pt.target_worker, pt.target_capacity),
           std::make_tuple("drafter", pt.drafter_worker, pt.drafter_capacity)}) {

@@ -91,6 +91,10 @@ PlanTargets PlanTargetsOf(const config::RunSpec& spec, const std::vector<v1::Wor
       if (w.role() == v1::WORKER_ROLE_TARGET && o.role() == v1::WORKER_ROLE_DRAFTER &&
           o.device().kind() == "cuda" && DeviceKey(w) == DeviceKey(o)) {
         shared_gpu = true;
+        if (total > p.shared_capacity) {
+          p.shared_capacity = total;
+          p.shared_gpu = absl::StrCat("GPU ", w.device().index(), " of ", w.name());
+        }
       }
     }
   }

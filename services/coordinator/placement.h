@@ -48,6 +48,8 @@ struct PlanTargets {
   int64_t target_capacity = 0, drafter_capacity = 0;
   std::string target_worker, drafter_worker;
   std::string transport;
+  int64_t shared_capacity = 0;  // the largest GPU a target and a drafter share (0: none)
+  std::string shared_gpu;       // e.g. "GPU 0 of t0"
 };
 PlanTargets PlanTargetsOf(const config::RunSpec& spec, const std::vector<v1::WorkerInfo>& workers);
 

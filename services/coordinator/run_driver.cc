@@ -158,7 +158,13 @@ void Coordinator::StartRun(const Placement& p) {
       status = layer_ids.status();
       break;
     }
-    // The memory plan against this pair's own GPUs, before anything is loaded.
+    // The memory plan against this pair's own GPUs, before anything is loaded: both workers
+    // together when they share one.
+    if (*transport == "cuda_ipc") {
+      status = plan::CheckSharedGpuFits(
+          training->spec, *tc, absl::StrCat("GPU ", target.device().index(), " of ", target.name()),
+          static_cast<int64_t>(target.device().total_bytes()));
+    }
     for (const v1::WorkerInfo* w : {&target, &drafter}) {
       if (!status.ok() || w->device().kind() != "cuda") continue;
       status = plan::CheckFits(training->spec, *tc, *transport, w == &target ? "target" : "drafter",

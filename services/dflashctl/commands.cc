@@ -223,8 +223,16 @@ int Commands::Plan(const std::string& path) {
     std::cerr << "dflashctl: cannot read " << path << "\n";
     return kInvalidConfig;
   }
+  // As submit: validated and resolved here (relative paths against the run.yaml's folder).
+  config::RunSpecOptions opts;
+  opts.base_dir = fs::absolute(path).parent_path().string();
+  auto spec = config::ParseRunSpec(text, path, opts);
+  if (!spec.ok()) {
+    std::cerr << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
+    return kInvalidConfig;
+  }
   v1::PlanRunRequest req;
-  req.set_run_yaml(text);
+  req.set_run_yaml(config::EmitRunSpec(*spec));
   v1::PlanRunResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, opts_.timeout_ms);

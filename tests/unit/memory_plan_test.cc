@@ -119,6 +119,22 @@ TEST(MemoryPlanTest, ARunThatDoesNotFitNamesTheDominantTermAndASettingThatFits) 
   EXPECT_THAT(tight.message(), HasSubstr("drafter.layers 5 -> "));
 }
 
+TEST(MemoryPlanTest, APairSharingOneGpuIsCheckedTogether) {
+  const config::RunSpec spec = Spec(8192, 512, 5);
+  absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
+  ASSERT_TRUE(target.ok());
+  // Each alone fits 48 GiB (24.1 and 25.4 GiB); together they do not.
+  const int64_t gpu = static_cast<int64_t>(48 * kGiB);
+  EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "target", "t0", gpu).ok());
+  EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
+  const absl::Status s = CheckSharedGpuFits(spec, *target, "GPU 0 of t0", gpu);
+  ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("the target and drafter workers sharing GPU 0 of t0 need"));
+  EXPECT_THAT(s.message(), HasSubstr("batching.max_anchors 512 -> "));
+  EXPECT_TRUE(
+      CheckSharedGpuFits(spec, *target, "GPU 0 of t0", static_cast<int64_t>(139 * kGiB)).ok());
+}
+
 TEST(MemoryPlanTest, TableAndJsonShowEveryTermAndTheVerdict) {
   const RunPlan p = Plan(Spec(8192, 512, 5));
   const int64_t h200 = static_cast<int64_t>(139.8 * kGiB);
