@@ -34,5 +34,8 @@ struct AllocatorStats {
   uint64_t peak_allocated_bytes = 0;
 };
 AllocatorStats TorchAllocatorStats(int gpu);
+// Starts a new peak: the allocator's peak of allocated bytes becomes its current allocation (a
+// no-op for gpu < 0, without CUDA, or before LibTorch's allocator exists).
+void ResetTorchPeak(int gpu);
 
 }  // namespace dflash::device

@@ -30,4 +30,17 @@ AllocatorStats TorchAllocatorStats(int gpu) {
   return out;
 }
 
+void ResetTorchPeak(int gpu) {
+#ifdef DFLASH_HAVE_TORCH_CUDA
+  if (gpu < 0 || gpu >= static_cast<int>(c10::cuda::device_count())) return;
+  try {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(gpu));
+  } catch (const c10::Error&) {
+    // Not initialized yet: there is no peak to reset.
+  }
+#else
+  (void)gpu;
+#endif
+}
+
 }  // namespace dflash::device

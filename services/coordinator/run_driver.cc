@@ -142,7 +142,8 @@ void Coordinator::StartRun(const Placement& p) {
   std::string failed_worker;
   const std::string group_prefix =
       absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", attempt);
-  std::string nccl_unique_id;  // from the pair-0 drafter of an nccl group
+  std::string nccl_unique_id;                    // from the pair-0 drafter of an nccl group
+  std::map<std::string, int64_t> planned_peaks;  // role -> the memory plan's allocator peak
   if (status.ok() && p.pairs.size() > 1) status = CheckDrafterGroup(p.pairs);
   for (size_t i = 0; status.ok() && i < p.pairs.size(); ++i) {
     const auto& [target, drafter] = p.pairs[i];
@@ -172,6 +173,13 @@ void Coordinator::StartRun(const Placement& p) {
                                static_cast<int64_t>(w->device().total_bytes()));
     }
     if (!status.ok()) break;
+    if (i == 0) {
+      absl::StatusOr<plan::RunPlan> pl = plan::PlanRun(training->spec, *tc, *transport);
+      if (pl.ok()) {
+        planned_peaks = {{"target", pl->target.allocator_peak},
+                         {"drafter", pl->drafter.allocator_peak}};
+      }
+    }
     const std::map<std::string, std::string> expected =
         ExpectedSettings(training->spec, *layer_ids, *transport, training->total_steps,
                          training->step, static_cast<int64_t>(p.pairs.size()));
@@ -244,6 +252,13 @@ void Coordinator::StartRun(const Placement& p) {
                                absl::StrCat("training ", training->total_steps, " steps ", from,
                                             " (", absl::StrJoin(echoes, "; "), ")"))
                   .ok();
+    }
+    if (train && metrics_) {
+      for (const auto& [role, bytes] : planned_peaks) {
+        metrics_->Gauge("dflash_coordinator_plan_peak_bytes")
+            .Add({{"run", p.run_id}, {"role", role}})
+            .Set(static_cast<double>(bytes));
+      }
     }
     UpdateGaugesLocked();
     if (train && !options_.inline_steps) {

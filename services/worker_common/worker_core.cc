@@ -133,7 +133,30 @@ absl::StatusOr<v1::RunStepResponse> WorkerCore::RunStep(const v1::RunStepRequest
                                   req.checkpoint_metadata().end());
   work.export_dir = req.export_dir();
   std::lock_guard<std::mutex> step_lock(step_mu_);
+  int gpu;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gpu = self_.device().index();
+    process_peak_ = std::max(process_peak_, device::TorchAllocatorStats(gpu).peak_allocated_bytes);
+  }
+  device::ResetTorchPeak(gpu);  // the step's own peak, for dflash_worker_gpu_memory_step_peak_bytes
   absl::StatusOr<StepReport> report = runner->RunStep(work);
+  const uint64_t step_peak = device::TorchAllocatorStats(gpu).peak_allocated_bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    process_peak_ = std::max(process_peak_, step_peak);
+  }
+  if (metrics_) {
+    std::string name, role;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      name = self_.name();
+      role = RoleLabel(self_);
+    }
+    metrics_->Gauge("dflash_worker_gpu_memory_step_peak_bytes")
+        .Add({{"worker", name}, {"role", role}, {"gpu", gpu < 0 ? "cpu" : std::to_string(gpu)}})
+        .Set(static_cast<double>(step_peak));
+  }
   if (!report.ok()) {
     LOG_RUN(WARNING, req.run_id(), req.step()) << "step failed: " << report.status();
     return report.status();
@@ -249,7 +272,13 @@ v1::DeviceInfo WorkerCore::ReadDevice() {
     const auto alloc = device::TorchAllocatorStats(gpu);
     metrics_->Gauge("dflash_worker_gpu_memory_allocated_bytes").Add(l).Set(alloc.allocated_bytes);
     metrics_->Gauge("dflash_worker_gpu_memory_reserved_bytes").Add(l).Set(alloc.reserved_bytes);
-    metrics_->Gauge("dflash_worker_gpu_memory_peak_bytes").Add(l).Set(alloc.peak_allocated_bytes);
+    uint64_t process_peak;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      process_peak_ = std::max(process_peak_, alloc.peak_allocated_bytes);
+      process_peak = process_peak_;
+    }
+    metrics_->Gauge("dflash_worker_gpu_memory_peak_bytes").Add(l).Set(process_peak);
     prometheus::Labels wl = {{"worker", name}, {"role", role}};
     metrics_->Gauge("dflash_worker_host_rss_bytes").Add(wl).Set(device::HostRssBytes());
     std::lock_guard<std::mutex> lock(mu_);

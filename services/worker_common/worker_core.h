@@ -50,6 +50,9 @@ class WorkerCore {
   std::string run_id_;
   std::string transport_;  // the held run's feature transport (metrics label)
   int64_t step_ = 0;
+  // The allocator's peak over the process's life: its peak is reset at every step (for the
+  // per-step peak), so the peak before the first reset (loading the models) is kept here.
+  uint64_t process_peak_ = 0;
   // The held run's runner; shared so that ReleaseRun can abort a step still using it.
   std::shared_ptr<StepRunner> runner_;
   std::mutex step_mu_;  // one step at a time
