@@ -36,6 +36,16 @@
 namespace dflash::drafter {
 namespace {
 
+// A LibTorch error as a status: RESOURCE_EXHAUSTED for the caching allocator's out-of-memory (the
+// trainer recovers from it by splitting the micro-batch), INTERNAL otherwise.
+absl::Status TorchError(const c10::Error& e, const char* what) {
+  const std::string msg = absl::StrCat(what, ": ", e.what_without_backtrace());
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) {
+    return absl::ResourceExhaustedError(msg);
+  }
+  return absl::InternalError(msg);
+}
+
 constexpr int64_t kMaxDrafterLayers = 1024;
 constexpr int64_t kMaxBlockSize = 1024;
 
@@ -401,7 +411,7 @@ absl::StatusOr<at::Tensor> DrafterModel::Forward(const DrafterBatch& batch) cons
     ASSIGN_OR_RETURN(Prepared p, Prepare(batch, /*with_loss_mask=*/false));
     return RunForward(p, p.features);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("drafter forward: ", e.what_without_backtrace()));
+    return TorchError(e, "drafter forward");
   }
 }
 
@@ -489,7 +499,7 @@ absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const 
     loss.slot_correct = at::bincount(slot.masked_select(ce.correct), {}, b);
     return loss;
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("drafter loss: ", e.what_without_backtrace()));
+    return TorchError(e, "drafter loss");
   }
 }
 

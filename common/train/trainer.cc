@@ -1,5 +1,6 @@
 #include "common/train/trainer.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_norm.h>
@@ -8,6 +9,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/norm.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
@@ -15,6 +17,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -75,7 +79,49 @@ struct DrafterTrainer::Impl {
   int64_t micro = 0;
   std::vector<int64_t> slot_correct, slot_total;
   std::unique_ptr<GradReducer> reducer;  // with a communicator
+  int64_t oom_splits = 0;                // this step's
 };
+
+namespace {
+
+// The micro-batch's documents in two halves (the first ceil(d/2) documents and the rest) with
+// their rows, features and anchors (padding anchors dropped: they carry no weight); nullopt for a
+// single document. Anchors and their blocks stay inside their documents, so each half trains its
+// anchors on exactly the context they had.
+std::optional<std::pair<drafter::DrafterBatch, drafter::DrafterBatch>> SplitByDocuments(
+    const drafter::DrafterBatch& b) {
+  const at::Tensor cu = b.cu_seqlens.to(at::kCPU).to(at::kLong).contiguous();
+  const int64_t docs = cu.numel() - 1;
+  if (docs < 2) return std::nullopt;
+  const int64_t mid = (docs + 1) / 2;
+  const int64_t* c = cu.data_ptr<int64_t>();
+  const int64_t t1 = c[mid], t = c[docs];
+  std::pair<drafter::DrafterBatch, drafter::DrafterBatch> out;
+  for (auto [half, from, n] :
+       {std::make_tuple(&out.first, int64_t{0}, t1), std::make_tuple(&out.second, t1, t - t1)}) {
+    half->features = b.features.narrow(0, from, n);
+    half->input_ids = b.input_ids.narrow(0, from, n);
+    half->positions = b.positions.narrow(0, from, n);
+    half->loss_mask = b.loss_mask.narrow(0, from, n);
+  }
+  out.first.cu_seqlens = cu.narrow(0, 0, mid + 1).to(b.cu_seqlens.options());
+  out.second.cu_seqlens = (cu.narrow(0, mid, docs - mid + 1) - t1).to(b.cu_seqlens.options());
+  const at::Tensor anchors = b.anchors.to(at::kCPU).to(at::kLong).contiguous();
+  std::vector<int64_t> first, second;
+  for (int64_t i = 0; i < anchors.numel(); ++i) {
+    const int64_t a = anchors.data_ptr<int64_t>()[i];
+    if (a >= 0) (a < t1 ? first : second).push_back(a < t1 ? a : a - t1);
+  }
+  for (auto [half, list] :
+       {std::make_pair(&out.first, &first), std::make_pair(&out.second, &second)}) {
+    if (list->empty()) list->push_back(-1);  // a padding block: no anchor in this half
+    half->anchors = at::tensor(at::ArrayRef<int64_t>(*list), at::TensorOptions().dtype(at::kLong))
+                        .to(b.anchors.device());
+  }
+  return out;
+}
+
+}  // namespace
 
 DrafterTrainer::DrafterTrainer(drafter::DrafterModel* model, OptimConfig config,
                                drafter::LossOptions loss)
@@ -111,6 +157,38 @@ absl::StatusOr<std::unique_ptr<DrafterTrainer>> DrafterTrainer::Create(
 }
 
 absl::Status DrafterTrainer::AddMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step) {
+  bool in_backward = false;
+  absl::Status s = TryMicroBatch(batch, last_in_step, &in_backward);
+  if (s.code() != absl::StatusCode::kResourceExhausted) return s;
+  Impl& m = *impl_;
+  if (in_backward && (m.micro > 0 || comm_ != nullptr)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        s.message(), "; not recoverable: the backward had begun adding to gradients that hold ",
+        comm_ != nullptr ? "the step's all-reduce" : "earlier micro-batches of the step"));
+  }
+  // The first micro-batch's backward: its gradients were all this micro-batch's.
+  if (in_backward) {
+    for (at::Tensor& p : m.params) p.mutable_grad() = at::Tensor();
+  }
+  std::optional<std::pair<drafter::DrafterBatch, drafter::DrafterBatch>> halves =
+      SplitByDocuments(batch);
+  if (!halves) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        s.message(), "; not recoverable: the micro-batch is one document of ",
+        batch.input_ids.size(0), " tokens (lower data.max_length or batching.token_budget)"));
+  }
+  ++m.oom_splits;
+  if (absl::Status first = AddMicroBatch(halves->first, false); !first.ok()) return first;
+  return AddMicroBatch(halves->second, last_in_step);
+}
+
+absl::Status DrafterTrainer::TryMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step,
+                                           bool* in_backward) {
+  if (inject_oom_above_ > 0 && batch.input_ids.size(0) > inject_oom_above_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("injected out of memory (test hook): ", batch.input_ids.size(0),
+                     " rows above ", inject_oom_above_));
+  }
   absl::StatusOr<at::Tensor> hidden = model_->Forward(batch);
   if (!hidden.ok()) return hidden.status();
   absl::StatusOr<drafter::DrafterLoss> loss = model_->Loss(batch, *hidden, loss_);
@@ -120,7 +198,16 @@ absl::Status DrafterTrainer::AddMicroBatch(const drafter::DrafterBatch& batch, b
   const bool overlap = last_in_step && m.reducer != nullptr;
   if (overlap) m.reducer->Arm();
   if (std::isfinite(num)) {
-    loss->numerator.backward();
+    *in_backward = true;
+    try {
+      loss->numerator.backward();
+    } catch (const c10::OutOfMemoryError& e) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("drafter backward: ", e.what_without_backtrace()));
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("drafter backward: ", e.what_without_backtrace()));
+    }
+    *in_backward = false;
   } else {
     m.nonfinite = true;  // the step will be skipped: no use propagating NaN into the gradients
   }
@@ -178,6 +265,7 @@ absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weig
   StepStats s;
   s.step = step_;
   s.micro_batches = m.micro;
+  s.oom_splits = m.oom_splits;
   s.weight_sum = comm_ != nullptr ? m.weight_sum : global_weight_sum.value_or(m.weight_sum);
   s.loss = s.weight_sum > 0 ? m.numerator / s.weight_sum : 0.0;
   s.slot_correct = m.slot_correct;
@@ -222,6 +310,7 @@ absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weig
   m.numerator = m.weight_sum = 0;
   m.nonfinite = false;
   m.micro = 0;
+  m.oom_splits = 0;
   std::fill(m.slot_correct.begin(), m.slot_correct.end(), 0);
   std::fill(m.slot_total.begin(), m.slot_total.end(), 0);
   ++step_;

@@ -57,6 +57,7 @@ struct StepStats {
   double lr = 0;          // learning rate applied (0 when skipped)
   bool skipped = false;   // not applied: non-finite loss or gradient norm, or no weight
   int64_t micro_batches = 0;
+  int64_t oom_splits = 0;  // micro-batches split in two after running out of memory (AddMicroBatch)
   std::vector<int64_t> slot_correct, slot_total;  // [B], summed over the step's micro-batches
   double acceptance_length = 0;                   // drafter::ExpectedAcceptanceLength of those
 };
@@ -75,7 +76,15 @@ class DrafterTrainer {
   // Forward, loss and backward of the numerator for one micro-batch of the current step.
   // `last_in_step` with a communicator: the gradient all-reduce starts bucket by bucket during
   // this backward (grad_reducer.h); otherwise it all runs in Step().
+  // Out of device memory (issue 8): the micro-batch's tensors are freed and its documents are
+  // trained as two halves (recursively), which sum to the same step: every token once, the same
+  // numerator and weight. Not recoverable, RESOURCE_EXHAUSTED saying why: a single document, or
+  // an out-of-memory inside a backward that had begun adding to gradients holding earlier
+  // micro-batches of the step (or starting the data-parallel all-reduce).
   absl::Status AddMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step = false);
+  // Test hook (CPU tests of the recovery): a micro-batch of more than `rows` rows fails as if its
+  // forward ran out of memory. 0 turns it off.
+  void InjectOutOfMemoryAbove(int64_t rows) { inject_oom_above_ = rows; }
   // Ends the step (a collective when there is a communicator: every rank calls it). StepStats
   // then hold the sums over all ranks. `global_weight_sum` overrides the weight sum the gradients
   // are divided by (tests; without a communicator only).
@@ -100,6 +109,10 @@ class DrafterTrainer {
   DrafterTrainer(drafter::DrafterModel* model, OptimConfig config, drafter::LossOptions loss);
   absl::Status ReduceScalars();    // numerator, weight sum, non-finite flag, slot counts
   absl::Status ReduceGradients();  // every parameter's gradient (the GradReducer's buckets)
+  // One attempt at AddMicroBatch; *in_backward tells whether a failure came from the backward.
+  absl::Status TryMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step,
+                             bool* in_backward);
+  int64_t inject_oom_above_ = 0;
   drafter::DrafterModel* model_;
   OptimConfig config_;
   drafter::LossOptions loss_;
