@@ -432,6 +432,10 @@ bool Coordinator::RunOneStep(Training* t) {
   const auto now = std::chrono::steady_clock::now();
   // Pair 0's drafter: its loss, weight sum and slot counts are the sums over all pairs.
   v1::StepMetrics metrics = results[1]->metrics();
+  int64_t oom_splits = 0;
+  for (size_t i = 0; i < t->p.pairs.size(); ++i)
+    oom_splits += results[2 * i + 1]->metrics().oom_splits();
+  metrics.set_oom_splits(oom_splits);
   metrics.set_tokens(tokens);
   // From the previous commit (or the start of the step loop): with the targets running ahead,
   // the time between commits is what a step costs.
@@ -474,14 +478,20 @@ bool Coordinator::RunOneStep(Training* t) {
       // Created at 0 with the run's first step, so that "no skipped step" is a sample too.
       auto& skipped = metrics_->Counter("dflash_coordinator_run_skipped_steps_total").Add(l);
       if (metrics.skipped()) skipped.Increment();
+      metrics_->Counter("dflash_coordinator_run_oom_splits_total")
+          .Add(l)
+          .Increment(static_cast<double>(oom_splits));
     }
     UpdateGaugesLocked();
     events_cv_.notify_all();
   }
-  LOG_RUN(INFO, run_id, step) << absl::StrFormat(
-      "loss %.4f  acc.len %.3f  grad %.3g  lr %.3g  %d tok  %.2f s%s", metrics.loss(),
-      metrics.acceptance_length(), metrics.grad_norm(), metrics.lr(), tokens, metrics.seconds(),
-      metrics.skipped() ? "  SKIPPED" : "");
+  LOG_RUN(INFO, run_id, step)
+      << absl::StrFormat("loss %.4f  acc.len %.3f  grad %.3g  lr %.3g  %d tok  %.2f s%s",
+                         metrics.loss(), metrics.acceptance_length(), metrics.grad_norm(),
+                         metrics.lr(), tokens, metrics.seconds(),
+                         metrics.skipped() ? "  SKIPPED" : "")
+      << (oom_splits > 0 ? absl::StrCat("  out of memory: ", oom_splits, " micro-batch(es) split")
+                         : std::string());
   t->last_commit = now;
   if (!cur->drafters[0].checkpoint_path().empty()) {
     if (absl::Status s = train::PruneCheckpoints(t->checkpoint_dir, t->spec.checkpoint.keep);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -87,6 +88,12 @@ class DrafterRunner : public StepRunner {
         train::DrafterTrainer::Create(drafter_.get(), options_.optim, options_.loss, comm_.get());
     if (!trainer.ok()) return trainer.status();
     trainer_ = *std::move(trainer);
+    // Test hook for the out-of-memory recovery on CPU machines (tests/integration).
+    if (const char* oom = std::getenv("DFLASH_TEST_OOM_ABOVE_TOKENS"); oom != nullptr) {
+      trainer_->InjectOutOfMemoryAbove(std::atoll(oom));
+      LOG_RUN(WARNING, ctx.run_id, -1)
+          << "test hook: micro-batches above " << oom << " tokens fail as out of memory";
+    }
     if (!ctx.resume_checkpoint.empty()) {
       absl::StatusOr<std::map<std::string, std::string>> meta =
           trainer_->LoadState(ctx.resume_checkpoint);
@@ -159,6 +166,12 @@ class DrafterRunner : public StepRunner {
     report.lr = stats->lr;
     report.skipped = stats->skipped;
     report.skipped_steps = trainer_->skipped_steps();
+    report.oom_splits = stats->oom_splits;
+    if (stats->oom_splits > 0) {
+      LOG_RUN(WARNING, ctx_.run_id, work.step)
+          << "out of memory: " << stats->oom_splits
+          << " micro-batch split(s) into halves by document; the step trained every token once";
+    }
     report.acceptance_length = stats->acceptance_length;
     for (size_t k = 0; k < stats->slot_total.size(); ++k) {
       report.slot_accuracy.push_back(stats->slot_total[k] > 0

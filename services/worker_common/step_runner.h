@@ -69,6 +69,7 @@ struct StepReport {
   double loss = 0, weight_sum = 0, grad_norm = 0, lr = 0;
   bool skipped = false;
   int64_t skipped_steps = 0;
+  int64_t oom_splits = 0;  // drafter: micro-batches split after an out-of-memory this step
   std::vector<double> slot_accuracy;
   double acceptance_length = 0;
 };

@@ -177,6 +177,7 @@ absl::StatusOr<v1::RunStepResponse> WorkerCore::RunStep(const v1::RunStepRequest
   for (double a : report->slot_accuracy) m->add_slot_accuracy(a);
   m->set_acceptance_length(report->acceptance_length);
   m->set_skipped_steps(report->skipped_steps);
+  m->set_oom_splits(report->oom_splits);
   return resp;
 }
 
@@ -208,6 +209,9 @@ void WorkerCore::UpdateStepMetrics(const StepReport& report) {
   metrics_->Counter("dflash_worker_micro_batches_total")
       .Add(l)
       .Increment(static_cast<double>(report.micro_batches));
+  metrics_->Counter("dflash_worker_oom_splits_total")
+      .Add(l)
+      .Increment(static_cast<double>(report.oom_splits));
 }
 
 v1::WorkerStatusResponse WorkerCore::Status() {

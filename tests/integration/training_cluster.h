@@ -93,6 +93,14 @@ class TrainingCluster : public ::testing::Test {
   // step -> loss of every committed step, from the coordinator's run store.
   std::map<int64_t, double> Losses(const std::string& run_id) {
     std::map<int64_t, double> out;
+    for (const auto& [step, m] : StepMetrics(run_id)) out[step] = m.value("loss", 0.0);
+    return out;
+  }
+
+  // step -> the committed step's metrics (StepMetrics as proto JSON: camelCase, int64 as strings,
+  // zero values left out), from the coordinator's run store.
+  std::map<int64_t, nlohmann::json> StepMetrics(const std::string& run_id) {
+    std::map<int64_t, nlohmann::json> out;
     sqlite3* db = nullptr;
     const std::string path = dir_ + "/state/runs.sqlite";
     if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return out;
@@ -104,7 +112,7 @@ class TrainingCluster : public ::testing::Test {
     while (sqlite3_step(st) == SQLITE_ROW) {
       nlohmann::json m =
           nlohmann::json::parse(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)));
-      out[sqlite3_column_int64(st, 0)] = m.value("loss", 0.0);
+      out[sqlite3_column_int64(st, 0)] = std::move(m);
     }
     sqlite3_finalize(st);
     sqlite3_close(db);

@@ -173,5 +173,54 @@ TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwiceAndSurv
   for (const auto& [step, loss] : got) EXPECT_EQ(resumed.at(step), loss) << "step " << step;
 }
 
+// Out of memory (issue 8), through the real processes: a drafter whose micro-batches above 300
+// tokens fail as out of memory (the test hook) trains them as halves by document; the run ends
+// with the same tokens per step and the loss curve of the run without it, and says so.
+TEST_F(TrainingCluster, OutOfMemoryMicroBatchesAreSplitAndTheRunKeepsItsLossCurve) {
+  const auto yaml = [&](const char* name) {
+    return WriteRunYaml(
+        absl::StrCat(name, ".yaml"),
+        absl::StrCat("name: ", name,
+                     "\nseed: 4\n"
+                     "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
+                     "drafter: {layers: 1, block_size: 8}\n"
+                     "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+                     "batching: {token_budget: 512, max_anchors: 64, grad_accum: 2}\n"
+                     "optim: {lr: 2.0e-2, max_steps: 8}\n"
+                     "placement: {pairs: 1, transport: host}\n"));
+  };
+  StartWorker("target", "t0");
+  StartWorker("drafter", "d0");
+  const std::string plain = Submit(yaml("plain"));
+  ASSERT_TRUE(
+      WaitFor([&] { return Status(plain).value("state", "") == "RUN_STATE_DONE"; }, ms(120000)))
+      << Status(plain).dump();
+  workers_.erase("d0");  // the same drafter again, with the hook
+  setenv("DFLASH_TEST_OOM_ABOVE_TOKENS", "300", 1);
+  StartWorker("drafter", "d1");
+  unsetenv("DFLASH_TEST_OOM_ABOVE_TOKENS");
+  const std::string split = Submit(yaml("split"));
+  ASSERT_TRUE(
+      WaitFor([&] { return Status(split).value("state", "") == "RUN_STATE_DONE"; }, ms(120000)))
+      << Status(split).dump();
+  const std::map<int64_t, json> a = StepMetrics(plain), b = StepMetrics(split);
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  int64_t splits = 0;
+  for (const auto& [step, m] : a) {
+    const json& n = b.at(step);
+    EXPECT_EQ(n.value("tokens", std::string()), m.value("tokens", std::string())) << step;
+    // Each micro-batch's weight is an fp32 sum: the halves round differently in the last bits.
+    EXPECT_NEAR(n.value("weightSum", 0.0), m.value("weightSum", 0.0),
+                1e-6 * m.value("weightSum", 1.0))
+        << step;
+    EXPECT_NEAR(n.value("loss", 0.0), m.value("loss", 0.0), 1e-4 * m.value("loss", 1.0)) << step;
+    splits += std::stoll(n.value("oomSplits", std::string("0")));
+  }
+  EXPECT_GT(splits, 0) << "no micro-batch was above 300 tokens";
+  EXPECT_THAT(ReadFile(dir_ + "/state/runs/" + split + "/logs/coordinator.log"),
+              HasSubstr("out of memory: "));
+}
+
 }  // namespace
 }  // namespace dflash::testing
