@@ -276,6 +276,10 @@ absl::Status TargetModel::Forward(const at::Tensor& input_ids, const at::Tensor&
     ASSIGN_OR_RETURN(VarlenDocs docs, CheckInputs(input_ids, positions, cu_seqlens, features));
     RunLayers(input_ids, positions, docs, features);
     return absl::OkStatus();
+  } catch (const c10::OutOfMemoryError& e) {
+    // RESOURCE_EXHAUSTED: the target worker recovers by running the batch's documents in halves.
+    return absl::ResourceExhaustedError(
+        absl::StrCat("target model forward: ", e.what_without_backtrace()));
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("target model forward: ", e.what_without_backtrace()));
   }

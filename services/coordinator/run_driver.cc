@@ -432,9 +432,8 @@ bool Coordinator::RunOneStep(Training* t) {
   const auto now = std::chrono::steady_clock::now();
   // Pair 0's drafter: its loss, weight sum and slot counts are the sums over all pairs.
   v1::StepMetrics metrics = results[1]->metrics();
-  int64_t oom_splits = 0;
-  for (size_t i = 0; i < t->p.pairs.size(); ++i)
-    oom_splits += results[2 * i + 1]->metrics().oom_splits();
+  int64_t oom_splits = 0;  // targets' and drafters'
+  for (const auto& r : results) oom_splits += r->metrics().oom_splits();
   metrics.set_oom_splits(oom_splits);
   metrics.set_tokens(tokens);
   // From the previous commit (or the start of the step loop): with the targets running ahead,

@@ -1,11 +1,13 @@
 #include "services/target_worker/target_runner.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/tensor.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +64,12 @@ class TargetRunner : public StepRunner {
     absl::StatusOr<transport::FeatureDType> ftype = FeatureType(target_->dtype());
     if (!ftype.ok()) return ftype.status();
     ftype_ = *ftype;
+    // Test hook for the out-of-memory recovery on CPU machines (tests/integration).
+    if (const char* oom = std::getenv("DFLASH_TEST_OOM_ABOVE_TOKENS"); oom != nullptr) {
+      inject_oom_above_ = std::atoll(oom);
+      LOG_RUN(WARNING, ctx.run_id, -1)
+          << "test hook: forwards above " << oom << " tokens fail as out of memory";
+    }
     const int64_t budget = ctx.spec.batching.token_budget;
     const size_t feature_bytes =
         static_cast<size_t>(budget * target_->feature_dim()) * transport::FeatureDTypeSize(ftype_);
@@ -130,6 +138,7 @@ class TargetRunner : public StepRunner {
   absl::StatusOr<StepReport> RunStep(const StepWork& work) override {
     StepReport report;
     report.step = work.step;
+    step_splits_ = 0;
     uint32_t chain = 0;
     for (const StepMicroBatch& mb : work.micro_batches) {
       absl::Status s = batching::MaterializeBatch(data_->source(), mb.pieces,
@@ -179,6 +188,12 @@ class TargetRunner : public StepRunner {
       ++report.micro_batches;
     }
     report.checksum = chain;
+    report.oom_splits = step_splits_;
+    if (step_splits_ > 0) {
+      LOG_RUN(WARNING, ctx_.run_id, work.step)
+          << "out of memory: " << step_splits_
+          << " split(s) of a micro-batch's documents into halves; the features are the same";
+    }
     return report;
   }
 
@@ -192,14 +207,60 @@ class TargetRunner : public StepRunner {
     return absl::Status(s.code(), absl::StrCat(parts..., ": ", s.message()));
   }
 
+  // Runs the target on documents [d0, d1) of the packed batch into `out` (their rows). Out of
+  // device memory: the documents in two halves, recursively; a document's rows depend on that
+  // document only, so the features are the same (issue 8).
+  absl::Status ForwardDocs(const at::Tensor& ids, const at::Tensor& positions, size_t d0, size_t d1,
+                           const at::Tensor& out, int64_t* splits) {
+    const std::vector<int32_t>& cu = scratch_.cu_seqlens;
+    const int64_t r0 = cu[d0], r1 = cu[d1];
+    absl::Status s;
+    if (inject_oom_above_ > 0 && r1 - r0 > inject_oom_above_) {
+      s = absl::ResourceExhaustedError(absl::StrCat("injected out of memory (test hook): ", r1 - r0,
+                                                    " tokens above ", inject_oom_above_));
+    } else {
+      std::vector<int32_t> sub(cu.begin() + static_cast<int64_t>(d0),
+                               cu.begin() + static_cast<int64_t>(d1) + 1);
+      for (int32_t& c : sub) c -= static_cast<int32_t>(r0);
+      const at::NoGradGuard no_grad;
+      s = target_->Forward(ids.narrow(0, r0, r1 - r0), positions.narrow(0, r0, r1 - r0),
+                           AsTensor(sub, at::kInt), out);
+    }
+    if (s.code() != absl::StatusCode::kResourceExhausted) return s;
+    if (d1 - d0 < 2) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(s.message(), "; not recoverable: one document of ", r1 - r0,
+                       " tokens (lower data.max_length or batching.token_budget)"));
+    }
+    const size_t mid = d0 + (d1 - d0 + 1) / 2;
+    ++*splits;
+    const int64_t rm = cu[mid];
+    if (absl::Status a = ForwardDocs(ids, positions, d0, mid, out.narrow(0, 0, rm - r0), splits);
+        !a.ok()) {
+      return a;
+    }
+    return ForwardDocs(ids, positions, mid, d1, out.narrow(0, rm - r0, r1 - rm), splits);
+  }
+
+  absl::Status ForwardBatch(const at::Tensor& out) {
+    return ForwardDocs(AsTensor(scratch_.input_ids, at::kLong),
+                       AsTensor(scratch_.positions, at::kLong), 0, scratch_.cu_seqlens.size() - 1,
+                       out, &step_splits_);
+  }
+
   // host: runs the target, copies the features into the message.
   absl::StatusOr<uint32_t> ForwardToHost() {
-    const at::NoGradGuard no_grad;
-    absl::StatusOr<at::Tensor> f = target_->Forward(AsTensor(scratch_.input_ids, at::kLong),
-                                                    AsTensor(scratch_.positions, at::kLong),
-                                                    AsTensor(scratch_.cu_seqlens, at::kInt));
-    if (!f.ok()) return f.status();
-    const at::Tensor features = f->to(c10::Device(c10::DeviceType::CPU)).contiguous();
+    const int64_t t = static_cast<int64_t>(scratch_.input_ids.size());
+    at::Tensor out;
+    try {
+      out = at::empty({t, target_->feature_dim()},
+                      at::TensorOptions().dtype(target_->dtype()).device(target_->device()));
+    } catch (const c10::Error& e) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("allocating target features: ", e.what_without_backtrace()));
+    }
+    if (absl::Status s = ForwardBatch(out); !s.ok()) return s;
+    const at::Tensor features = out.to(c10::Device(c10::DeviceType::CPU)).contiguous();
     return transport::EncodeFeatureMessage(scratch_, features.data_ptr(), target_->feature_dim(),
                                            ftype_, &message_);
   }
@@ -211,13 +272,7 @@ class TargetRunner : public StepRunner {
     const at::Tensor features =
         at::from_blob(buffer, {t, target_->feature_dim()},
                       at::TensorOptions().dtype(target_->dtype()).device(target_->device()));
-    {
-      const at::NoGradGuard no_grad;
-      absl::Status s = target_->Forward(AsTensor(scratch_.input_ids, at::kLong),
-                                        AsTensor(scratch_.positions, at::kLong),
-                                        AsTensor(scratch_.cu_seqlens, at::kInt), features);
-      if (!s.ok()) return s;
-    }
+    if (absl::Status s = ForwardBatch(features); !s.ok()) return s;
     transport::DeviceFeatureRef ref;  // nccl: no handle, the features follow the message
     if (ctx_.transport == "cuda_ipc") {
       // Published only once written: the drafter reads the slot as soon as the message arrives.
@@ -244,6 +299,8 @@ class TargetRunner : public StepRunner {
   std::unique_ptr<transport::ShmRing> ring_;
   std::unique_ptr<transport::CudaIpcSlots> slots_;  // cuda_ipc only
   std::unique_ptr<transport::NcclChannel> nccl_;    // nccl only
+  int64_t step_splits_ = 0;                         // this step's out-of-memory splits
+  int64_t inject_oom_above_ = 0;                    // test hook (DFLASH_TEST_OOM_ABOVE_TOKENS)
   uint64_t sent_ = 0;                               // messages sent (= ring slot counter)
   batching::PackedBatch scratch_;
   std::vector<uint8_t> message_;

@@ -174,8 +174,9 @@ TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwiceAndSurv
 }
 
 // Out of memory (issue 8), through the real processes: a drafter whose micro-batches above 300
-// tokens fail as out of memory (the test hook) trains them as halves by document; the run ends
-// with the same tokens per step and the loss curve of the run without it, and says so.
+// tokens fail as out of memory (the test hook) trains them as halves by document, and a target
+// whose forwards above 300 tokens fail runs them in halves; each run ends with the same tokens
+// per step and the loss curve of the run without the hook, and says so.
 TEST_F(TrainingCluster, OutOfMemoryMicroBatchesAreSplitAndTheRunKeepsItsLossCurve) {
   const auto yaml = [&](const char* name) {
     return WriteRunYaml(
@@ -220,6 +221,27 @@ TEST_F(TrainingCluster, OutOfMemoryMicroBatchesAreSplitAndTheRunKeepsItsLossCurv
   EXPECT_GT(splits, 0) << "no micro-batch was above 300 tokens";
   EXPECT_THAT(ReadFile(dir_ + "/state/runs/" + split + "/logs/coordinator.log"),
               HasSubstr("out of memory: "));
+  // The same hook on the target: its forward runs the documents in halves into the same rows.
+  workers_.erase("t0");
+  workers_.erase("d1");
+  setenv("DFLASH_TEST_OOM_ABOVE_TOKENS", "300", 1);
+  StartWorker("target", "t1");
+  unsetenv("DFLASH_TEST_OOM_ABOVE_TOKENS");
+  StartWorker("drafter", "d2");
+  const std::string halves = Submit(yaml("halves"));
+  ASSERT_TRUE(
+      WaitFor([&] { return Status(halves).value("state", "") == "RUN_STATE_DONE"; }, ms(120000)))
+      << Status(halves).dump();
+  const std::map<int64_t, json> c = StepMetrics(halves);
+  ASSERT_EQ(c.size(), 8u);
+  splits = 0;
+  for (const auto& [step, m] : a) {
+    const json& n = c.at(step);
+    EXPECT_EQ(n.value("tokens", std::string()), m.value("tokens", std::string())) << step;
+    EXPECT_NEAR(n.value("loss", 0.0), m.value("loss", 0.0), 1e-4 * m.value("loss", 1.0)) << step;
+    splits += std::stoll(n.value("oomSplits", std::string("0")));
+  }
+  EXPECT_GT(splits, 0);
 }
 
 }  // namespace
