@@ -64,21 +64,31 @@ int Commands::RpcError(const grpc::Status& s, const std::string& what) {
   }
 }
 
-int Commands::Submit(const std::string& path, bool detach, bool dry_run) {
+namespace {
+
+// Reads and validates run.yaml here, relative paths against its folder, so that the user sees
+// every problem before anything is sent; the resolved config, or "" after printing why not.
+std::string ResolveLocally(const std::string& path) {
   std::string text;
   if (!ReadFile(path, &text)) {
     std::cerr << "dflashctl: cannot read " << path << "\n";
-    return kInvalidConfig;
+    return "";
   }
-  // Validate locally first: the user sees every problem before anything is sent.
   config::RunSpecOptions opts;
   opts.base_dir = fs::absolute(path).parent_path().string();
   auto spec = config::ParseRunSpec(text, path, opts);
   if (!spec.ok()) {
     std::cerr << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
-    return kInvalidConfig;
+    return "";
   }
-  const std::string resolved = config::EmitRunSpec(*spec);
+  return config::EmitRunSpec(*spec);
+}
+
+}  // namespace
+
+int Commands::Submit(const std::string& path, bool detach, bool dry_run) {
+  const std::string resolved = ResolveLocally(path);
+  if (resolved.empty()) return kInvalidConfig;
   if (!opts_.json) std::cout << "# resolved config of " << path << "\n" << resolved << std::flush;
 
   v1::SubmitRunRequest req;
@@ -218,21 +228,10 @@ int Commands::Workers() {
 }
 
 int Commands::Plan(const std::string& path) {
-  std::string text;
-  if (!ReadFile(path, &text)) {
-    std::cerr << "dflashctl: cannot read " << path << "\n";
-    return kInvalidConfig;
-  }
-  // As submit: validated and resolved here (relative paths against the run.yaml's folder).
-  config::RunSpecOptions opts;
-  opts.base_dir = fs::absolute(path).parent_path().string();
-  auto spec = config::ParseRunSpec(text, path, opts);
-  if (!spec.ok()) {
-    std::cerr << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
-    return kInvalidConfig;
-  }
+  const std::string resolved = ResolveLocally(path);  // as submit
+  if (resolved.empty()) return kInvalidConfig;
   v1::PlanRunRequest req;
-  req.set_run_yaml(config::EmitRunSpec(*spec));
+  req.set_run_yaml(resolved);
   v1::PlanRunResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, opts_.timeout_ms);
