@@ -162,7 +162,9 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
 
   // Target worker (common/nn/target_model.cc): weights of the layers up to the last feature
   // layer; at load the per-layer q/k/v and gate/up are concatenated into fused matrices while the
-  // loaded ones are still held; the forward keeps the features and one layer's intermediates.
+  // loaded ones are still held: one layer at a time from a checkpoint (TargetModel::Load), every
+  // layer for a built-in target (FromTensors: the drawn tensors live until it returns); the
+  // forward keeps the features and one layer's intermediates.
   WorkerPlan& tw = plan.target;
   tw.role = "target";
   const int64_t target_layer =
@@ -172,9 +174,14 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
           absl::StrCat(spec.target.dtype, ", ", run_layers, " of ", target.num_hidden_layers,
                        " layers + embed_tokens", s.tied ? "" : " + lm_head", " + final norm"),
           (embed + run_layers * target_layer + s.h) * db);
-  const size_t fused = Add(&tw, "fused copies at load",
-                           absl::StrCat("q/k/v and gate/up concatenated, ", run_layers, " layers"),
-                           run_layers * (s.h * (s.q + 2 * s.kv) + 2 * s.h * s.inter) * db);
+  const bool built_in = absl::StartsWith(spec.target.path, kBuiltin);
+  const int64_t fused_layers = built_in ? run_layers : 1;
+  const size_t fused =
+      Add(&tw, "fused copies at load",
+          absl::StrCat("q/k/v and gate/up concatenated, ", fused_layers,
+                       built_in ? " layers (a built-in target holds every drawn tensor)"
+                                : " layer at a time (checkpoint)"),
+          fused_layers * (s.h * (s.q + 2 * s.kv) + 2 * s.h * s.inter) * db);
   const size_t forward =
       Add(&tw, "forward",
           absl::StrCat(t, " tokens: features (", k, " x ", s.h, ") + one layer's intermediates"),

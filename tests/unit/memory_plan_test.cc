@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -68,6 +70,29 @@ TEST(MemoryPlanTest, ArithmeticOfTheQwen3_8BShape) {
   // Beyond the allocator: cuda_ipc's two slots on the target, slack and context on both.
   EXPECT_EQ(p.target.extra[0].bytes, int64_t{2} * 8192 * 5 * 4096 * 2);
   EXPECT_GT(p.drafter.device_bytes, p.drafter.allocator_peak);
+}
+
+// A checkpoint is fused one layer at a time (TargetModel::Load); only a built-in target holds
+// every drawn tensor while fusing.
+TEST(MemoryPlanTest, ACheckpointTargetFusesOneLayerAtATime) {
+  const std::string dir = ::testing::TempDir() + "/plan_qwen3_8b";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({
+    "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936,
+    "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+  config::RunSpec spec = Spec(8192, 512, 5);
+  spec.target.path = dir;
+  const RunPlan checkpoint = Plan(spec), built_in = Plan(Spec(8192, 512, 5));
+  const int64_t one_layer = (int64_t{4096} * (4096 + 2 * 1024) + 2 * int64_t{4096} * 12288) * 2;
+  EXPECT_EQ(TermBytes(checkpoint.target, "fused copies at load"), one_layer);
+  EXPECT_EQ(TermBytes(built_in.target, "fused copies at load"), 34 * one_layer);
+  EXPECT_EQ(TermBytes(built_in.target, "weights"), TermBytes(checkpoint.target, "weights"));
+  // One layer's copies are small: a checkpoint target peaks in its forward.
+  EXPECT_EQ(checkpoint.target.phases[checkpoint.target.peak_phase].name, "forward");
+  EXPECT_LT(checkpoint.target.allocator_peak, built_in.target.allocator_peak);
 }
 
 TEST(MemoryPlanTest, PredictsTheH200PeaksWithinTenPercent) {
