@@ -21,6 +21,16 @@ absl::StatusOr<YAML::Node> LoadFile(const std::string& path) {
   return root;
 }
 
+void CheckUmask(ConfigErrors* e, const std::string& umask) {
+  int64_t v = 0;
+  bool ok = !umask.empty() && umask.size() <= 4;
+  for (char c : umask) {
+    if (c < '0' || c > '7') ok = false;
+    v = v * 8 + (c - '0');
+  }
+  if (!ok || v > 0777) e->Add("umask", "must be an octal mode of at most 0777, e.g. 077");
+}
+
 void CheckAddress(ConfigErrors* e, absl::string_view field, const std::string& address) {
   auto port = ParseHostPort(address);
   if (!port.ok()) e->Add(field, port.status().message());
@@ -64,6 +74,7 @@ absl::Status LoadCoordinatorConfigFile(const std::string& path, CoordinatorConfi
   m.Get("worker_rpc_timeout_ms", &c->worker_rpc_timeout_ms);
   m.Get("log_level", &c->log_level);
   m.Get("log_file", &c->log_file);
+  m.Get("umask", &c->umask);
   m.Finish();
   return e.ToStatus(path);
 }
@@ -81,6 +92,7 @@ absl::Status LoadWorkerConfigFile(const std::string& path, WorkerConfig* c) {
   m.Get("name", &c->name);
   m.Get("log_level", &c->log_level);
   m.Get("log_file", &c->log_file);
+  m.Get("umask", &c->umask);
   m.Finish();
   return e.ToStatus(path);
 }
@@ -102,6 +114,7 @@ absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
   }
   CheckRange(&e, "worker_rpc_timeout_ms", c.worker_rpc_timeout_ms, 100, 3'600'000);
   CheckLogLevel(&e, c.log_level);
+  CheckUmask(&e, c.umask);
   return e.ToStatus("");
 }
 
@@ -117,6 +130,7 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
   if (c.advertise_host.empty()) e.Add("advertise_host", "must not be empty");
   CheckRange(&e, "gpu", c.gpu, -1, 1023);
   CheckLogLevel(&e, c.log_level);
+  CheckUmask(&e, c.umask);
   return e.ToStatus("");
 }
 

@@ -18,6 +18,7 @@ struct CoordinatorConfig {
   int64_t worker_rpc_timeout_ms = 30000;          // deadline of control RPCs to workers
   std::string log_level = "info";
   std::string log_file;
+  std::string umask = "077";  // what the process creates: private to its user (octal)
 };
 
 struct WorkerConfig {
@@ -30,6 +31,7 @@ struct WorkerConfig {
   std::string name;  // empty = <role>-<hostname>-<gpu|cpu>
   std::string log_level = "info";
   std::string log_file;
+  std::string umask = "077";  // checkpoints, exports, logs: private to its user (octal)
 };
 
 // Reads a config file into `out` (fields absent from the file keep their value).

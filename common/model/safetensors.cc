@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/file_mode.h"
 #include "common/base/status.h"
 #include "nlohmann/json.hpp"
 
@@ -575,7 +576,7 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
         absl::StrCat("cannot create a temporary file: ", std::strerror(errno))));
   }
   auto write_body = [&]() -> absl::Status {
-    if (::fchmod(fd, 0644) != 0) {
+    if (::fchmod(fd, NewFileMode()) != 0) {  // the process's umask (file_mode.h)
       return absl::InternalError(absl::StrCat("fchmod failed: ", std::strerror(errno)));
     }
     uint8_t len[8];

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/base/file_mode.h"
 #include "common/base/logging.h"
 #include "common/config/process_config.h"
 #include "common/metrics/catalogue.h"
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
                                "deadline of control RPCs to workers");
   auto* o_level = app.add_option("--log_level", flags.log_level, "debug|info|warning|error");
   auto* o_log = app.add_option("--log_file", flags.log_file, "also append logs here");
+  auto* o_umask = app.add_option("--umask", flags.umask,
+                                 "octal umask for what it writes (default 077: private)");
   app.add_option("--ready_file", ready_file,
                  "write {\"grpc_port\":..,\"metrics_port\":..} here once serving");
   CLI11_PARSE(app, argc, argv);
@@ -58,9 +61,12 @@ int main(int argc, char** argv) {
   if (*o_timeout) cfg.worker_timeout_ms = flags.worker_timeout_ms;
   if (*o_hb) cfg.heartbeat_interval_ms = flags.heartbeat_interval_ms;
   if (*o_rpc) cfg.worker_rpc_timeout_ms = flags.worker_rpc_timeout_ms;
+  if (*o_umask) cfg.umask = flags.umask;
   if (*o_level) cfg.log_level = flags.log_level;
   if (*o_log) cfg.log_file = flags.log_file;
   if (auto s = dflash::config::ValidateCoordinatorConfig(cfg); !s.ok()) return Fail("config", s);
+  // Before any thread or file: the run store, run directories and logs are private by default.
+  if (auto s = dflash::ApplyUmask(cfg.umask); !s.ok()) return Fail("config", s);
 
   dflash::SetLogProcessName("coordinator");
   dflash::LogLevel level;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/file_mode.h"
 #include "common/base/logging.h"
 #include "common/config/process_config.h"
 #include "common/device/device_probe.h"
@@ -44,6 +45,8 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
   auto* o_name = app.add_option("--name", f.name, "stable worker name");
   auto* o_level = app.add_option("--log_level", f.log_level, "debug|info|warning|error");
   auto* o_log = app.add_option("--log_file", f.log_file, "also append logs here");
+  auto* o_umask =
+      app.add_option("--umask", f.umask, "octal umask for what it writes (default 077: private)");
   std::string role_flag;
   app.add_option("--role", role_flag, "must be " + RoleName(role) + " if given");
   app.add_option("--ready_file", ready_file, "write ports as JSON here once serving");
@@ -70,7 +73,10 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
   if (*o_name) cfg.name = f.name;
   if (*o_level) cfg.log_level = f.log_level;
   if (*o_log) cfg.log_file = f.log_file;
+  if (*o_umask) cfg.umask = f.umask;
   if (auto s = config::ValidateWorkerConfig(cfg); !s.ok()) return Fail(process, "config", s);
+  // Before any thread or file: checkpoints, exports and logs are private by default.
+  if (auto s = ApplyUmask(cfg.umask); !s.ok()) return Fail(process, "config", s);
 
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);

@@ -62,6 +62,14 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000024.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000018.safetensors"));
   EXPECT_FALSE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000012.safetensors"));
+  // The run store, run directory, checkpoints, export and logs are private to the user (the
+  // processes' default umask 077; issue 10): no group or other permission bits anywhere.
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_ + "/state")) {
+    const auto perms = entry.status().permissions();
+    EXPECT_EQ(perms & (std::filesystem::perms::group_all | std::filesystem::perms::others_all),
+              std::filesystem::perms::none)
+        << entry.path();
+  }
   // Every process's lines about the run, tagged with the run id and step, in the run directory.
   for (const char* log : {"coordinator.log", "target-t0.log", "drafter-d0.log"}) {
     EXPECT_THAT(ReadFile(run_dir + "/logs/" + log), HasSubstr(" run=" + first + " step=")) << log;

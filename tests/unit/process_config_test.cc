@@ -209,6 +209,23 @@ TEST_F(ProcessConfigTest, WorkerMissingFile) {
 // ---------------------------------------------------------------------------------------------
 // ValidateCoordinatorConfig
 
+TEST(ValidateProcessConfigTest, UmaskIsAnOctalModeAndDefaultsToPrivate) {
+  CoordinatorConfig c;
+  WorkerConfig w;
+  w.role = "target";
+  EXPECT_EQ(c.umask, "077");
+  EXPECT_EQ(w.umask, "077");
+  for (const char* bad : {"", "8", "0778", "1777", "abc"}) {
+    c.umask = w.umask = bad;
+    absl::Status s = ValidateCoordinatorConfig(c);
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("umask: must be an octal mode"))
+        << bad;
+    EXPECT_FALSE(ValidateWorkerConfig(w).ok()) << bad;
+  }
+  c.umask = "022";
+  EXPECT_TRUE(ValidateCoordinatorConfig(c).ok());
+}
+
 TEST(ValidateCoordinatorConfigTest, DefaultsAreValid) {
   EXPECT_TRUE(ValidateCoordinatorConfig(CoordinatorConfig{}).ok());
 }

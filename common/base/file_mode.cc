@@ -1,0 +1,34 @@
+#include "common/base/file_mode.h"
+
+#include <sys/stat.h>
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+
+namespace dflash {
+namespace {
+
+std::atomic<mode_t> applied{022};
+
+}  // namespace
+
+absl::Status ApplyUmask(const std::string& octal) {
+  mode_t mask = 0;
+  bool ok = !octal.empty() && octal.size() <= 4;
+  for (char c : octal) {
+    if (c < '0' || c > '7') ok = false;
+    mask = static_cast<mode_t>(mask * 8 + static_cast<mode_t>(c - '0'));
+  }
+  if (!ok || mask > 0777) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("umask: '", octal, "' is not an octal mode of at most 0777 (e.g. 077)"));
+  }
+  ::umask(mask);
+  applied.store(mask);
+  return absl::OkStatus();
+}
+
+mode_t NewFileMode() { return static_cast<mode_t>(0666 & ~applied.load()); }
+
+}  // namespace dflash

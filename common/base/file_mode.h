@@ -1,0 +1,22 @@
+// Permissions of what the processes write (issue 10: the run store, checkpoints and logs are not
+// readable by other users unless configured). Each process applies its configured umask once at
+// start, before any thread (`umask` in the coordinator's and workers' configs, default 077:
+// private to the service's user); writers that set a mode explicitly take it from here.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace dflash {
+
+// Parses `octal` ("077", "022"; at most 0777) and makes it the process's umask. INVALID_ARGUMENT
+// naming the value otherwise.
+absl::Status ApplyUmask(const std::string& octal);
+
+// Mode for a new regular file: 0666 without the applied umask (0644 before any ApplyUmask).
+mode_t NewFileMode();
+
+}  // namespace dflash
