@@ -1,5 +1,6 @@
 #include "common/config/process_config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -75,6 +76,7 @@ absl::Status LoadCoordinatorConfigFile(const std::string& path, CoordinatorConfi
   m.Get("log_level", &c->log_level);
   m.Get("log_file", &c->log_file);
   m.Get("umask", &c->umask);
+  m.Get("data_roots", &c->data_roots);
   m.Finish();
   return e.ToStatus(path);
 }
@@ -114,6 +116,13 @@ absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
   }
   CheckRange(&e, "worker_rpc_timeout_ms", c.worker_rpc_timeout_ms, 100, 3'600'000);
   CheckLogLevel(&e, c.log_level);
+  for (size_t k = 0; k < c.data_roots.size(); ++k) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(c.data_roots[k], ec)) {
+      e.Add(absl::StrCat("data_roots[", k, "]"),
+            absl::StrCat("not a directory: '", c.data_roots[k], "'"));
+    }
+  }
   CheckUmask(&e, c.umask);
   return e.ToStatus("");
 }

@@ -19,6 +19,9 @@ struct CoordinatorConfig {
   std::string log_level = "info";
   std::string log_file;
   std::string umask = "077";  // what the process creates: private to its user (octal)
+  // Non-empty: every path of a submitted run.yaml must lie, symlinks followed, inside one of
+  // these directories (models, data, init_from, eval prompts).
+  std::vector<std::string> data_roots;
 };
 
 struct WorkerConfig {

@@ -112,6 +112,28 @@ void NormalizePath(const RunSpecOptions& opt, ConfigErrors* errors, absl::string
   std::error_code ec;
   fs::path abs = fs::absolute(p, ec).lexically_normal();
   if (!ec) *path = abs.string();
+  if (!opt.data_roots.empty()) {
+    // Where the path really leads (symlinks of its existing part resolved), against each root
+    // resolved the same way.
+    const fs::path real = fs::weakly_canonical(abs, ec);
+    bool inside = false;
+    for (const std::string& root : opt.data_roots) {
+      std::error_code rec;
+      const fs::path r = fs::weakly_canonical(fs::absolute(root, rec), rec);
+      const std::string rs = r.string(), ps = real.string();
+      if (!rec && !ec &&
+          (ps == rs || (ps.size() > rs.size() && ps.compare(0, rs.size(), rs) == 0 &&
+                        (rs.back() == '/' || ps[rs.size()] == '/')))) {
+        inside = true;
+      }
+    }
+    if (!inside) {
+      errors->Add(field, absl::StrCat(abs.string(), " leads to ", real.string(),
+                                      ", outside the coordinator's data roots (",
+                                      absl::StrJoin(opt.data_roots, ", "), ")"));
+      return;
+    }
+  }
   if (!opt.check_paths) return;
   if (!fs::exists(abs, ec)) {
     errors->Add(field, absl::StrCat("path does not exist: ", abs.string()));

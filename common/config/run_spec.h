@@ -93,6 +93,9 @@ struct RunSpecOptions {
   std::string base_dir;
   // Check that every path names something that exists (the coordinator and dflashctl do).
   bool check_paths = true;
+  // Non-empty: every path must resolve, symlinks followed, inside one of these directories
+  // (the coordinator's `data_roots`); `..` and symlinks that lead out are refused by field.
+  std::vector<std::string> data_roots;
 };
 
 // Parses, normalizes and validates. The error lists every problem, one "field.path: reason" a line.

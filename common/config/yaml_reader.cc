@@ -214,6 +214,25 @@ void MapReader::Get(absl::string_view key, std::vector<double>* out) {
   *out = std::move(values);
 }
 
+void MapReader::Get(absl::string_view key, std::vector<std::string>* out) {
+  YAML::Node n = Lookup(key);
+  if (!n.IsDefined() || n.IsNull()) return;
+  if (!n.IsSequence()) {
+    errors_->Add(FieldPath(key), absl::StrCat("must be a list of strings, got ", Describe(n)));
+    return;
+  }
+  std::vector<std::string> values;
+  for (size_t i = 0; i < n.size(); ++i) {
+    if (!n[i].IsScalar()) {
+      errors_->Add(absl::StrCat(FieldPath(key), "[", i, "]"),
+                   absl::StrCat("must be a string, got ", Describe(n[i])));
+      return;
+    }
+    values.push_back(n[i].Scalar());
+  }
+  *out = std::move(values);
+}
+
 void MapReader::GetAutoInt(absl::string_view key, std::optional<int64_t>* out) {
   YAML::Node n = Lookup(key);
   if (!n.IsDefined() || n.IsNull()) return;

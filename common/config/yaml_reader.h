@@ -47,6 +47,7 @@ class MapReader {
   void Get(absl::string_view key, bool* out);
   void Get(absl::string_view key, std::vector<int64_t>* out);
   void Get(absl::string_view key, std::vector<double>* out);
+  void Get(absl::string_view key, std::vector<std::string>* out);
   // For fields that take either the word "auto" or an integer: returns nullopt for auto.
   void GetAutoInt(absl::string_view key, std::optional<int64_t>* out);
   void GetAutoDouble(absl::string_view key, std::optional<double>* out);

@@ -126,6 +126,7 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
                                                      const std::string& source_name, bool dry_run) {
   config::RunSpecOptions opts;
   opts.check_paths = true;
+  opts.data_roots = options_.data_roots;
   ASSIGN_OR_RETURN(
       config::RunSpec spec,
       config::ParseRunSpec(run_yaml, source_name.empty() ? "run.yaml" : source_name, opts));
@@ -200,6 +201,7 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
 absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_yaml) {
   config::RunSpecOptions opts;
   opts.check_paths = true;
+  opts.data_roots = options_.data_roots;
   ASSIGN_OR_RETURN(config::RunSpec spec, config::ParseRunSpec(run_yaml, "run.yaml", opts));
   ASSIGN_OR_RETURN(model::TransformerConfig target, plan::RunTargetConfig(spec));
   const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());

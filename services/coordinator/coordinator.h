@@ -29,6 +29,8 @@ struct CoordinatorOptions {
   int64_t worker_timeout_ms = 10000;
   // Run directories live in <state_dir>/runs/<run id>/ (run.yaml, checkpoints/, export/).
   std::string state_dir;
+  // Non-empty: run.yaml paths must lie inside these directories (config::RunSpecOptions).
+  std::vector<std::string> data_roots;
   // Tests: drive a started run to its end inside Tick() instead of on a thread of its own.
   bool inline_steps = false;
 };

@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
                                "deadline of control RPCs to workers");
   auto* o_level = app.add_option("--log_level", flags.log_level, "debug|info|warning|error");
   auto* o_log = app.add_option("--log_file", flags.log_file, "also append logs here");
+  auto* o_roots = app.add_option("--data_root", flags.data_roots,
+                                 "run.yaml paths must lie inside one of these (repeatable)");
   auto* o_umask = app.add_option("--umask", flags.umask,
                                  "octal umask for what it writes (default 077: private)");
   app.add_option("--ready_file", ready_file,
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
   if (*o_hb) cfg.heartbeat_interval_ms = flags.heartbeat_interval_ms;
   if (*o_rpc) cfg.worker_rpc_timeout_ms = flags.worker_rpc_timeout_ms;
   if (*o_umask) cfg.umask = flags.umask;
+  if (*o_roots) cfg.data_roots = flags.data_roots;
   if (*o_level) cfg.log_level = flags.log_level;
   if (*o_log) cfg.log_file = flags.log_file;
   if (auto s = dflash::config::ValidateCoordinatorConfig(cfg); !s.ok()) return Fail("config", s);
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
   options.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
   options.worker_timeout_ms = cfg.worker_timeout_ms;
   options.state_dir = cfg.state_dir;
+  options.data_roots = cfg.data_roots;
   auto coordinator = dflash::coordinator::Coordinator::Create(
       options, *std::move(store), dflash::RealClock::Get(), &worker_control, metrics->get());
   if (!coordinator.ok()) return Fail("recovery", coordinator.status());
