@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace dflash {
@@ -30,5 +32,24 @@ absl::Status ApplyUmask(const std::string& octal) {
 }
 
 mode_t NewFileMode() { return static_cast<mode_t>(0666 & ~applied.load()); }
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the token file"));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the token file is readable by others; chmod 600 it"));
+  }
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  const std::string token(absl::StripAsciiWhitespace(line));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the token file is empty"));
+  }
+  return token;
+}
 
 }  // namespace dflash

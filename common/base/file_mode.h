@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace dflash {
 
@@ -18,5 +19,9 @@ absl::Status ApplyUmask(const std::string& octal);
 
 // Mode for a new regular file: 0666 without the applied umask (0644 before any ApplyUmask).
 mode_t NewFileMode();
+
+// A secret's file (a bearer token): its first line, trimmed; INVALID_ARGUMENT naming the file
+// when it cannot be read, is empty, or is readable by group or others (chmod 600 it).
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 }  // namespace dflash

@@ -77,6 +77,7 @@ absl::Status LoadCoordinatorConfigFile(const std::string& path, CoordinatorConfi
   m.Get("log_file", &c->log_file);
   m.Get("umask", &c->umask);
   m.Get("data_roots", &c->data_roots);
+  m.Get("auth_token_file", &c->auth_token_file);
   m.Finish();
   return e.ToStatus(path);
 }

@@ -22,6 +22,9 @@ struct CoordinatorConfig {
   // Non-empty: every path of a submitted run.yaml must lie, symlinks followed, inside one of
   // these directories (models, data, init_from, eval prompts).
   std::vector<std::string> data_roots;
+  // Non-empty: a file holding the bearer token dflashctl must present (the user API only; the
+  // workers' registry service is not covered).
+  std::string auth_token_file;
 };
 
 struct WorkerConfig {

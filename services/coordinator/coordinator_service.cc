@@ -4,32 +4,58 @@
 
 namespace dflash::coordinator {
 
-grpc::Status CoordinatorService::SubmitRun(grpc::ServerContext*, const v1::SubmitRunRequest* req,
+grpc::Status CoordinatorService::Authorize(const grpc::ServerContext* ctx) const {
+  if (token_.empty()) return grpc::Status::OK;
+  const std::string want = "Bearer " + token_;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  bool ok = it != md.end() && it->second.size() == want.size();
+  if (ok) {  // compared in constant time
+    unsigned char diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      diff |= static_cast<unsigned char>(it->second.data()[i] ^ want[i]);
+    }
+    ok = diff == 0;
+  }
+  if (ok) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      it == md.end() ? "this coordinator requires a bearer token (dflashctl "
+                                       "--token_file FILE, or DFLASH_TOKEN_FILE)"
+                                     : "the bearer token is not this coordinator's");
+}
+
+grpc::Status CoordinatorService::SubmitRun(grpc::ServerContext* ctx,
+                                           const v1::SubmitRunRequest* req,
                                            v1::SubmitRunResponse* resp) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
   auto run = c_->SubmitRun(req->run_yaml(), req->source_name(), req->dry_run());
   if (!run.ok()) return ToGrpcStatus(run.status());
   *resp->mutable_run() = *std::move(run);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::GetRun(grpc::ServerContext*, const v1::GetRunRequest* req,
+grpc::Status CoordinatorService::GetRun(grpc::ServerContext* ctx, const v1::GetRunRequest* req,
                                         v1::GetRunResponse* resp) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
   auto run = c_->GetRun(req->run_id());
   if (!run.ok()) return ToGrpcStatus(run.status());
   *resp->mutable_run() = *std::move(run);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListRuns(grpc::ServerContext*, const v1::ListRunsRequest*,
+grpc::Status CoordinatorService::ListRuns(grpc::ServerContext* ctx, const v1::ListRunsRequest*,
                                           v1::ListRunsResponse* resp) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
   auto runs = c_->ListRuns();
   if (!runs.ok()) return ToGrpcStatus(runs.status());
   for (auto& r : *runs) *resp->add_runs() = std::move(r);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::CancelRun(grpc::ServerContext*, const v1::CancelRunRequest* req,
+grpc::Status CoordinatorService::CancelRun(grpc::ServerContext* ctx,
+                                           const v1::CancelRunRequest* req,
                                            v1::CancelRunResponse* resp) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
   auto run = c_->CancelRun(req->run_id());
   if (!run.ok()) return ToGrpcStatus(run.status());
   *resp->mutable_run() = *std::move(run);
@@ -38,6 +64,7 @@ grpc::Status CoordinatorService::CancelRun(grpc::ServerContext*, const v1::Cance
 
 grpc::Status CoordinatorService::WatchRun(grpc::ServerContext* ctx, const v1::WatchRunRequest* req,
                                           grpc::ServerWriter<v1::RunEvent>* writer) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
   int64_t after = req->after_seq();
   int64_t progress_sent = -1;  // newest committed step sent as a progress event
   // Wakes at least every 500 ms to notice a client that went away and to send progress.
@@ -71,14 +98,17 @@ grpc::Status CoordinatorService::WatchRun(grpc::ServerContext* ctx, const v1::Wa
   return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the watch");
 }
 
-grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* ctx,
+                                             const v1::ListWorkersRequest*,
                                              v1::ListWorkersResponse* resp) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
   for (auto& w : c_->ListWorkers()) *resp->add_workers() = std::move(w);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::PlanRun(grpc::ServerContext*, const v1::PlanRunRequest* req,
+grpc::Status CoordinatorService::PlanRun(grpc::ServerContext* ctx, const v1::PlanRunRequest* req,
                                          v1::PlanRunResponse* resp) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
   auto r = c_->PlanRun(req->run_yaml());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *std::move(r);

@@ -2,15 +2,21 @@
 // grpc::Status, nothing more.
 #pragma once
 
+#include <string>
+#include <utility>
+
 #include "dflash/v1/coordinator.grpc.pb.h"
 #include "dflash/v1/registry.grpc.pb.h"
 #include "services/coordinator/coordinator.h"
 
 namespace dflash::coordinator {
 
+// `token` non-empty: every call must carry the metadata "authorization: Bearer <token>"
+// (dflashctl --token_file), else UNAUTHENTICATED (issue 10).
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  explicit CoordinatorService(Coordinator* c) : c_(c) {}
+  explicit CoordinatorService(Coordinator* c, std::string token = "")
+      : c_(c), token_(std::move(token)) {}
   grpc::Status SubmitRun(grpc::ServerContext*, const v1::SubmitRunRequest*,
                          v1::SubmitRunResponse*) override;
   grpc::Status GetRun(grpc::ServerContext*, const v1::GetRunRequest*, v1::GetRunResponse*) override;
@@ -26,7 +32,10 @@ class CoordinatorService final : public v1::Coordinator::Service {
                        v1::PlanRunResponse*) override;
 
  private:
+  grpc::Status Authorize(const grpc::ServerContext* ctx) const;
+
   Coordinator* c_;
+  std::string token_;
 };
 
 class RegistryService final : public v1::Registry::Service {

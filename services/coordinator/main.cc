@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
                                "deadline of control RPCs to workers");
   auto* o_level = app.add_option("--log_level", flags.log_level, "debug|info|warning|error");
   auto* o_log = app.add_option("--log_file", flags.log_file, "also append logs here");
+  auto* o_token = app.add_option("--auth_token_file", flags.auth_token_file,
+                                 "require this bearer token from dflashctl (file, one line)");
   auto* o_roots = app.add_option("--data_root", flags.data_roots,
                                  "run.yaml paths must lie inside one of these (repeatable)");
   auto* o_umask = app.add_option("--umask", flags.umask,
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
   if (*o_rpc) cfg.worker_rpc_timeout_ms = flags.worker_rpc_timeout_ms;
   if (*o_umask) cfg.umask = flags.umask;
   if (*o_roots) cfg.data_roots = flags.data_roots;
+  if (*o_token) cfg.auth_token_file = flags.auth_token_file;
   if (*o_level) cfg.log_level = flags.log_level;
   if (*o_log) cfg.log_file = flags.log_file;
   if (auto s = dflash::config::ValidateCoordinatorConfig(cfg); !s.ok()) return Fail("config", s);
@@ -97,7 +100,13 @@ int main(int argc, char** argv) {
       options, *std::move(store), dflash::RealClock::Get(), &worker_control, metrics->get());
   if (!coordinator.ok()) return Fail("recovery", coordinator.status());
 
-  dflash::coordinator::CoordinatorService user_api(coordinator->get());
+  std::string token;
+  if (!cfg.auth_token_file.empty()) {
+    absl::StatusOr<std::string> t = dflash::ReadTokenFile(cfg.auth_token_file);
+    if (!t.ok()) return Fail("auth_token_file", t.status());
+    token = *std::move(t);
+  }
+  dflash::coordinator::CoordinatorService user_api(coordinator->get(), token);
   dflash::coordinator::RegistryService registry_api(coordinator->get());
   int port = 0;
   auto server = dflash::StartGrpcServer(cfg.listen, {&user_api, &registry_api}, &port);

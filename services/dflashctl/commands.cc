@@ -20,8 +20,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void SetDeadline(grpc::ClientContext* ctx, int64_t ms) {
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
+// Every request: the deadline, and the bearer token when one is configured (--token_file).
+void PrepareContext(grpc::ClientContext* ctx, const GlobalOptions& opts) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(opts.timeout_ms));
+  if (!opts.token.empty()) ctx->AddMetadata("authorization", "Bearer " + opts.token);
 }
 
 bool ReadFile(const std::string& path, std::string* out) {
@@ -97,7 +99,7 @@ int Commands::Submit(const std::string& path, bool detach, bool dry_run) {
   req.set_dry_run(dry_run);
   v1::SubmitRunResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, opts_.timeout_ms);
+  PrepareContext(&ctx, opts_);
   grpc::Status s = stub_->SubmitRun(&ctx, req, &resp);
   if (!s.ok()) return RpcError(s, "submit");
   if (dry_run) {
@@ -122,7 +124,8 @@ int Commands::Follow(const std::string& run_id) {
   // The step line goes to stdout with the events, so that they interleave in order.
   StepProgress progress(stdout, !opts_.json);
   while (true) {
-    grpc::ClientContext ctx;
+    grpc::ClientContext ctx;  // no deadline: the watch lasts as long as the run
+    if (!opts_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + opts_.token);
     v1::WatchRunRequest req;
     req.set_run_id(run_id);
     req.set_after_seq(after);
@@ -172,7 +175,7 @@ grpc::Status Commands::GetRun(const std::string& run_id, v1::RunStatus* run) {
   req.set_run_id(run_id);
   v1::GetRunResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, opts_.timeout_ms);
+  PrepareContext(&ctx, opts_);
   grpc::Status s = stub_->GetRun(&ctx, req, &resp);
   if (s.ok()) *run = std::move(*resp.mutable_run());
   return s;
@@ -189,7 +192,7 @@ int Commands::Status(const std::string& run_id) {
 int Commands::List() {
   v1::ListRunsResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, opts_.timeout_ms);
+  PrepareContext(&ctx, opts_);
   grpc::Status s = stub_->ListRuns(&ctx, v1::ListRunsRequest(), &resp);
   if (!s.ok()) return RpcError(s, "list");
   if (opts_.json) {
@@ -205,7 +208,7 @@ int Commands::Cancel(const std::string& run_id) {
   req.set_run_id(run_id);
   v1::CancelRunResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, opts_.timeout_ms);
+  PrepareContext(&ctx, opts_);
   grpc::Status s = stub_->CancelRun(&ctx, req, &resp);
   if (!s.ok()) return RpcError(s, "cancel " + run_id);
   std::cout << (opts_.json ? ToJson(resp.run()) + "\n"
@@ -216,7 +219,7 @@ int Commands::Cancel(const std::string& run_id) {
 int Commands::Workers() {
   v1::ListWorkersResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, opts_.timeout_ms);
+  PrepareContext(&ctx, opts_);
   grpc::Status s = stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
   if (!s.ok()) return RpcError(s, "workers");
   if (opts_.json) {
@@ -234,7 +237,7 @@ int Commands::Plan(const std::string& path) {
   req.set_run_yaml(resolved);
   v1::PlanRunResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, opts_.timeout_ms);
+  PrepareContext(&ctx, opts_);
   grpc::Status s = stub_->PlanRun(&ctx, req, &resp);
   if (!s.ok()) return RpcError(s, "plan");
   std::cout << (opts_.json ? resp.json() : resp.table()) << std::flush;

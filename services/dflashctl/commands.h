@@ -24,6 +24,7 @@ struct GlobalOptions {
   std::string coordinator;  // host:port
   bool json = false;        // --output json
   int64_t timeout_ms = 10000;
+  std::string token;  // bearer token for a coordinator that requires one (--token_file)
 };
 
 class Commands {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "common/base/file_mode.h"
 #include "services/dflashctl/commands.h"
 #include "services/dflashctl/prepare_command.h"
 
@@ -19,6 +20,10 @@ int main(int argc, char** argv) {
                  "coordinator host:port (env DFLASH_COORDINATOR, default 127.0.0.1:7070)");
   app.add_option("-o,--output", output, "table|json")->check(CLI::IsMember({"table", "json"}));
   app.add_option("--timeout_ms", g.timeout_ms, "deadline of each request");
+  const char* token_env = std::getenv("DFLASH_TOKEN_FILE");
+  std::string token_file = token_env != nullptr ? token_env : "";
+  app.add_option("--token_file", token_file,
+                 "bearer token for a coordinator that requires one (env DFLASH_TOKEN_FILE)");
 
   std::string path, run_id;
   bool detach = false, dry_run = false;
@@ -83,6 +88,14 @@ int main(int argc, char** argv) {
     return ExitCode::kUsage;
   }
   g.json = output == "json";
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = dflash::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      std::cerr << "dflashctl: --token_file: " << token.status().message() << "\n";
+      return dflash::ctl::kUsage;
+    }
+    g.token = *std::move(token);
+  }
   dflash::ctl::Commands cmd(g);
   if (*submit) return cmd.Submit(path, detach, dry_run);
   if (*status) return cmd.Status(run_id);

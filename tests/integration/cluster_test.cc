@@ -37,16 +37,26 @@ class ClusterTest : public ::testing::Test {
   }
 
   // Starts the coordinator; listen = "127.0.0.1:0" picks a port, or pass one to restart on it.
-  void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
+  // `extra`: more flags.
+  void StartCoordinator(const std::string& listen = "127.0.0.1:0",
+                        const std::vector<std::string>& extra = {}) {
     const std::string ready = dir_ + "/coordinator.ready";
     std::filesystem::remove(ready);
-    coordinator_ = std::make_unique<Process>(
-        BinDir() + "/coordinator/dflash-coordinator",
-        std::vector<std::string>{"--listen", listen, "--metrics_listen", "127.0.0.1:0",
-                                 "--state_dir", dir_ + "/state", "--heartbeat_interval_ms",
-                                 std::to_string(kHeartbeatMs), "--worker_timeout_ms",
-                                 std::to_string(kTimeoutMs), "--ready_file", ready},
-        dir_ + "/coordinator.log");
+    std::vector<std::string> args = {"--listen",
+                                     listen,
+                                     "--metrics_listen",
+                                     "127.0.0.1:0",
+                                     "--state_dir",
+                                     dir_ + "/state",
+                                     "--heartbeat_interval_ms",
+                                     std::to_string(kHeartbeatMs),
+                                     "--worker_timeout_ms",
+                                     std::to_string(kTimeoutMs),
+                                     "--ready_file",
+                                     ready};
+    args.insert(args.end(), extra.begin(), extra.end());
+    coordinator_ = std::make_unique<Process>(BinDir() + "/coordinator/dflash-coordinator", args,
+                                             dir_ + "/coordinator.log");
     port_ = ReadReadyPort(ready, "grpc_port", ms(20000));
     ASSERT_GT(port_, 0) << ReadFile(dir_ + "/coordinator.log");
     metrics_port_ = ReadReadyPort(ready, "metrics_port", ms(1000));
@@ -233,6 +243,38 @@ TEST_F(ClusterTest, DflashctlExitCodes) {
   EXPECT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_THAT(plan.out, HasSubstr("memory plan: 1024 tokens"));
   EXPECT_THAT(plan.out, HasSubstr("(no registered GPU of this role: not checked)"));
+}
+
+// A coordinator started with --auth_token_file answers dflashctl only with that bearer token
+// (issue 10); a token file readable by others is refused at start.
+TEST_F(ClusterTest, BearerTokenIsRequiredWhenConfigured) {
+  const std::string token = dir_ + "/token", wrong = dir_ + "/wrong", open = dir_ + "/open";
+  for (const auto& [path, text] :
+       {std::make_pair(token, "s3cret-token\n"), std::make_pair(wrong, "not-it\n"),
+        std::make_pair(open, "s3cret-token\n")}) {
+    std::ofstream(path) << text;
+    std::filesystem::permissions(
+        path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  std::filesystem::permissions(open, std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  Process refused(
+      BinDir() + "/coordinator/dflash-coordinator",
+      {"--listen", "127.0.0.1:0", "--state_dir", dir_ + "/state0", "--auth_token_file", open},
+      dir_ + "/refused.log");
+  EXPECT_NE(refused.Wait(), 0);
+  EXPECT_THAT(ReadFile(dir_ + "/refused.log"), HasSubstr("readable by others; chmod 600"));
+  StartCoordinator("127.0.0.1:0", {"--auth_token_file", token});
+  CtlResult none = RunCtl(address_, {"list"});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_THAT(none.err, HasSubstr("requires a bearer token"));
+  CtlResult bad = RunCtl(address_, {"list", "--token_file", wrong});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("not this coordinator's"));
+  CtlResult good = RunCtl(address_, {"list", "--token_file", token});
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  // Workers register through the registry service, which the token does not cover.
+  StartWorker("target", "t0");
 }
 
 }  // namespace
