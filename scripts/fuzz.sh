@@ -44,7 +44,8 @@ describe() {
   max_len=65536
   case "$1" in
     safetensors_header)
-      src=("$root/common/model/safetensors.cc" "$root/tests/checkpoint/safetensors_header_fuzz.cc")
+      src=("$root/common/model/safetensors.cc" "$root/common/base/file_mode.cc"
+           "$root/tests/checkpoint/safetensors_header_fuzz.cc")
       libs=$absl
       corpus="$root/tests/checkpoint/fuzz_corpus"
       dict="$root/tests/checkpoint/safetensors_header.dict" ;;
