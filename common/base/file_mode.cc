@@ -15,7 +15,7 @@ std::atomic<mode_t> applied{022};
 
 }  // namespace
 
-absl::Status ApplyUmask(const std::string& octal) {
+absl::StatusOr<mode_t> ParseUmask(const std::string& octal) {
   mode_t mask = 0;
   bool ok = !octal.empty() && octal.size() <= 4;
   for (char c : octal) {
@@ -26,8 +26,14 @@ absl::Status ApplyUmask(const std::string& octal) {
     return absl::InvalidArgumentError(
         absl::StrCat("umask: '", octal, "' is not an octal mode of at most 0777 (e.g. 077)"));
   }
-  ::umask(mask);
-  applied.store(mask);
+  return mask;
+}
+
+absl::Status ApplyUmask(const std::string& octal) {
+  absl::StatusOr<mode_t> mask = ParseUmask(octal);
+  if (!mask.ok()) return mask.status();
+  ::umask(*mask);
+  applied.store(*mask);
   return absl::OkStatus();
 }
 

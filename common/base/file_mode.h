@@ -13,8 +13,10 @@
 
 namespace dflash {
 
-// Parses `octal` ("077", "022"; at most 0777) and makes it the process's umask. INVALID_ARGUMENT
-// naming the value otherwise.
+// `octal` ("077", "022"; at most 0777) as a mode; INVALID_ARGUMENT naming the value otherwise.
+absl::StatusOr<mode_t> ParseUmask(const std::string& octal);
+
+// ParseUmask, then makes it the process's umask.
 absl::Status ApplyUmask(const std::string& octal);
 
 // Mode for a new regular file: 0666 without the applied umask (0644 before any ApplyUmask).

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/file_mode.h"
 #include "common/base/status.h"
 #include "common/config/yaml_reader.h"
 
@@ -23,13 +24,7 @@ absl::StatusOr<YAML::Node> LoadFile(const std::string& path) {
 }
 
 void CheckUmask(ConfigErrors* e, const std::string& umask) {
-  int64_t v = 0;
-  bool ok = !umask.empty() && umask.size() <= 4;
-  for (char c : umask) {
-    if (c < '0' || c > '7') ok = false;
-    v = v * 8 + (c - '0');
-  }
-  if (!ok || v > 0777) e->Add("umask", "must be an octal mode of at most 0777, e.g. 077");
+  if (!ParseUmask(umask).ok()) e->Add("umask", "must be an octal mode of at most 0777, e.g. 077");
 }
 
 void CheckAddress(ConfigErrors* e, absl::string_view field, const std::string& address) {
