@@ -98,6 +98,26 @@ at::Tensor VarlenCausalAttentionReference(const at::Tensor& q, const at::Tensor&
   return out;
 }
 
+at::Tensor CachedCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 double scale) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && k.sizes() == v.sizes(),
+              "cached attention: q [n, Hq, D], k and v [m, Hkv, D]");
+  const int64_t n = q.size(0), m = k.size(0), hq = q.size(1), hkv = k.size(1), dim = q.size(2);
+  TORCH_CHECK(m >= n && hkv > 0 && hq % hkv == 0 && k.size(2) == dim, "cached attention: q ",
+              q.sizes(), " does not fit k ", k.sizes());
+  const int64_t group = hq / hkv, past = m - n;
+  at::Tensor qd = q.permute({1, 0, 2}).reshape({hkv, group, n, dim});
+  at::Tensor kd = k.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, m, D]
+  at::Tensor vd = v.permute({1, 0, 2}).unsqueeze(1);
+  at::Tensor scores = at::matmul(qd, kd.transpose(-1, -2)) * scale;  // [Hkv, G, n, m]
+  if (n > 1) {  // key j is in the future of row i when j > past + i
+    at::Tensor future = at::ones({n, m}, q.options().dtype(at::kBool)).triu(past + 1);
+    scores.masked_fill_(future, -std::numeric_limits<double>::infinity());
+  }
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  return at::matmul(probs, vd).reshape({hq, n, dim}).permute({1, 0, 2});  // [n, Hq, D]
+}
+
 at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const VarlenDocs& docs, double scale) {
   if (!q.is_cuda()) return VarlenCausalAttentionReference(q, k, v, docs, scale);

@@ -40,4 +40,11 @@ at::Tensor VarlenCausalAttentionReference(const at::Tensor& q, const at::Tensor&
                                           const at::Tensor& v, const VarlenDocs& docs,
                                           double scale);
 
+// Attention of n new query rows of one sequence over its m = past + n cached keys (a KV cache):
+// q [n, Hq, D], k and v [m, Hkv, D]; new row i (position past + i) sees keys 0..past + i. Returns
+// [n, Hq, D] in q's dtype, softmax in fp32 as the reference. Scratch O(Hq * n * m): meant for
+// decoding, where n is 1 or a speculative block.
+at::Tensor CachedCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 double scale);
+
 }  // namespace dflash::nn

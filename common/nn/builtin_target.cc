@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<TargetModel>> BuiltinTarget(const std::string& na
   };
   // Layers past the largest feature layer are never run (target_model.h): not drawn either.
   int64_t layers = t.num_hidden_layers;
-  if (!options.layer_ids.empty()) {
+  if (!options.layer_ids.empty() && !options.full) {
     layers = 1 + *std::max_element(options.layer_ids.begin(), options.layer_ids.end());
   }
   // Sharp logits, as a trained model's lm_head gives: with the drafter's normed hidden state

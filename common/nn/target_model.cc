@@ -153,8 +153,12 @@ std::string ScalarName(c10::ScalarType t) { return c10::toString(t); }
 }  // namespace
 
 TargetModel::TargetModel(model::TransformerConfig config, std::vector<int64_t> layer_ids,
-                         c10::ScalarType dtype, c10::Device device)
-    : config_(std::move(config)), layer_ids_(std::move(layer_ids)), dtype_(dtype), device_(device) {
+                         c10::ScalarType dtype, c10::Device device, bool full)
+    : config_(std::move(config)),
+      layer_ids_(std::move(layer_ids)),
+      dtype_(dtype),
+      device_(device),
+      full_(full) {
   const int64_t last = *std::max_element(layer_ids_.begin(), layer_ids_.end());
   slots_of_layer_.resize(last + 1);
   for (size_t slot = 0; slot < layer_ids_.size(); ++slot) {
@@ -170,8 +174,8 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("target model dtype ", ScalarName(options.dtype), " is not floating-point"));
   }
-  return std::unique_ptr<TargetModel>(
-      new TargetModel(std::move(config), std::move(ids), options.dtype, options.device));
+  return std::unique_ptr<TargetModel>(new TargetModel(std::move(config), std::move(ids),
+                                                      options.dtype, options.device, options.full));
 }
 
 absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Load(const std::string& dir,
@@ -216,7 +220,12 @@ absl::Status TargetModel::LoadWeights(const WeightSource& source) {
   }
   inv_freq_ = RopeInvFreq(config_).to(device_);
   layers_.clear();
-  for (size_t i = 0; i < slots_of_layer_.size(); ++i) {
+  const size_t num_layers =
+      full_ ? static_cast<size_t>(config_.num_hidden_layers) : slots_of_layer_.size();
+  if (full_) {
+    ASSIGN_OR_RETURN(final_norm_, source.Read("model.norm.weight", {config_.hidden_size}));
+  }
+  for (size_t i = 0; i < num_layers; ++i) {
     RawLayer raw;
     for (const TensorSpec& spec : LayerSpecs(config_, static_cast<int64_t>(i))) {
       ASSIGN_OR_RETURN(raw.*spec.field, source.Read(spec.name, spec.shape));
@@ -307,38 +316,51 @@ void TargetModel::RunLayers(const at::Tensor& input_ids, const at::Tensor& posit
   const int64_t h = config_.hidden_size;
   RopeTables rope = MakeRopeTables(positions.to(device_), inv_freq_, dtype_);  // [T, D] each
   at::Tensor x = at::embedding(embed_tokens_, input_ids.to(device_));          // [T, H]
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  for (size_t i = 0; i < slots_of_layer_.size(); ++i) {  // up to the last feature layer
     x = RunLayer(layers_[i], x, rope, docs);
     // Each captured layer lands in its column block of the [T, K*H] buffer: no final cat.
     for (int64_t slot : slots_of_layer_[i]) features.narrow(1, slot * h, h).copy_(x);
   }
 }
 
-at::Tensor TargetModel::RunLayer(const TargetLayerWeights& w, const at::Tensor& x,
-                                 const RopeTables& rope, const VarlenDocs& docs) const {
-  const int64_t t = x.size(0), d = config_.head_dim, inter = config_.intermediate_size;
+double TargetModel::AttentionScale() const {
+  return std::pow(static_cast<double>(config_.head_dim), -0.5);
+}
+
+TargetModel::Qkv TargetModel::Project(const TargetLayerWeights& w, const at::Tensor& x,
+                                      const RopeTables& rope) const {
+  const int64_t t = x.size(0), d = config_.head_dim;
   const int64_t hq = config_.num_attention_heads, hkv = config_.num_key_value_heads;
   const double eps = config_.rms_norm_eps;
-
   at::Tensor h = RmsNorm(x, w.input_norm, eps);
   at::Tensor qkv = Linear(h, w.qkv, w.qkv_bias);  // [T, (Hq + 2*Hkv) * D]
-  at::Tensor q = qkv.narrow(1, 0, hq * d).reshape({t, hq, d});
-  at::Tensor k = qkv.narrow(1, hq * d, hkv * d).reshape({t, hkv, d});
-  at::Tensor v = qkv.narrow(1, (hq + hkv) * d, hkv * d).reshape({t, hkv, d});
+  Qkv out;
+  out.q = qkv.narrow(1, 0, hq * d).reshape({t, hq, d});
+  out.k = qkv.narrow(1, hq * d, hkv * d).reshape({t, hkv, d});
+  out.v = qkv.narrow(1, (hq + hkv) * d, hkv * d).reshape({t, hkv, d});
   if (w.q_norm.defined()) {  // Qwen3: per-head RMSNorm over D, before RoPE
-    q = RmsNorm(q, w.q_norm, eps);
-    k = RmsNorm(k, w.k_norm, eps);
+    out.q = RmsNorm(out.q, w.q_norm, eps);
+    out.k = RmsNorm(out.k, w.k_norm, eps);
   }
-  q = ApplyRope(q, rope);
-  k = ApplyRope(k, rope);
-  const double scale = std::pow(static_cast<double>(d), -0.5);  // HF: head_dim**-0.5
-  at::Tensor attn = VarlenCausalAttention(q, k, v, docs, scale).reshape({t, hq * d});
-  at::Tensor y = x + Linear(attn, w.o_proj, w.o_bias);  // [T, H]
+  out.q = ApplyRope(out.q, rope);
+  out.k = ApplyRope(out.k, rope);
+  return out;
+}
 
-  h = RmsNorm(y, w.post_norm, eps);
+at::Tensor TargetModel::Finish(const TargetLayerWeights& w, const at::Tensor& x,
+                               const at::Tensor& attn) const {
+  const int64_t t = x.size(0), inter = config_.intermediate_size;
+  at::Tensor y = x + Linear(attn.reshape({t, -1}), w.o_proj, w.o_bias);  // [T, H]
+  at::Tensor h = RmsNorm(y, w.post_norm, config_.rms_norm_eps);
   at::Tensor gate_up = Linear(h, w.gate_up, w.gate_up_bias);  // [T, 2I]
   at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
   return y + Linear(act, w.down, w.down_bias);
+}
+
+at::Tensor TargetModel::RunLayer(const TargetLayerWeights& w, const at::Tensor& x,
+                                 const RopeTables& rope, const VarlenDocs& docs) const {
+  Qkv qkv = Project(w, x, rope);
+  return Finish(w, x, VarlenCausalAttention(qkv.q, qkv.k, qkv.v, docs, AttentionScale()));
 }
 
 }  // namespace dflash::nn

@@ -2,7 +2,8 @@
 // decoder that runs a packed batch of documents and returns the residual stream after K chosen
 // decoder layers, concatenated per token: features [T, K*H]. "Layer id i" is the output of
 // decoder layer i (HF hidden_states[i+1], before the final norm); layers after the largest id are
-// neither loaded nor run. Also holds the embedding and lm_head that the drafter borrows, frozen.
+// neither loaded nor run, unless the model is loaded `full` to generate with a KV cache (Extend,
+// Logits). Also holds the embedding and lm_head that the drafter borrows, frozen.
 //
 // LibTorch is a PRIVATE dependency of dflash_nn: a target that includes this header links
 // ${TORCH_LIBRARIES} itself and must not also include generated protobuf headers (LibTorch's
@@ -35,6 +36,40 @@ struct TargetModelOptions {
   int64_t num_features = 5;                           // K, used only when layer_ids is empty
   c10::ScalarType dtype = c10::ScalarType::BFloat16;  // weights and activations
   c10::Device device = c10::Device(c10::DeviceType::CPU);
+  // Also load every decoder layer after the last feature layer and the final norm, so that the
+  // model can generate (Extend, Logits). Forward still stops at the last feature layer.
+  bool full = false;
+};
+
+class TargetModel;
+
+// The keys and values of every decoder layer for `sequences` sequences of up to `capacity`
+// positions each (per layer [S, capacity, Hkv, D] in the model's dtype and device), and how many
+// positions each sequence holds. Filled by TargetModel::Extend; not thread-safe.
+class KvCache {
+ public:
+  // FAILED_PRECONDITION unless the model was loaded with options.full.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const TargetModel& model,
+                                                         int64_t sequences, int64_t capacity);
+  int64_t sequences() const { return static_cast<int64_t>(lengths_.size()); }
+  int64_t capacity() const { return capacity_; }
+  int64_t length(int64_t sequence) const { return lengths_.at(sequence); }
+  // Forgets the positions of `sequence` from `length` on (a verification's rejected tokens).
+  // INVALID_ARGUMENT when length is negative or above the current length.
+  absl::Status Truncate(int64_t sequence, int64_t length);
+
+ private:
+  friend class TargetModel;
+  KvCache() = default;
+  int64_t capacity_ = 0;
+  std::vector<at::Tensor> k_, v_;  // per layer [S, capacity, Hkv, D]
+  std::vector<int64_t> lengths_;
+};
+
+// What TargetModel::Extend computed for the N new tokens, in request order.
+struct ExtendOutput {
+  at::Tensor hidden;    // [N, H]: the last layer's output after the final norm
+  at::Tensor features;  // [N, K*H]: the feature layers, as Forward; undefined unless asked
 };
 
 // One decoder layer, with q/k/v and gate/up fused into single GEMMs at load time.
@@ -63,7 +98,8 @@ class TargetModel {
   // The same model from tensors already in memory, keyed and shaped as in the checkpoint (HF
   // names), converted to options.dtype and options.device (not copied when already there; q/k/v
   // and gate/up are fused into new tensors). Only the tensors that Forward uses must be present:
-  // embed_tokens, lm_head unless tied, and layers 0..max(layer ids). For benchmarks and tests
+  // embed_tokens, lm_head unless tied, and layers 0..max(layer ids); with options.full every
+  // layer and model.norm. For benchmarks and tests
   // with random weights; errors name the missing or misshapen tensor.
   static absl::StatusOr<std::unique_ptr<TargetModel>> FromTensors(
       const model::TransformerConfig& config, const std::map<std::string, at::Tensor>& tensors,
@@ -78,6 +114,18 @@ class TargetModel {
   absl::StatusOr<at::Tensor> Forward(const at::Tensor& input_ids, const at::Tensor& positions,
                                      const at::Tensor& cu_seqlens) const;
 
+  // Generation (options.full only): runs tokens[i] as the next tokens of sequence sequences[i] of
+  // `cache` (positions continue from the sequence's cache length; sequences distinct), appends
+  // their keys and values to the cache and returns the rows of every new token, packed in order.
+  // INVALID_ARGUMENT naming the sequence when it is out of range, listed twice, empty, beyond the
+  // cache's capacity or holding a token outside the vocabulary. One call is one batched forward.
+  absl::StatusOr<ExtendOutput> Extend(const std::vector<int64_t>& sequences,
+                                      const std::vector<std::vector<int64_t>>& tokens,
+                                      KvCache* cache, bool with_features) const;
+  // lm_head(hidden): [N, V] fp32 logits of Extend's hidden rows (options.full only).
+  absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden) const;
+  bool full() const { return full_; }
+
   const model::TransformerConfig& config() const { return config_; }
   const std::vector<int64_t>& layer_ids() const { return layer_ids_; }
   int64_t feature_dim() const {
@@ -91,7 +139,7 @@ class TargetModel {
 
  private:
   TargetModel(model::TransformerConfig config, std::vector<int64_t> layer_ids,
-              c10::ScalarType dtype, c10::Device device);
+              c10::ScalarType dtype, c10::Device device, bool full);
   // Checks the config and options, then the model without weights (INVALID_ARGUMENT or
   // UNIMPLEMENTED naming the problem).
   static absl::StatusOr<std::unique_ptr<TargetModel>> Create(model::TransformerConfig config,
@@ -106,6 +154,18 @@ class TargetModel {
   // x [T, H] -> [T, H], the output of decoder layer `layer`.
   at::Tensor RunLayer(const TargetLayerWeights& w, const at::Tensor& x, const RopeTables& rope,
                       const VarlenDocs& docs) const;
+  // HF: head_dim ** -0.5.
+  double AttentionScale() const;
+  // The layer's attention inputs: q [T, Hq, D], k and v [T, Hkv, D], normed and rotated.
+  struct Qkv {
+    at::Tensor q, k, v;
+  };
+  Qkv Project(const TargetLayerWeights& w, const at::Tensor& x, const RopeTables& rope) const;
+  // The rest of the layer after attention: o_proj, residual, MLP.
+  at::Tensor Finish(const TargetLayerWeights& w, const at::Tensor& x, const at::Tensor& attn) const;
+  absl::Status CheckExtend(const std::vector<int64_t>& sequences,
+                           const std::vector<std::vector<int64_t>>& tokens,
+                           const KvCache& cache) const;
 
   model::TransformerConfig config_;
   std::vector<int64_t> layer_ids_;
@@ -115,7 +175,9 @@ class TargetModel {
   at::Tensor embed_tokens_;
   at::Tensor lm_head_;
   at::Tensor inv_freq_;                     // [D/2] fp32 on device_
-  std::vector<TargetLayerWeights> layers_;  // layers 0..max(layer_ids)
+  std::vector<TargetLayerWeights> layers_;  // layers 0..max(layer_ids); all with options.full
+  at::Tensor final_norm_;                   // [H] with options.full, else undefined
+  bool full_ = false;
 };
 
 }  // namespace dflash::nn

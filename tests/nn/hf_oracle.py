@@ -37,6 +37,8 @@ DTYPE_KEY = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "to
 
 DOC_LENGTHS = [5, 17, 1, 9]
 VOCAB = 256
+GEN_PROMPT_LENGTHS = [5, 11, 1]
+GEN_TOKENS = 24
 BROKEN = {
     "bad_shape": "model.layers.1.self_attn.k_proj.weight",
     "missing": "model.layers.2.mlp.up_proj.weight",
@@ -116,6 +118,27 @@ def write_refs(model, layer_ids, path, generator):
     )
 
 
+def write_generations(model, path, generator):
+    """HF greedy generation (no stop token) of GEN_TOKENS tokens after prompts of a few lengths."""
+    prompts = [torch.randint(0, VOCAB, (n,), generator=generator) for n in GEN_PROMPT_LENGTHS]
+    model.generation_config.eos_token_id = None
+    outputs = []
+    for p in prompts:
+        with torch.no_grad():
+            g = model.generate(p[None], attention_mask=torch.ones_like(p[None]), do_sample=False,
+                               max_new_tokens=GEN_TOKENS, pad_token_id=0)
+        assert g.shape[1] == len(p) + GEN_TOKENS, g.shape
+        outputs.append(g[0, len(p):])
+    save_file(
+        {
+            "prompts": torch.cat(prompts).to(torch.int64),
+            "prompt_lengths": torch.tensor(GEN_PROMPT_LENGTHS, dtype=torch.int64),
+            "outputs": torch.stack(outputs).to(torch.int64).contiguous(),
+        },
+        path,
+    )
+
+
 def write_broken(src_dir, out_dir, kind):
     """A copy of a single-file checkpoint with one tensor damaged (wrong shape) or removed."""
     os.makedirs(out_dir, exist_ok=True)
@@ -156,6 +179,10 @@ def main():
     llama.save_pretrained(os.path.join(args.out, "llama"), max_shard_size="200KB")
     # Unsorted, and including the last layer (pre-norm output).
     write_refs(llama, [0, 3, 1], os.path.join(args.out, "llama_refs.safetensors"), generator)
+
+    gen_generator = torch.Generator().manual_seed(7)
+    write_generations(qwen, os.path.join(args.out, "qwen3_generate.safetensors"), gen_generator)
+    write_generations(llama, os.path.join(args.out, "llama_generate.safetensors"), gen_generator)
 
     for kind in BROKEN:
         write_broken(os.path.join(args.out, "qwen3"), os.path.join(args.out, f"qwen3_{kind}"), kind)

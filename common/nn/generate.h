@@ -1,0 +1,49 @@
+// Target-side generation with a KV cache (issue 9): batched greedy or sampled decoding with stop
+// tokens and a token limit. Every prompt is prefilled in one packed forward, then each step runs
+// one new token of every unfinished sequence in one batched forward (TargetModel::Extend).
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/nn/target_model.h"
+
+namespace dflash::nn {
+
+struct SamplingOptions {
+  double temperature = 0;  // 0: greedy (argmax, ties to the lowest id); > 0: sample
+  int64_t top_k = 0;       // keep the k most likely tokens; 0: all
+  double top_p = 1.0;      // keep the smallest set whose probability reaches top_p; 1: all
+  uint64_t seed = 0;       // sampling generator (CPU), one per Generate call
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 256;
+  std::vector<int64_t> stop_token_ids;  // generation of a sequence ends after emitting one
+  SamplingOptions sampling;
+};
+
+struct Generation {
+  std::vector<int64_t> tokens;  // the new tokens, a stop token included
+  bool stopped = false;         // ended on a stop token (else on max_new_tokens)
+};
+
+// INVALID_ARGUMENT naming the field when the options cannot be used.
+absl::Status ValidateGenerateOptions(const GenerateOptions& options);
+
+// The next token of each row of `logits` [N, V] fp32 (any device): argmax when greedy, else a
+// sample after temperature, top-k and top-p, drawn from `generator` (a CPU generator).
+std::vector<int64_t> PickTokens(const at::Tensor& logits, const SamplingOptions& options,
+                                at::Generator& generator);
+
+// Generates a continuation of every prompt (each non-empty, ids in the vocabulary). The model must
+// be loaded with options.full. Outputs are in prompt order.
+absl::StatusOr<std::vector<Generation>> Generate(const TargetModel& model,
+                                                 const std::vector<std::vector<int64_t>>& prompts,
+                                                 const GenerateOptions& options);
+
+}  // namespace dflash::nn

@@ -1,0 +1,188 @@
+// TargetModel's generation path: the KV cache and Extend (target_model.h). The packed forward over
+// whole documents (Forward) is in target_model.cc.
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/util/Exception.h>
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/nn/target_model.h"
+#include "common/nn/weights.h"
+
+namespace dflash::nn {
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const TargetModel& model,
+                                                         int64_t sequences, int64_t capacity) {
+  if (!model.full()) {
+    return absl::FailedPreconditionError(
+        "the target model was loaded as a feature extractor (options.full is false): it cannot "
+        "generate");
+  }
+  if (sequences < 1 || capacity < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a KV cache needs at least one sequence and one "
+                     "position, got ",
+                     sequences, " x ", capacity));
+  }
+  const model::TransformerConfig& c = model.config();
+  std::unique_ptr<KvCache> cache(new KvCache());
+  cache->capacity_ = capacity;
+  cache->lengths_.assign(sequences, 0);
+  try {
+    c10::InferenceMode inference;
+    const at::TensorOptions opts = at::TensorOptions().dtype(model.dtype()).device(model.device());
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      cache->k_.push_back(
+          at::empty({sequences, capacity, c.num_key_value_heads, c.head_dim}, opts));
+      cache->v_.push_back(at::empty_like(cache->k_.back()));
+    }
+  } catch (const c10::Error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("allocating a KV cache of ", sequences, " x ",
+                                                     capacity,
+                                                     " positions: ", e.what_without_backtrace()));
+  }
+  return cache;
+}
+
+absl::Status KvCache::Truncate(int64_t sequence, int64_t length) {
+  if (sequence < 0 || sequence >= sequences()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", sequence, " is outside [0, ", sequences(), ")"));
+  }
+  if (length < 0 || length > lengths_[sequence]) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot truncate sequence ", sequence, " of ",
+                                                   lengths_[sequence], " positions to ", length));
+  }
+  lengths_[sequence] = length;
+  return absl::OkStatus();
+}
+
+absl::Status TargetModel::CheckExtend(const std::vector<int64_t>& sequences,
+                                      const std::vector<std::vector<int64_t>>& tokens,
+                                      const KvCache& cache) const {
+  if (!full_) {
+    return absl::FailedPreconditionError(
+        "the target model was loaded as a feature extractor (options.full is false): it cannot "
+        "generate");
+  }
+  if (sequences.empty() || sequences.size() != tokens.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Extend takes one token list per sequence: ", sequences.size(), " sequences, ",
+                     tokens.size(), " token lists"));
+  }
+  if (static_cast<int64_t>(cache.k_.size()) != config_.num_hidden_layers) {
+    return absl::InvalidArgumentError("the KV cache was made for another model");
+  }
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const int64_t s = sequences[i];
+    if (s < 0 || s >= cache.sequences()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, " is outside the cache's [0, ", cache.sequences(), ")"));
+    }
+    if (!seen.insert(s).second) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " is listed twice"));
+    }
+    if (tokens[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has no new tokens"));
+    }
+    const int64_t need = cache.length(s) + static_cast<int64_t>(tokens[i].size());
+    if (need > cache.capacity()) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " would hold ", need,
+                                                     " positions, the cache has room for ",
+                                                     cache.capacity()));
+    }
+    for (int64_t id : tokens[i]) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": token ", id,
+                                                       " is outside the vocabulary [0, ",
+                                                       config_.vocab_size, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& sequences,
+                                                 const std::vector<std::vector<int64_t>>& tokens,
+                                                 KvCache* cache, bool with_features) const {
+  RETURN_IF_ERROR(CheckExtend(sequences, tokens, *cache));
+  try {
+    c10::InferenceMode inference;
+    std::vector<int64_t> ids, positions, offsets = {0};
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      const int64_t past = cache->length(sequences[i]);
+      for (size_t j = 0; j < tokens[i].size(); ++j) {
+        ids.push_back(tokens[i][j]);
+        positions.push_back(past + static_cast<int64_t>(j));
+      }
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+    }
+    const int64_t n = static_cast<int64_t>(ids.size()), h = config_.hidden_size;
+    const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
+    RopeTables rope =
+        MakeRopeTables(at::tensor(positions, long_opts).to(device_), inv_freq_, dtype_);
+    at::Tensor x = at::embedding(embed_tokens_, at::tensor(ids, long_opts).to(device_));  // [N, H]
+    ExtendOutput out;
+    if (with_features) {
+      out.features =
+          at::empty({n, feature_dim()}, at::TensorOptions().dtype(dtype_).device(device_));
+    }
+    const double scale = AttentionScale();
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      Qkv qkv = Project(layers_[l], x, rope);
+      at::Tensor attn = at::empty_like(qkv.q);
+      for (size_t i = 0; i < sequences.size(); ++i) {
+        const int64_t s = sequences[i], past = cache->length(s);
+        const int64_t start = offsets[i], count = offsets[i + 1] - start;
+        at::Tensor k_all = cache->k_[l].select(0, s), v_all = cache->v_[l].select(0, s);
+        k_all.narrow(0, past, count).copy_(qkv.k.narrow(0, start, count));
+        v_all.narrow(0, past, count).copy_(qkv.v.narrow(0, start, count));
+        attn.narrow(0, start, count)
+            .copy_(CachedCausalAttention(qkv.q.narrow(0, start, count),
+                                         k_all.narrow(0, 0, past + count),
+                                         v_all.narrow(0, 0, past + count), scale));
+      }
+      x = Finish(layers_[l], x, attn);
+      if (with_features && l < slots_of_layer_.size()) {
+        for (int64_t slot : slots_of_layer_[l]) out.features.narrow(1, slot * h, h).copy_(x);
+      }
+    }
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      cache->lengths_[sequences[i]] += offsets[i + 1] - offsets[i];
+    }
+    out.hidden = RmsNorm(x, final_norm_, config_.rms_norm_eps);
+    return out;
+  } catch (const c10::OutOfMemoryError& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("target model extend: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("target model extend: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<at::Tensor> TargetModel::Logits(const at::Tensor& hidden) const {
+  if (!full_) {
+    return absl::FailedPreconditionError(
+        "the target model was loaded as a feature extractor: it has no final norm for logits");
+  }
+  if (hidden.dim() != 2 || hidden.size(1) != config_.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat("hidden must be [N, ", config_.hidden_size,
+                                                   "], got ", ShapeString(hidden.sizes().vec())));
+  }
+  try {
+    c10::InferenceMode inference;
+    return Linear(hidden.to(lm_head_.scalar_type()), lm_head_).to(at::kFloat);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("target logits: ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace dflash::nn

@@ -1,0 +1,247 @@
+#include "common/spec/speculative.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "common/drafter/drafter_model.h"
+#include "common/nn/target_model.h"
+
+namespace dflash::spec {
+namespace {
+
+absl::Status CheckPair(const nn::TargetModel& target, const drafter::DrafterModel& drafter) {
+  if (!target.full()) {
+    return absl::FailedPreconditionError(
+        "the target model was loaded as a feature extractor (options.full is false): it cannot "
+        "verify");
+  }
+  const drafter::DrafterConfig& d = drafter.config();
+  const model::TransformerConfig& t = target.config();
+  if (d.target_layer_ids != target.layer_ids()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the drafter reads target layers [", absl::StrJoin(d.target_layer_ids, ", "),
+                     "], the target captures [", absl::StrJoin(target.layer_ids(), ", "), "]"));
+  }
+  if (d.target.hidden_size != t.hidden_size || d.target.vocab_size != t.vocab_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the drafter was made for hidden size ", d.target.hidden_size, " and vocabulary ",
+        d.target.vocab_size, ", the target has ", t.hidden_size, " and ", t.vocab_size));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> Argmax(const at::Tensor& logits) {
+  at::Tensor a = at::argmax(logits.to(at::kCPU, at::kFloat), 1).contiguous();
+  return std::vector<int64_t>(a.data_ptr<int64_t>(), a.data_ptr<int64_t>() + a.numel());
+}
+
+// One sequence being decoded.
+struct Sequence : DraftContext {
+  std::vector<int64_t> emitted;
+  bool done = false;
+};
+
+// Appends `tokens` to the sequence's output up to a stop token or the limit; true when it ended.
+bool Emit(const std::vector<int64_t>& tokens, const SpecDecodeOptions& options,
+          const std::set<int64_t>& stops, Sequence* s) {
+  for (int64_t t : tokens) {
+    s->emitted.push_back(t);
+    if (stops.count(t) > 0 || static_cast<int64_t>(s->emitted.size()) >= options.max_new_tokens) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The drafter's proposals (slots 1..B-1) for each active sequence, one batched forward.
+absl::StatusOr<std::vector<std::vector<int64_t>>> Draft(
+    const drafter::DrafterModel& drafter, const std::vector<const DraftContext*>& active) {
+  const int64_t b = drafter.config().block_size;
+  std::vector<at::Tensor> features;
+  std::vector<int64_t> ids, positions, anchors;
+  std::vector<int32_t> cu = {0};
+  for (const DraftContext* s : active) {
+    // Rows: the context (every position the target has run) and the anchor's own row, whose
+    // feature the drafter never reads (the block sees context strictly before it).
+    at::Tensor ctx = at::cat(s->features, 0);
+    features.push_back(ctx);
+    features.push_back(at::zeros({1, ctx.size(1)}, ctx.options()));
+    const int64_t n = static_cast<int64_t>(s->tokens.size());
+    for (int64_t i = 0; i < n; ++i) positions.push_back(i);
+    ids.insert(ids.end(), s->tokens.begin(), s->tokens.end());
+    anchors.push_back(cu.back() + n - 1);
+    cu.push_back(cu.back() + static_cast<int32_t>(n));
+  }
+  drafter::DrafterBatch batch;
+  const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
+  batch.features = at::cat(features, 0);
+  batch.input_ids = at::tensor(ids, long_opts);
+  batch.positions = at::tensor(positions, long_opts);
+  batch.cu_seqlens = at::tensor(cu, at::TensorOptions().dtype(at::kInt));
+  batch.anchors = at::tensor(anchors, long_opts);
+  at::NoGradGuard no_grad;
+  ASSIGN_OR_RETURN(at::Tensor hidden, drafter.Forward(batch));
+  ASSIGN_OR_RETURN(at::Tensor logits, drafter.Logits(hidden));
+  const std::vector<int64_t> picks = Argmax(logits);  // [n * B]
+  std::vector<std::vector<int64_t>> proposals;
+  for (size_t j = 0; j < active.size(); ++j) {
+    proposals.emplace_back(picks.begin() + j * b + 1, picks.begin() + (j + 1) * b);
+  }
+  return proposals;
+}
+
+}  // namespace
+
+double AcceptanceStats::tau() const {
+  return verifications == 0 ? 0.0 : 1.0 + static_cast<double>(accepted) / verifications;
+}
+
+std::vector<double> AcceptanceStats::acceptance_by_position() const {
+  std::vector<double> out(accepted_at.size(), 0.0);
+  if (!out.empty()) out[0] = 1.0;
+  for (size_t k = 1; k < accepted_at.size() && verifications > 0; ++k) {
+    out[k] = static_cast<double>(accepted_at[k]) / verifications;
+  }
+  return out;
+}
+
+void AcceptanceStats::Add(const AcceptanceStats& other) {
+  verifications += other.verifications;
+  accepted += other.accepted;
+  if (accepted_at.size() < other.accepted_at.size()) accepted_at.resize(other.accepted_at.size());
+  for (size_t k = 0; k < other.accepted_at.size(); ++k) accepted_at[k] += other.accepted_at[k];
+}
+
+Proposer DrafterProposer(const drafter::DrafterModel& drafter) {
+  return
+      [&drafter](const std::vector<const DraftContext*>& active) { return Draft(drafter, active); };
+}
+
+absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
+    const nn::TargetModel& target, const drafter::DrafterModel& drafter,
+    const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options) {
+  RETURN_IF_ERROR(CheckPair(target, drafter));
+  return SpeculativeGenerate(target, drafter.config().block_size, DrafterProposer(drafter), prompts,
+                             options);
+}
+
+absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
+    const nn::TargetModel& target, int64_t b, const Proposer& proposer,
+    const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options) {
+  if (b < 2) return absl::InvalidArgumentError(absl::StrCat("block size ", b, " must be >= 2"));
+  if (options.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens ", options.max_new_tokens, " must be at least 1"));
+  }
+  SpecDecodeResult result;
+  result.stats.accepted_at.assign(b, 0);
+  if (prompts.empty()) return result;
+  int64_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", i, " is empty"));
+    }
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[i].size()));
+  }
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  ASSIGN_OR_RETURN(std::unique_ptr<nn::KvCache> cache,
+                   nn::KvCache::Create(target, n, longest + options.max_new_tokens + b));
+  const std::set<int64_t> stops(options.stop_token_ids.begin(), options.stop_token_ids.end());
+  std::vector<Sequence> seqs(n);
+  try {
+    // Prefill: features of every prompt position and the target's first token.
+    std::vector<int64_t> all(n);
+    for (int64_t i = 0; i < n; ++i) all[i] = i;
+    ASSIGN_OR_RETURN(nn::ExtendOutput pre, target.Extend(all, prompts, cache.get(), true));
+    ++result.target_forwards;
+    std::vector<int64_t> last_rows;
+    int64_t row = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t len = static_cast<int64_t>(prompts[i].size());
+      seqs[i].features.push_back(pre.features.narrow(0, row, len));
+      row += len;
+      last_rows.push_back(row - 1);
+    }
+    ASSIGN_OR_RETURN(
+        at::Tensor first_logits,
+        target.Logits(pre.hidden.index_select(
+            0,
+            at::tensor(last_rows, at::TensorOptions().dtype(at::kLong)).to(pre.hidden.device()))));
+    const std::vector<int64_t> first = Argmax(first_logits);
+    for (int64_t i = 0; i < n; ++i) {
+      seqs[i].tokens = prompts[i];
+      seqs[i].tokens.push_back(first[i]);
+      seqs[i].done = Emit({first[i]}, options, stops, &seqs[i]);
+    }
+
+    while (true) {
+      std::vector<Sequence*> active;
+      std::vector<const DraftContext*> contexts;
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < n; ++i) {
+        if (!seqs[i].done) {
+          active.push_back(&seqs[i]);
+          contexts.push_back(&seqs[i]);
+          ids.push_back(i);
+        }
+      }
+      if (active.empty()) break;
+      ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> proposals, proposer(contexts));
+      ++result.drafter_forwards;
+      if (proposals.size() != active.size()) {
+        return absl::InternalError(absl::StrCat("the proposer returned ", proposals.size(),
+                                                " blocks for ", active.size(), " sequences"));
+      }
+      for (const std::vector<int64_t>& p : proposals) {
+        if (static_cast<int64_t>(p.size()) != b - 1) {
+          return absl::InternalError(absl::StrCat("the proposer returned ", p.size(),
+                                                  " tokens, the block has ", b - 1, " slots"));
+        }
+      }
+      std::vector<std::vector<int64_t>> blocks;
+      for (size_t j = 0; j < active.size(); ++j) {
+        blocks.push_back({active[j]->tokens.back()});
+        blocks.back().insert(blocks.back().end(), proposals[j].begin(), proposals[j].end());
+      }
+      ASSIGN_OR_RETURN(nn::ExtendOutput verify, target.Extend(ids, blocks, cache.get(), true));
+      ++result.target_forwards;
+      ASSIGN_OR_RETURN(at::Tensor logits, target.Logits(verify.hidden));
+      const std::vector<int64_t> greedy = Argmax(logits);  // [active * B]
+      for (size_t j = 0; j < active.size(); ++j) {
+        Sequence* s = active[j];
+        const int64_t* g = greedy.data() + j * b;
+        int64_t k = 0;  // proposals accepted: proposal k+1 (slot k+1) must equal g[k]
+        while (k < b - 1 && proposals[j][k] == g[k]) ++k;
+        ++result.stats.verifications;
+        result.stats.accepted += k;
+        for (int64_t i = 1; i <= k; ++i) ++result.stats.accepted_at[i];
+        // The target ran the block's first k+1 rows for real: keep their cache and features.
+        const int64_t kept = static_cast<int64_t>(s->tokens.size()) + k;
+        RETURN_IF_ERROR(cache->Truncate(ids[j], kept));
+        s->features.push_back(verify.features.narrow(0, static_cast<int64_t>(j) * b, k + 1));
+        const std::vector<int64_t> out(g, g + k + 1);  // accepted proposals, then the bonus
+        s->tokens.insert(s->tokens.end(), out.begin(), out.end());
+        s->done = Emit(out, options, stops, s);
+      }
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("speculative decoding: ", e.what_without_backtrace()));
+  }
+  for (Sequence& s : seqs) result.tokens.push_back(std::move(s.emitted));
+  return result;
+}
+
+}  // namespace dflash::spec

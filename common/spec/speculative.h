@@ -1,0 +1,86 @@
+// Speculative decoding with a DFlash drafter, exactly as served (method.md §1), greedy: the target
+// prefills each prompt and emits its first token; then, per verification, the drafter sees the
+// target's features of every position strictly before the block and the block [last accepted
+// token, MASK x (B-1)] and proposes B-1 tokens in one forward; the target runs the block in one
+// forward (KV cache) and keeps the longest prefix of proposals equal to its own argmax, plus its
+// own next token (the bonus). The output equals plain greedy decoding of the target (lossless).
+// Sequences of a batch decode together: one drafter forward and one target forward per step.
+//
+// LibTorch is a PRIVATE dependency of dflash_spec: a target that includes this header links
+// ${TORCH_LIBRARIES} itself and must not also include generated protobuf headers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dflash::drafter {
+class DrafterModel;
+}
+namespace dflash::nn {
+class TargetModel;
+}
+
+namespace dflash::spec {
+
+struct SpecDecodeOptions {
+  int64_t max_new_tokens = 256;
+  std::vector<int64_t> stop_token_ids;  // a sequence ends after emitting one
+};
+
+// Acceptance statistics of a set of verifications (summable across calls and workers).
+struct AcceptanceStats {
+  int64_t verifications = 0;  // target forwards over a drafted block
+  int64_t accepted = 0;       // proposals accepted, summed
+  // accepted_at[k] (k = 1..B-1; index 0 unused): verifications whose proposal k was accepted,
+  // i.e. whose accepted prefix reached slot k.
+  std::vector<int64_t> accepted_at;
+
+  // tau, tokens emitted per verification: 1 + accepted / verifications (0 with no verification).
+  double tau() const;
+  // accepted_at[k] / verifications for k = 1..B-1 (index 0: 1). tau = sum over k of these.
+  std::vector<double> acceptance_by_position() const;
+  void Add(const AcceptanceStats& other);
+};
+
+struct SpecDecodeResult {
+  std::vector<std::vector<int64_t>> tokens;  // new tokens per prompt (a stop token included)
+  AcceptanceStats stats;
+  int64_t target_forwards = 0;   // prefill + verifications, batched
+  int64_t drafter_forwards = 0;  // batched
+};
+
+// One sequence as a proposer sees it.
+struct DraftContext {
+  std::vector<int64_t> tokens;       // prompt and emitted tokens; the target has not run the last
+  std::vector<at::Tensor> features;  // target features [rows, K*H] of tokens[0..size-2], in chunks
+};
+
+// Proposals for slots 1..B-1 of the block of each given sequence (B-1 token ids each).
+using Proposer = std::function<absl::StatusOr<std::vector<std::vector<int64_t>>>(
+    const std::vector<const DraftContext*>&)>;
+
+// The DFlash drafter as a proposer: one batched forward (method.md §1; no gradient).
+Proposer DrafterProposer(const drafter::DrafterModel& drafter);
+
+// The decoding loop with any proposer of blocks of `block_size` (>= 2): tests use proposers that
+// know the answer. Same contract as below.
+absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
+    const nn::TargetModel& target, int64_t block_size, const Proposer& proposer,
+    const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options);
+
+// Decodes every prompt (non-empty, ids in the vocabulary) greedily with `target` (loaded with
+// options.full) verifying `drafter`'s blocks. The drafter must match the target: its
+// target_layer_ids are the target's feature layers, its hidden size and vocabulary the target's
+// (FAILED_PRECONDITION naming the difference). The acceptance of a verification counts every
+// accepted proposal, also those past a stop token or the token limit (the drafter's quality, not
+// the request's length); emitted tokens stop there.
+absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
+    const nn::TargetModel& target, const drafter::DrafterModel& drafter,
+    const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options);
+
+}  // namespace dflash::spec

@@ -1,0 +1,180 @@
+// Speculative decoding with the built-in tiny Qwen3 target (fp32, CPU): the output equals plain
+// greedy decoding whatever the proposals are (an untrained DFlash drafter, proposers right for a
+// given number of slots), and the acceptance statistics count exactly what was accepted.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/drafter/drafter_model.h"
+#include "common/nn/builtin_target.h"
+#include "common/nn/generate.h"
+#include "common/nn/target_model.h"
+#include "common/spec/speculative.h"
+
+namespace dflash::spec {
+namespace {
+
+std::unique_ptr<nn::TargetModel> Target() {
+  nn::TargetModelOptions options;
+  options.dtype = at::kFloat;
+  options.full = true;
+  auto target = nn::BuiltinTarget("tiny-qwen3", options);
+  EXPECT_TRUE(target.ok()) << target.status();
+  return target.ok() ? std::move(*target) : nullptr;
+}
+
+std::unique_ptr<drafter::DrafterModel> Drafter(const nn::TargetModel& target, int64_t block_size,
+                                               std::vector<int64_t> layer_ids = {}) {
+  drafter::DrafterConfig config;
+  config.target = target.config();
+  config.num_layers = 1;
+  config.block_size = block_size;
+  config.mask_token_id = 1;
+  config.target_layer_ids = layer_ids.empty() ? target.layer_ids() : layer_ids;
+  drafter::DrafterOptions options;
+  options.seed = 5;
+  auto d = drafter::DrafterModel::Create(config, options, target.embed_tokens(), target.lm_head());
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? std::move(*d) : nullptr;
+}
+
+const std::vector<std::vector<int64_t>> kPrompts = {
+    {20, 31, 99, 400, 17}, {300}, {45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56}};
+
+std::vector<std::vector<int64_t>> Greedy(const nn::TargetModel& target,
+                                         const std::vector<std::vector<int64_t>>& prompts,
+                                         int64_t max_new_tokens, std::vector<int64_t> stops = {}) {
+  nn::GenerateOptions options;
+  options.max_new_tokens = max_new_tokens;
+  options.stop_token_ids = std::move(stops);
+  auto out = nn::Generate(target, prompts, options);
+  EXPECT_TRUE(out.ok()) << out.status();
+  std::vector<std::vector<int64_t>> tokens;
+  if (out.ok()) {
+    for (const nn::Generation& g : *out) tokens.push_back(g.tokens);
+  }
+  return tokens;
+}
+
+TEST(SpeculativeTest, UntrainedDrafterOutputEqualsGreedyDecoding) {
+  auto target = Target();
+  ASSERT_NE(target, nullptr);
+  const auto greedy = Greedy(*target, kPrompts, 40);
+  for (int64_t b : {16, 4}) {
+    auto drafter = Drafter(*target, b);
+    ASSERT_NE(drafter, nullptr);
+    SpecDecodeOptions options;
+    options.max_new_tokens = 40;
+    auto out = SpeculativeGenerate(*target, *drafter, kPrompts, options);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->tokens, greedy) << "B = " << b;
+    const AcceptanceStats& s = out->stats;
+    EXPECT_GT(s.verifications, 0);
+    EXPECT_EQ(out->target_forwards, out->drafter_forwards + 1);  // + the prefill
+    EXPECT_DOUBLE_EQ(s.tau(), 1.0 + static_cast<double>(s.accepted) / s.verifications);
+    ASSERT_EQ(s.accepted_at.size(), static_cast<size_t>(b));
+    double sum = 0;
+    for (double a : s.acceptance_by_position()) sum += a;
+    EXPECT_NEAR(sum, s.tau(), 1e-12);
+  }
+}
+
+// A proposer that knows the greedy continuation and is right for the first `right` slots only.
+Proposer KnowingProposer(const std::vector<std::vector<int64_t>>& prompts,
+                         const std::vector<std::vector<int64_t>>& continuation, int64_t b,
+                         int64_t right) {
+  return [=](const std::vector<const DraftContext*>& contexts) {
+    std::vector<std::vector<int64_t>> out;
+    for (const DraftContext* c : contexts) {
+      size_t which = 0;
+      while (which < prompts.size() &&
+             !std::equal(prompts[which].begin(), prompts[which].end(), c->tokens.begin())) {
+        ++which;
+      }
+      EXPECT_LT(which, prompts.size());
+      const std::vector<int64_t>& cont = continuation[which];
+      // tokens = prompt + emitted: the block's slot k + 1 is continuation[emitted + k].
+      const size_t emitted = c->tokens.size() - prompts[which].size();
+      int64_t rows = 0;
+      for (const at::Tensor& f : c->features) rows += f.size(0);
+      EXPECT_EQ(rows, static_cast<int64_t>(c->tokens.size()) - 1);  // features of all but the last
+      std::vector<int64_t> p;
+      for (int64_t k = 0; k < b - 1; ++k) {
+        const int64_t want = cont.at(emitted + k);
+        p.push_back(k < right ? want : (want + 1) % 512);
+      }
+      out.push_back(p);
+    }
+    return absl::StatusOr<std::vector<std::vector<int64_t>>>(out);
+  };
+}
+
+TEST(SpeculativeTest, AcceptsExactlyTheMatchingPrefixPlusTheBonus) {
+  auto target = Target();
+  ASSERT_NE(target, nullptr);
+  const int64_t b = 8, max_new = 33;
+  const auto reference = Greedy(*target, kPrompts, max_new + b);
+  const auto greedy = Greedy(*target, kPrompts, max_new);
+  for (int64_t right : std::vector<int64_t>{0, 3, b - 1}) {
+    SpecDecodeOptions options;
+    options.max_new_tokens = max_new;
+    auto out = SpeculativeGenerate(*target, b, KnowingProposer(kPrompts, reference, b, right),
+                                   kPrompts, options);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->tokens, greedy) << right << " right";
+    const AcceptanceStats& s = out->stats;
+    // Every verification accepts `right` proposals and emits right + 1 tokens: after the first
+    // token (from the prefill) each sequence needs ceil((max_new - 1) / (right + 1)) of them.
+    const int64_t per_seq = (max_new - 1 + right) / (right + 1);
+    EXPECT_EQ(s.verifications, per_seq * static_cast<int64_t>(kPrompts.size())) << right;
+    EXPECT_EQ(s.accepted, s.verifications * right);
+    EXPECT_DOUBLE_EQ(s.tau(), 1.0 + right);
+    const std::vector<double> by_pos = s.acceptance_by_position();
+    for (int64_t k = 1; k < b; ++k) EXPECT_DOUBLE_EQ(by_pos[k], k <= right ? 1.0 : 0.0) << k;
+  }
+}
+
+TEST(SpeculativeTest, StopTokenInsideAnAcceptedBlockEndsTheOutputThere) {
+  auto target = Target();
+  ASSERT_NE(target, nullptr);
+  const int64_t b = 8;
+  const auto reference = Greedy(*target, kPrompts, 40 + b);
+  const int64_t stop = reference[0][5];  // accepted in the first block of prompt 0
+  const auto greedy = Greedy(*target, kPrompts, 40, {stop});
+  SpecDecodeOptions options;
+  options.max_new_tokens = 40;
+  options.stop_token_ids = {stop};
+  auto out = SpeculativeGenerate(*target, b, KnowingProposer(kPrompts, reference, b, b - 1),
+                                 kPrompts, options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->tokens, greedy);
+  EXPECT_EQ(out->tokens[0].back(), stop);
+  EXPECT_LE(out->tokens[0].size(), 6u);
+}
+
+TEST(SpeculativeTest, RefusesADrafterOfAnotherTarget) {
+  auto target = Target();
+  ASSERT_NE(target, nullptr);
+  auto drafter = Drafter(*target, 4, {0, 2});
+  ASSERT_NE(drafter, nullptr);
+  auto out = SpeculativeGenerate(*target, *drafter, kPrompts, SpecDecodeOptions());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status().message().find("the drafter reads target layers [0, 2]"),
+            std::string::npos)
+      << out.status();
+
+  nn::TargetModelOptions features_only;
+  features_only.dtype = at::kFloat;
+  auto extractor = nn::BuiltinTarget("tiny-qwen3", features_only);
+  ASSERT_TRUE(extractor.ok());
+  auto d = Drafter(**extractor, 4);
+  auto no = SpeculativeGenerate(**extractor, *d, kPrompts, SpecDecodeOptions());
+  EXPECT_EQ(no.status().code(), absl::StatusCode::kFailedPrecondition) << no.status();
+}
+
+}  // namespace
+}  // namespace dflash::spec
