@@ -88,6 +88,7 @@ void Read(MapReader& m, EvalSpec* e) {
   m.Get("every_steps", &e->every_steps);
   m.Get("prompts", &e->prompts);
   m.Get("max_new_tokens", &e->max_new_tokens);
+  m.Get("max_prompts", &e->max_prompts);
   m.Finish();
 }
 
@@ -240,6 +241,7 @@ void Validate(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   }
   NormalizePath(opt, e, "eval.prompts", &s->eval.prompts, /*want_dir=*/false, &BuiltinDatasets());
   CheckRange(e, "eval.max_new_tokens", s->eval.max_new_tokens, 1, 32768);
+  CheckRange(e, "eval.max_prompts", s->eval.max_prompts, 1, 100000);
 }
 
 std::string Num(double v) {
@@ -410,7 +412,8 @@ std::string EmitRunSpec(const RunSpec& s) {
     out << YAML::Null;
   else
     out << s.eval.prompts;
-  out << YAML::Key << "max_new_tokens" << YAML::Value << s.eval.max_new_tokens << YAML::EndMap;
+  out << YAML::Key << "max_new_tokens" << YAML::Value << s.eval.max_new_tokens;
+  out << YAML::Key << "max_prompts" << YAML::Value << s.eval.max_prompts << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -72,6 +72,7 @@ struct EvalSpec {
   int64_t every_steps = 0;  // 0 = no evaluation during training
   std::string prompts;
   int64_t max_new_tokens = 256;
+  int64_t max_prompts = 64;  // prompts decoded per evaluation
 };
 
 struct RunSpec {

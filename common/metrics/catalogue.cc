@@ -36,6 +36,14 @@ const std::vector<MetricDef>& Catalogue() {
        "Loss of the run's last committed step (method.md §3.4)."},
       {"dflash_coordinator_run_acceptance_length", T::kGauge, "coordinator",
        "Expected acceptance length of the run's last committed step (method.md §3.6)."},
+      {"dflash_coordinator_run_measured_acceptance_length", T::kGauge, "coordinator",
+       "Acceptance length tau (tokens per target verification) measured by speculative decoding "
+       "at the run's newest evaluation (eval.every_steps)."},
+      {"dflash_coordinator_run_acceptance_by_position", T::kGauge, "coordinator",
+       "Share of verifications that accepted the drafter's proposal at each block position, at "
+       "the run's newest evaluation."},
+      {"dflash_coordinator_run_eval_tokens_per_second", T::kGauge, "coordinator",
+       "Tokens per second of speculative decoding at the run's newest evaluation."},
       {"dflash_coordinator_run_tokens_per_second", T::kGauge, "coordinator",
        "Context tokens per second of the run's last committed step."},
       {"dflash_coordinator_run_epoch", T::kGauge, "coordinator",

@@ -66,7 +66,7 @@ absl::StatusOr<c10::ScalarType> RunTargetDtype(const config::RunSpec& spec) {
 
 absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::RunSpec& spec,
                                                                c10::Device device,
-                                                               bool embeddings_only) {
+                                                               bool embeddings_only, bool full) {
   absl::StatusOr<model::TransformerConfig> config = RunTargetConfig(spec);
   if (!config.ok()) return config.status();
   nn::TargetModelOptions options;
@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::Run
   if (!dtype.ok()) return dtype.status();
   options.dtype = *dtype;
   options.device = device;
+  options.full = full && !embeddings_only;
   absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
       IsBuiltin(spec.target.path) ? nn::BuiltinTarget(BuiltinName(spec.target.path), options)
                                   : nn::TargetModel::Load(spec.target.path, options);

@@ -35,11 +35,13 @@ absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& s
 // target.dtype as a scalar type (INVALID_ARGUMENT naming the field).
 absl::StatusOr<c10::ScalarType> RunTargetDtype(const config::RunSpec& spec);
 
-// The target with the run's feature layers, on `device`. With `embeddings_only`, only what the
+// The target with the run's feature layers, on `device` (`full`: every layer and the final norm, to
+// generate). With `embeddings_only`, only what the
 // drafter borrows is needed (embed_tokens, lm_head): just layer 0 is loaded besides them.
 absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::RunSpec& spec,
                                                                c10::Device device,
-                                                               bool embeddings_only = false);
+                                                               bool embeddings_only = false,
+                                                               bool full = false);
 
 // A freshly initialized drafter (seeded by the run's seed) on `device`, borrowing `target`'s
 // embeddings and lm_head; fp32 master weights, compute in target.dtype.

@@ -1,5 +1,6 @@
 #include "services/coordinator/coordinator.h"
 
+#include <optional>
 #include <random>
 #include <set>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include "common/config/run_spec.h"
 #include "common/data/run_data.h"
 #include "common/plan/memory_plan.h"
+#include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/run_state.h"
 
@@ -216,6 +218,39 @@ absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_
     if (!fits.ok()) resp.add_problems(std::string(fits.message()));
   }
   return resp;
+}
+
+absl::StatusOr<v1::EvalResult> Coordinator::EvaluateDrafter(const v1::EvaluateDrafterRequest& req) {
+  config::RunSpecOptions opts;
+  opts.check_paths = true;
+  opts.data_roots = options_.data_roots;
+  ASSIGN_OR_RETURN(config::RunSpec spec, config::ParseRunSpec(req.run_yaml(), "run.yaml", opts));
+  if (req.drafter_dir().empty()) return absl::InvalidArgumentError("drafter_dir: required");
+  // The drafter directory and the prompts are checked as run.yaml paths are (they exist, and lie
+  // inside the data roots): as drafter.init_from and eval.prompts of the same spec.
+  spec.drafter.init_from = req.drafter_dir();
+  if (!req.prompts().empty()) spec.eval.prompts = req.prompts();
+  if (req.max_new_tokens() > 0) spec.eval.max_new_tokens = req.max_new_tokens();
+  if (req.max_prompts() > 0) spec.eval.max_prompts = req.max_prompts();
+  ASSIGN_OR_RETURN(spec, config::ParseRunSpec(config::EmitRunSpec(spec), "evaluation", opts));
+  ASSIGN_OR_RETURN(v1::EvaluateRequest eval, MakeEvaluateRequest(spec, spec.drafter.init_from));
+  std::optional<v1::WorkerInfo> worker;
+  for (const v1::WorkerInfo& w : ListWorkers()) {
+    if (w.role() == v1::WORKER_ROLE_TARGET && w.health() == v1::WORKER_HEALTH_UP &&
+        w.run_id().empty()) {
+      worker = w;
+      break;
+    }
+  }
+  if (!worker) {
+    return absl::FailedPreconditionError(
+        "no idle target worker is registered to decode with (each is up and holds no run)");
+  }
+  const int64_t start = clock_->NowUnixMs();
+  ASSIGN_OR_RETURN(v1::EvaluateResponse resp, workers_->Evaluate(*worker, eval));
+  LOG(INFO) << "evaluated " << spec.drafter.init_from << " on " << worker->name() << ": "
+            << resp.verifications() << " verifications";
+  return ToEvalResult(resp, worker->name(), spec.drafter.init_from, 0, start);
 }
 
 absl::StatusOr<v1::RunStatus> Coordinator::GetRun(const std::string& run_id) {

@@ -55,6 +55,9 @@ class Coordinator {
                                           const std::string& source_name, bool dry_run);
   // The memory plan of a run.yaml against the registered GPUs (placement.h, PlanTargetsOf).
   absl::StatusOr<v1::PlanRunResponse> PlanRun(const std::string& run_yaml);
+  // The acceptance length of a drafter (evaluation.h) on an idle target worker; blocks while it
+  // decodes. FAILED_PRECONDITION when no target worker is idle.
+  absl::StatusOr<v1::EvalResult> EvaluateDrafter(const v1::EvaluateDrafterRequest& req);
   absl::StatusOr<v1::RunStatus> GetRun(const std::string& run_id);
   absl::StatusOr<std::vector<v1::RunStatus>> ListRuns();
   absl::StatusOr<v1::RunStatus> CancelRun(const std::string& run_id);
@@ -101,6 +104,8 @@ class Coordinator {
   absl::StatusOr<std::unique_ptr<PlannedStep>> PlanStep(Training* t);
   void Dispatch(Training* t, PlannedStep* step, bool drafters);
   void EndRun(Training* t, const absl::Status& status);
+  // Has pair 0's target decode with the drafter snapshot at `dir` (eval.*); records the result.
+  absl::StatusOr<v1::EvalResult> Evaluate(Training* t, const std::string& dir, int64_t step);
   void ReleaseWorkers(const Placement& p);
   std::string RunDir(const std::string& run_id) const;
   void FillProgressLocked(v1::RunStatus* run);
@@ -115,8 +120,9 @@ class Coordinator {
   std::condition_variable events_cv_;  // notified on every run transition
   std::unique_ptr<RunStore> store_;
   WorkerRegistry registry_;
-  uint64_t attempts_ = 0;                       // numbers each start of a run (channel names)
-  std::map<std::string, std::thread> drivers_;  // run id -> its step thread
+  uint64_t attempts_ = 0;                             // numbers each start of a run (channel names)
+  std::map<std::string, std::thread> drivers_;        // run id -> its step thread
+  std::map<std::string, v1::EvalResult> last_evals_;  // run id -> its newest evaluation
   bool stopping_ = false;
 };
 

@@ -115,6 +115,16 @@ grpc::Status CoordinatorService::PlanRun(grpc::ServerContext* ctx, const v1::Pla
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::EvaluateDrafter(grpc::ServerContext* ctx,
+                                                 const v1::EvaluateDrafterRequest* req,
+                                                 v1::EvaluateDrafterResponse* resp) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
+  auto r = c_->EvaluateDrafter(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp->mutable_result() = *std::move(r);
+  return grpc::Status::OK;
+}
+
 grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
                                        v1::RegisterResponse* resp) {
   auto r = c_->Register(req->worker());

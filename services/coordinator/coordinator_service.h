@@ -30,6 +30,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                            v1::ListWorkersResponse*) override;
   grpc::Status PlanRun(grpc::ServerContext*, const v1::PlanRunRequest*,
                        v1::PlanRunResponse*) override;
+  grpc::Status EvaluateDrafter(grpc::ServerContext*, const v1::EvaluateDrafterRequest*,
+                               v1::EvaluateDrafterResponse*) override;
 
  private:
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;

@@ -6,10 +6,12 @@
 // drafter into the run directory when the step that ends them asks for it.
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,6 +26,7 @@
 #include "common/plan/memory_plan.h"
 #include "common/train/checkpoints.h"
 #include "services/coordinator/coordinator.h"
+#include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/run_state.h"
 #include "services/coordinator/settings_echo.h"
@@ -41,6 +44,13 @@ bool Unreachable(const absl::Status& s) {
          s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
+// Prompts decoded together by an evaluation during training.
+constexpr int64_t kEvalBatch = 16;
+
+std::string EvalSnapshotDir(const std::string& run_dir, int64_t step) {
+  return (fs::path(run_dir) / "eval" / absl::StrFormat("step-%09d", step)).string();
+}
+
 }  // namespace
 
 struct Coordinator::Training {
@@ -56,12 +66,15 @@ struct Coordinator::Training {
   std::unique_ptr<PlannedStep> ahead;  // the next step, its targets already dispatched
   absl::Status ahead_error;            // planning the next step failed
   std::chrono::steady_clock::time_point last_commit = std::chrono::steady_clock::now();
+  // eval.every_steps > 0: the prompts, tokenized once when the run starts (drafter_dir unset).
+  std::optional<v1::EvaluateRequest> eval_request;
 };
 
 // One planned step and its RPCs in flight. Destroying it waits for the calls (std::async).
 struct Coordinator::PlannedStep {
   int64_t step = 0, epoch = 0, tokens = 0;
-  std::string cursor;  // the data cursor after this step
+  std::string cursor;    // the data cursor after this step
+  std::string eval_dir;  // the drafter snapshot evaluated after this step ("" = none)
   std::vector<v1::RunStepRequest> targets, drafters;
   std::vector<std::future<absl::StatusOr<v1::RunStepResponse>>> target_calls, drafter_calls;
 };
@@ -88,6 +101,16 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   if (t->total_steps < 1) return absl::FailedPreconditionError("the data gives no training step");
   t->run_dir = RunDir(p.run_id);
   if (t->run_dir.empty()) return absl::FailedPreconditionError("the coordinator has no state_dir");
+  if (t->spec.eval.every_steps > 0) {
+    // Unusable prompts fail the run before its first step, not at its first evaluation.
+    ASSIGN_OR_RETURN(v1::EvaluateRequest eval, MakeEvaluateRequest(t->spec, ""));
+    eval.set_run_id(p.run_id);
+    eval.set_batch_size(std::min<int64_t>(eval.prompts_size(), kEvalBatch));
+    t->eval_request = std::move(eval);
+    std::error_code ec;
+    fs::create_directories(fs::path(t->run_dir) / "eval", ec);
+    if (ec) return absl::InternalError(absl::StrCat(t->run_dir, "/eval: ", ec.message()));
+  }
   t->checkpoint_dir = (fs::path(t->run_dir) / "checkpoints").string();
   t->export_dir = (fs::path(t->run_dir) / "export").string();
   std::error_code ec;
@@ -312,6 +335,11 @@ absl::StatusOr<std::unique_ptr<Coordinator::PlannedStep>> Coordinator::PlanStep(
     }
     if (i == 0 && last) ps->drafters[i].set_export_dir(t->export_dir);
   }
+  const int64_t eval_every = t->spec.eval.every_steps;
+  if (t->eval_request && (last || (step + 1) % eval_every == 0)) {
+    ps->eval_dir = last ? t->export_dir : EvalSnapshotDir(t->run_dir, step + 1);
+    ps->drafters[0].set_export_dir(ps->eval_dir);
+  }
   for (const batching::MicroBatchPlan& mb : plan->micro_batches) {
     absl::Status s = batching::MaterializeBatch(t->data.source(), mb.pieces,
                                                 t->batching.token_budget, &t->scratch);
@@ -425,6 +453,17 @@ bool Coordinator::RunOneStep(Training* t) {
                                                  "sent (checksum ",
                                                  trained, " != ", sent, ")")));
       return false;
+    }
+  }
+  if (!cur->eval_dir.empty()) {
+    // Measured before the commit, so that the committed step carries it (an evaluation that fails
+    // is logged and skipped: it never stops training).
+    absl::StatusOr<v1::EvalResult> eval = Evaluate(t, cur->eval_dir, step + 1);
+    if (eval.ok()) {
+      results[1]->mutable_metrics()->set_measured_acceptance_length(eval->tau());
+    } else {
+      LOG_RUN(WARNING, run_id, step)
+          << "evaluation of " << cur->eval_dir << " failed: " << eval.status();
     }
   }
   const int64_t tokens = cur->tokens;
@@ -541,8 +580,63 @@ void Coordinator::ReleaseWorkers(const Placement& p) {
   }
 }
 
+absl::StatusOr<v1::EvalResult> Coordinator::Evaluate(Training* t, const std::string& dir,
+                                                     int64_t step) {
+  const std::string& run_id = t->p.run_id;
+  v1::EvaluateRequest req = *t->eval_request;
+  req.set_drafter_dir(dir);
+  req.set_step(step);
+  const v1::WorkerInfo& worker = t->p.pairs[0].first;  // pair 0's target
+  const int64_t start = clock_->NowUnixMs();
+  ASSIGN_OR_RETURN(v1::EvaluateResponse resp, workers_->Evaluate(worker, req));
+  v1::EvalResult r = ToEvalResult(resp, worker.name(), dir, step, start);
+  LOG_RUN(INFO, run_id, step - 1) << absl::StrFormat(
+      "evaluated the drafter of step %d: tau %.3f over %d prompts (%d tokens, %.1f tokens/s)", step,
+      r.tau(), r.prompts(), r.new_tokens(), r.tokens_per_second());
+  // The run's evaluations, one JSON line each, kept with the run (dflashctl status reads the last).
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(r, &json);
+  {
+    std::ofstream out(fs::path(t->run_dir) / "eval" / "results.jsonl", std::ios::app);
+    out << json << "\n";
+  }
+  // Only the newest snapshot is kept (the final export is the run's own).
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(t->run_dir) / "eval", ec)) {
+    if (e.is_directory() && e.path().string() != dir) fs::remove_all(e.path(), ec);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  last_evals_[run_id] = r;
+  if (metrics_) {
+    const prometheus::Labels l = {{"run", run_id}};
+    metrics_->Gauge("dflash_coordinator_run_measured_acceptance_length").Add(l).Set(r.tau());
+    metrics_->Gauge("dflash_coordinator_run_eval_tokens_per_second")
+        .Add(l)
+        .Set(r.tokens_per_second());
+    for (int k = 1; k < r.acceptance_by_position_size(); ++k) {
+      metrics_->Gauge("dflash_coordinator_run_acceptance_by_position")
+          .Add({{"run", run_id}, {"position", std::to_string(k)}})
+          .Set(r.acceptance_by_position(k));
+    }
+  }
+  return r;
+}
+
 void Coordinator::FillProgressLocked(v1::RunStatus* run) {
   run->set_run_dir(RunDir(run->run_id()));
+  if (auto it = last_evals_.find(run->run_id()); it != last_evals_.end()) {
+    *run->mutable_last_eval() = it->second;
+  } else if (!run->run_dir().empty()) {
+    // After a coordinator restart: the newest line of the run's evaluation log.
+    std::ifstream in(fs::path(run->run_dir()) / "eval" / "results.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) {
+      if (!line.empty()) last = line;
+    }
+    if (!last.empty()) {
+      (void)google::protobuf::util::JsonStringToMessage(last, run->mutable_last_eval());
+    }
+  }
   auto last = store_->LastCommittedStep(run->run_id());
   if (!last.ok() || !last->has_value()) return;
   v1::StepMetrics m;

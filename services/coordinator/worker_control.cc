@@ -96,4 +96,19 @@ absl::StatusOr<v1::RunStepResponse> GrpcWorkerControl::RunStep(const v1::WorkerI
   return resp;
 }
 
+absl::StatusOr<v1::EvaluateResponse> GrpcWorkerControl::Evaluate(const v1::WorkerInfo& worker,
+                                                                 const v1::EvaluateRequest& req) {
+  constexpr int64_t kEvalDeadlineMs = 60 * 60 * 1000;  // decoding many prompts takes a while
+  if (worker.role() != v1::WORKER_ROLE_TARGET) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", worker.name(), " is not a target"));
+  }
+  Stubs* stubs = GetStubs(worker.control_address());
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, kEvalDeadlineMs);
+  v1::EvaluateResponse resp;
+  grpc::Status s = stubs->target->Evaluate(&ctx, req, &resp);
+  if (!s.ok()) return Annotated(s, worker, "Evaluate");
+  return resp;
+}
+
 }  // namespace dflash::coordinator

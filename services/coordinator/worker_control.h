@@ -22,6 +22,9 @@ class WorkerControl {
   // One training step; may take long (its deadline is the step's, not the control deadline).
   virtual absl::StatusOr<v1::RunStepResponse> RunStep(const v1::WorkerInfo& worker,
                                                       const v1::RunStepRequest& req) = 0;
+  // Target workers: speculative decoding with a drafter snapshot (long: its own deadline).
+  virtual absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::WorkerInfo& worker,
+                                                        const v1::EvaluateRequest& req) = 0;
 };
 
 // gRPC implementation; one channel per worker address, every call with a deadline.
@@ -34,6 +37,8 @@ class GrpcWorkerControl : public WorkerControl {
   absl::Status ReleaseRun(const v1::WorkerInfo& worker, const std::string& run_id) override;
   absl::StatusOr<v1::RunStepResponse> RunStep(const v1::WorkerInfo& worker,
                                               const v1::RunStepRequest& req) override;
+  absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::WorkerInfo& worker,
+                                                const v1::EvaluateRequest& req) override;
 
  private:
   struct Stubs;

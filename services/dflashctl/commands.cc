@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -131,6 +132,7 @@ int Commands::Follow(const std::string& run_id) {
     req.set_after_seq(after);
     auto reader = stub_->WatchRun(&ctx, req);
     v1::RunEvent e;
+    double measured_tau = 0;
     while (reader->Read(&e)) {
       after = e.seq();
       attempts = 0;
@@ -144,6 +146,9 @@ int Commands::Follow(const std::string& run_id) {
         sample.epoch = m.epoch();
         sample.loss = m.loss();
         sample.acceptance_length = m.acceptance_length();
+        // tau is measured at evaluation steps only: the newest measurement stays on the line.
+        if (m.measured_acceptance_length() > 0) measured_tau = m.measured_acceptance_length();
+        sample.measured_tau = measured_tau;
         sample.step_seconds = m.seconds();
         sample.tokens_per_s = m.seconds() > 0 ? m.tokens() / m.seconds() : 0;
         progress.Update(sample);
@@ -245,6 +250,49 @@ int Commands::Plan(const std::string& path) {
   for (const std::string& p : resp.problems())
     std::cerr << "dflashctl: does not fit: " << p << "\n";
   return resp.problems().empty() ? kOk : kDoesNotFit;
+}
+
+int Commands::Eval(const EvalArgs& args) {
+  std::string yaml;
+  if (!args.run_yaml.empty()) {
+    if (!ReadFile(args.run_yaml, &yaml)) {
+      std::cerr << "dflashctl: cannot read " << args.run_yaml << "\n";
+      return kInvalidConfig;
+    }
+  } else {
+    // No run.yaml: the target, and prompts as the data (the tokenizer follows the target).
+    yaml = "target: {path: " + args.target + "}\ndata: {train: " + args.prompts + "}\n";
+  }
+  config::RunSpecOptions opts;
+  opts.base_dir = args.run_yaml.empty() ? fs::current_path().string()
+                                        : fs::absolute(args.run_yaml).parent_path().string();
+  auto spec = config::ParseRunSpec(yaml, args.run_yaml.empty() ? "eval" : args.run_yaml, opts);
+  if (spec.ok() && !args.target.empty()) spec->target.path = args.target;
+  if (spec.ok()) spec = config::ParseRunSpec(config::EmitRunSpec(*spec), "eval", opts);
+  if (!spec.ok()) {
+    std::cerr << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
+    return kInvalidConfig;
+  }
+  // Paths travel absolute: the coordinator resolves nothing against its own directory.
+  auto absolute = [](const std::string& p) {
+    return p.empty() || p.rfind("builtin:", 0) == 0 ? p : fs::absolute(p).string();
+  };
+  v1::EvaluateDrafterRequest req;
+  req.set_run_yaml(config::EmitRunSpec(*spec));
+  req.set_drafter_dir(absolute(args.drafter));
+  req.set_prompts(absolute(args.prompts));
+  req.set_max_new_tokens(args.max_new_tokens);
+  req.set_max_prompts(args.max_prompts);
+  v1::EvaluateDrafterResponse resp;
+  grpc::ClientContext ctx;
+  GlobalOptions long_opts = opts_;  // decoding takes longer than a control request
+  long_opts.timeout_ms = std::max<int64_t>(opts_.timeout_ms, 3600 * 1000);
+  PrepareContext(&ctx, long_opts);
+  if (!opts_.json) std::cerr << "dflashctl: decoding on a target worker...\n";
+  grpc::Status s = stub_->EvaluateDrafter(&ctx, req, &resp);
+  if (!s.ok()) return RpcError(s, "eval");
+  std::cout << (opts_.json ? ToJson(resp.result()) + "\n" : EvalTable(resp.result()));
+  return kOk;
 }
 
 int Commands::Export(const std::string& run_id, const std::string& out, bool force) {

@@ -27,6 +27,14 @@ struct GlobalOptions {
   std::string token;  // bearer token for a coordinator that requires one (--token_file)
 };
 
+struct EvalArgs {
+  std::string run_yaml;  // target and data settings; "" = --target with default data settings
+  std::string target;    // overrides target.path
+  std::string drafter;   // exported drafter directory
+  std::string prompts;   // overrides eval.prompts
+  int64_t max_new_tokens = 0, max_prompts = 0;  // 0 = eval.* of the run.yaml (or its default)
+};
+
 class Commands {
  public:
   explicit Commands(GlobalOptions opts);
@@ -36,6 +44,8 @@ class Commands {
   int Cancel(const std::string& run_id);
   int Workers();
   int Plan(const std::string& path);
+  // The acceptance length of a drafter by speculative decoding on an idle target worker.
+  int Eval(const EvalArgs& args);
   // Copies a finished run's serving-format drafter (<run dir>/export) to `out`.
   int Export(const std::string& run_id, const std::string& out, bool force);
 

@@ -47,6 +47,18 @@ int main(int argc, char** argv) {
       "plan", "predicted peak GPU memory per worker, by term, against the registered GPUs");
   plan->add_option("run_yaml", path, "path to run.yaml")->required();
 
+  dflash::ctl::EvalArgs ea;
+  auto* eval = app.add_subcommand(
+      "eval", "acceptance length (tau) of a drafter by speculative decoding on a target worker");
+  eval->add_option("run_yaml", ea.run_yaml, "take the target and data settings from run.yaml");
+  eval->add_option("--drafter", ea.drafter, "exported drafter directory")->required();
+  eval->add_option("--prompts", ea.prompts, "prompts: JSONL in data.format, or builtin:NAME");
+  eval->add_option("--target", ea.target, "target checkpoint directory or builtin:NAME");
+  eval->add_option("--max_new_tokens", ea.max_new_tokens, "tokens generated per prompt")
+      ->check(CLI::Range(int64_t{1}, int64_t{32768}));
+  eval->add_option("--max_prompts", ea.max_prompts, "prompts decoded")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+
   dflash::ctl::PrepareArgs pa;
   auto* prepare =
       app.add_subcommand("prepare", "tokenize a JSONL data set once into a prepared .dfdata file");
@@ -76,6 +88,9 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    if (*eval && ea.run_yaml.empty() && (ea.target.empty() || ea.prompts.empty())) {
+      throw CLI::ValidationError("eval", "give run_yaml, or both --target and --prompts");
+    }
     if (*prepare && pa.run_yaml.empty() && (pa.data.empty() || pa.tokenizer.empty())) {
       throw CLI::ValidationError("prepare", "give run_yaml, or both --data and --tokenizer");
     }
@@ -104,6 +119,7 @@ int main(int argc, char** argv) {
   if (*workers) return cmd.Workers();
   if (*plan) return cmd.Plan(path);
   if (*exp) return cmd.Export(run_id, export_out, export_force);
+  if (*eval) return cmd.Eval(ea);
   if (*prepare) {
     pa.json = g.json;
     return dflash::ctl::RunPrepare(pa);

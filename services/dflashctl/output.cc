@@ -132,10 +132,39 @@ std::string RunDetails(const v1::RunStatus& r) {
         << ", " << m.tokens() << " tokens in " << absl::StrFormat("%.2f", m.seconds()) << " s"
         << (m.skipped() ? ", SKIPPED" : "") << ", skipped so far " << m.skipped_steps() << "\n";
   }
+  if (r.has_last_eval()) {
+    const v1::EvalResult& e = r.last_eval();
+    out << "last eval: step " << e.step() << ": tau " << absl::StrFormat("%.3f", e.tau())
+        << " over " << e.prompts() << " prompts (" << e.new_tokens() << " tokens, "
+        << absl::StrFormat("%.1f", e.tokens_per_second()) << " tokens/s) on " << e.worker()
+        << "; accepted by position:";
+    for (int k = 1; k < e.acceptance_by_position_size(); ++k) {
+      out << absl::StrFormat(" %.2f", e.acceptance_by_position(k));
+    }
+    out << "\n";
+  }
   if (r.has_data()) out << DataLines(r.data());
   out << "resolved config:\n";
   std::istringstream cfg(r.resolved_config_yaml());
   for (std::string line; std::getline(cfg, line);) out << "  " << line << "\n";
+  return out.str();
+}
+
+std::string EvalTable(const v1::EvalResult& r) {
+  std::ostringstream out;
+  out << "drafter    " << r.drafter_dir() << " (block size " << r.block_size() << ")\n";
+  if (r.step() > 0) out << "step       " << r.step() << "\n";
+  out << "worker     " << r.worker() << "\n";
+  out << "prompts    " << r.prompts() << ", " << r.new_tokens() << " new tokens in "
+      << absl::StrFormat("%.2f s (%.1f tokens/s; loading %.2f s)", r.seconds(),
+                         r.tokens_per_second(), r.load_seconds())
+      << "\n";
+  out << "tau        " << absl::StrFormat("%.3f", r.tau()) << " tokens per verification ("
+      << r.verifications() << " verifications)\n";
+  out << "accepted   position: share of verifications that accepted it\n";
+  for (int k = 1; k < r.acceptance_by_position_size(); ++k) {
+    out << absl::StrFormat("  %2d  %.3f\n", k, r.acceptance_by_position(k));
+  }
   return out.str();
 }
 

@@ -18,6 +18,8 @@ std::string RunsTable(const std::vector<v1::RunStatus>& runs);
 std::string RunDetails(const v1::RunStatus& run);
 std::string DataLines(const v1::DataSummary& data);
 std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers);
+// An acceptance-length measurement: tau, throughput, acceptance by block position.
+std::string EvalTable(const v1::EvalResult& r);
 std::string EventLine(const v1::RunEvent& e);
 std::string FormatBytes(uint64_t bytes);
 

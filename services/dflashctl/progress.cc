@@ -99,7 +99,8 @@ std::string StepProgress::Line(const StepSample& s) {
   std::string line =
       absl::StrCat("[", std::string(filled, '#'), std::string(kBarWidth - filled, '.'), "]  step ",
                    s.step, "/", s.total_steps, "  epoch ", s.epoch,
-                   absl::StrFormat("  loss %.4f  acc.len %.2f", s.loss, s.acceptance_length), "  ",
+                   absl::StrFormat("  loss %.4f  acc.len %.2f", s.loss, s.acceptance_length),
+                   s.measured_tau > 0 ? absl::StrFormat("  tau %.2f", s.measured_tau) : "", "  ",
                    Short(s.tokens_per_s), " tok/s");
   if (s.step < s.total_steps && s.step_seconds > 0) {
     absl::StrAppend(&line, "  ETA ", Clock(s.step_seconds * (s.total_steps - s.step)));

@@ -46,12 +46,14 @@ class ProgressBar {
 
 // The live line of a followed training run (dflashctl submit), drawn the same way on stdout, where
 // it interleaves with the run's events:
-//   [########............]  step 80/200  epoch 0  loss 3.412  acc.len 2.31  12.3K tok/s  ETA 0:12
+//   [########............]  step 80/200  epoch 0  loss 3.412  acc.len 2.31  tau 2.05  12.3K tok/s
+//   ETA 0:12   (tau once the run has been evaluated: eval.every_steps)
 struct StepSample {
   int64_t step = 0;  // steps done
   int64_t total_steps = 0;
   int64_t epoch = 0;
   double loss = 0, acceptance_length = 0;
+  double measured_tau = 0;  // the newest evaluation's tau (eval.every_steps); 0: none yet
   double tokens_per_s = 0;  // of the newest step
   double step_seconds = 0;  // of the newest step
 };

@@ -2,6 +2,7 @@
 // cannot train: every run they are asked to prepare is refused, saying why.
 #include "services/drafter_worker/drafter_runner.h"
 #include "services/target_worker/target_runner.h"
+#include "services/worker_common/evaluator.h"
 
 namespace dflash::worker {
 namespace {
@@ -17,9 +18,17 @@ class UnavailableRunner : public StepRunner {
   void Abort() override {}
 };
 
+class UnavailableEvaluator : public Evaluator {
+ public:
+  absl::StatusOr<EvalReport> Evaluate(const EvalWork&) override {
+    return absl::UnimplementedError("this worker was built without LibTorch and cannot decode");
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<StepRunner> NewTargetRunner() { return std::make_unique<UnavailableRunner>(); }
 std::unique_ptr<StepRunner> NewDrafterRunner() { return std::make_unique<UnavailableRunner>(); }
+std::unique_ptr<Evaluator> NewTargetEvaluator() { return std::make_unique<UnavailableEvaluator>(); }
 
 }  // namespace dflash::worker

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "common/base/status.h"
 #include "common/device/device_probe.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
@@ -23,6 +24,47 @@ std::string RoleLabel(const v1::WorkerInfo& w) {
 WorkerCore::WorkerCore(v1::WorkerInfo self, StepRunnerFactory runners,
                        metrics::MetricsServer* metrics)
     : self_(std::move(self)), runners_(std::move(runners)), metrics_(metrics) {}
+
+absl::StatusOr<v1::EvaluateResponse> WorkerCore::Evaluate(const v1::EvaluateRequest& req) {
+  if (evaluator_ == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "worker ", self_.name(), " does not evaluate drafters (a target worker does)"));
+  }
+  if (req.drafter_dir().empty())
+    return absl::InvalidArgumentError("drafter_dir: must not be empty");
+  if (req.prompts_size() == 0) return absl::InvalidArgumentError("prompts: none given");
+  if (req.max_new_tokens() < 1) {
+    return absl::InvalidArgumentError("max_new_tokens: must be at least 1");
+  }
+  auto spec = config::ParseRunSpec(req.resolved_config_yaml(), "evaluation config",
+                                   config::RunSpecOptions{"", /*check_paths=*/true});
+  if (!spec.ok()) return spec.status();
+  EvalWork work;
+  work.spec = *std::move(spec);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    work.gpu = self_.device().kind() == "cuda" ? self_.device().index() : -1;
+  }
+  work.drafter_dir = req.drafter_dir();
+  for (const v1::TokenIds& p : req.prompts())
+    work.prompts.emplace_back(p.ids().begin(), p.ids().end());
+  work.max_new_tokens = req.max_new_tokens();
+  work.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
+  work.batch_size = req.batch_size();
+  work.run_id = req.run_id();
+  work.step = req.run_id().empty() ? -1 : req.step();
+  ASSIGN_OR_RETURN(EvalReport r, evaluator_->Evaluate(work));
+  v1::EvaluateResponse resp;
+  resp.set_prompts(r.prompts);
+  resp.set_new_tokens(r.new_tokens);
+  resp.set_verifications(r.verifications);
+  resp.set_accepted(r.accepted);
+  for (int64_t a : r.accepted_at) resp.add_accepted_at(a);
+  resp.set_block_size(r.block_size);
+  resp.set_seconds(r.seconds);
+  resp.set_load_seconds(r.load_seconds);
+  return resp;
+}
 
 absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareRunRequest& req) {
   if (req.run_id().empty()) return absl::InvalidArgumentError("run_id: must not be empty");

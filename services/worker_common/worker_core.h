@@ -16,6 +16,7 @@
 #include "common/metrics/catalogue.h"
 #include "dflash/v1/registry.grpc.pb.h"
 #include "dflash/v1/worker.pb.h"
+#include "services/worker_common/evaluator.h"
 #include "services/worker_common/step_runner.h"
 
 namespace dflash::worker {
@@ -30,6 +31,10 @@ class WorkerCore {
   absl::Status ReleaseRun(const std::string& run_id);
   absl::StatusOr<v1::RunStepResponse> RunStep(const v1::RunStepRequest& req);
   v1::WorkerStatusResponse Status();
+  // Target workers: the acceptance length of a drafter snapshot by speculative decoding
+  // (evaluator.h). UNIMPLEMENTED where no evaluator was set (drafter workers).
+  absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::EvaluateRequest& req);
+  void SetEvaluator(std::unique_ptr<Evaluator> evaluator) { evaluator_ = std::move(evaluator); }
 
   // Coordinator says which run this worker holds (heartbeat reply); drops any other.
   void ReconcileAssignment(const std::string& assigned_run_id);
@@ -55,7 +60,8 @@ class WorkerCore {
   uint64_t process_peak_ = 0;
   // The held run's runner; shared so that ReleaseRun can abort a step still using it.
   std::shared_ptr<StepRunner> runner_;
-  std::mutex step_mu_;  // one step at a time
+  std::mutex step_mu_;                    // one step at a time
+  std::unique_ptr<Evaluator> evaluator_;  // set before serving; serializes its own calls
 };
 
 // Registers with the coordinator (retrying with backoff until it answers) and heartbeats every

@@ -29,7 +29,8 @@ int Fail(const std::string& process, const std::string& what, const absl::Status
 
 }  // namespace
 
-int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory runners) {
+int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory runners,
+                  EvaluatorFactory evaluators) {
   BlockTerminationSignals();
   const std::string process = absl::StrCat("dflash-", RoleName(role), "-worker");
   CLI::App app{absl::StrCat("dflash ", RoleName(role), " worker")};
@@ -112,7 +113,8 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
   self.set_metrics_address(WithPort(cfg.metrics_listen, (*metrics)->port()));
 
   WorkerCore core(self, std::move(runners), metrics->get());
-  WorkerControlService<v1::TargetWorker::Service> target_service(&core);
+  if (evaluators) core.SetEvaluator(evaluators());
+  TargetWorkerService target_service(&core);
   WorkerControlService<v1::DrafterWorker::Service> drafter_service(&core);
   grpc::Service* service = role == v1::WORKER_ROLE_TARGET
                                ? static_cast<grpc::Service*>(&target_service)

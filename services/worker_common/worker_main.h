@@ -7,6 +7,8 @@
 
 namespace dflash::worker {
 
-int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory runners);
+// `evaluators` (target workers) makes the evaluator behind the Evaluate RPC; null: UNIMPLEMENTED.
+int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory runners,
+                  EvaluatorFactory evaluators = nullptr);
 
 }  // namespace dflash::worker

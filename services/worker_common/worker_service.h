@@ -9,7 +9,7 @@
 namespace dflash::worker {
 
 template <typename ServiceBase>
-class WorkerControlService final : public ServiceBase {
+class WorkerControlService : public ServiceBase {
  public:
   explicit WorkerControlService(WorkerCore* core) : core_(core) {}
 
@@ -37,8 +37,21 @@ class WorkerControlService final : public ServiceBase {
     return grpc::Status::OK;
   }
 
- private:
+ protected:
   WorkerCore* core_;
+};
+
+// The target worker's service: the control RPCs and Evaluate.
+class TargetWorkerService final : public WorkerControlService<v1::TargetWorker::Service> {
+ public:
+  explicit TargetWorkerService(WorkerCore* core) : WorkerControlService(core) {}
+  grpc::Status Evaluate(grpc::ServerContext*, const v1::EvaluateRequest* req,
+                        v1::EvaluateResponse* resp) override {
+    auto r = core_->Evaluate(*req);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *resp = *std::move(r);
+    return grpc::Status::OK;
+  }
 };
 
 }  // namespace dflash::worker

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "tests/unit/fake_worker_control.h"
@@ -142,6 +144,66 @@ TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
                                                   "step-000000000005.safetensors"));
   EXPECT_EQ(workers_.released.size(), 2u);
   for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
+}
+
+TEST_F(CoordinatorTest, EvaluationsDuringTrainingAreRecordedAndOnDemandUsesAnIdleTarget) {
+  auto run = *coordinator_->SubmitRun(
+      absl::StrCat(kRunYaml,
+                   "eval: {every_steps: 2, prompts: \"builtin:tiny-chat\", max_prompts: 3, "
+                   "max_new_tokens: 8}\n"),
+      "run.yaml", false);
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  coordinator_->Tick();
+  auto after = *coordinator_->GetRun(run.run_id());
+  ASSERT_EQ(after.state(), v1::RUN_STATE_DONE) << after.message();
+  // After steps 2 and 4 the drafter exports a snapshot, after the last (5) the run's export; the
+  // target decodes each with the run's prompts.
+  const std::string dir = after.run_dir();
+  ASSERT_EQ(workers_.eval_requests.size(), 3u);
+  EXPECT_EQ(workers_.eval_requests[0].drafter_dir(), dir + "/eval/step-000000002");
+  EXPECT_EQ(workers_.eval_requests[1].drafter_dir(), dir + "/eval/step-000000004");
+  EXPECT_EQ(workers_.eval_requests[2].drafter_dir(), dir + "/export");
+  for (const auto& req : workers_.eval_requests) {
+    EXPECT_EQ(req.prompts_size(), 3);
+    EXPECT_EQ(req.max_new_tokens(), 8);
+    EXPECT_EQ(req.run_id(), run.run_id());
+    for (const auto& p : req.prompts()) EXPECT_GT(p.ids_size(), 0);
+  }
+  std::map<int64_t, std::string> exports;
+  for (const auto& req : workers_.requests) {
+    if (!req.export_dir().empty()) exports[req.step()] = req.export_dir();
+  }
+  EXPECT_EQ(exports.size(), 3u);
+  EXPECT_EQ(exports[1], dir + "/eval/step-000000002");
+  EXPECT_EQ(exports[4], dir + "/export");
+  // The newest evaluation in the run's status; each in the run's evaluation log.
+  ASSERT_TRUE(after.has_last_eval());
+  EXPECT_EQ(after.last_eval().step(), 5);
+  EXPECT_DOUBLE_EQ(after.last_eval().tau(), 3.0);  // the fake accepts 2 of 3 proposals
+  EXPECT_THAT(after.last_eval().acceptance_by_position(), ::testing::ElementsAre(1, 1, 1, 0));
+  EXPECT_EQ(after.last_eval().worker(), "t0");
+  EXPECT_DOUBLE_EQ(after.last_step().measured_acceptance_length(), 3.0);
+  std::ifstream log(dir + "/eval/results.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(log, line);) ++lines;
+  EXPECT_EQ(lines, 3);
+
+  // On demand, on the (now idle) target; the drafter directory must exist.
+  v1::EvaluateDrafterRequest req;
+  req.set_run_yaml(kRunYaml);
+  req.set_drafter_dir(dir + "/export");
+  req.set_prompts("builtin:tiny-chat");
+  req.set_max_prompts(2);
+  auto missing = coordinator_->EvaluateDrafter(req);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("drafter.init_from"));
+  std::filesystem::create_directories(dir + "/export");
+  auto r = coordinator_->EvaluateDrafter(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->worker(), "t0");
+  EXPECT_DOUBLE_EQ(r->tau(), 3.0);
+  EXPECT_EQ(workers_.eval_requests.back().prompts_size(), 2);
+  EXPECT_EQ(workers_.eval_requests.back().max_new_tokens(), 256);  // eval.max_new_tokens default
 }
 
 TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndNcclOnTwo) {

@@ -60,7 +60,25 @@ class FakeWorkerControl : public WorkerControl {
     return resp;
   }
 
+  // Answers with `eval_accepted` proposals accepted in each of 10 verifications (block size 4).
+  absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::WorkerInfo& worker,
+                                                const v1::EvaluateRequest& req) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    eval_requests.push_back(req);
+    v1::EvaluateResponse resp;
+    resp.set_prompts(req.prompts_size());
+    resp.set_verifications(10);
+    resp.set_accepted(10 * eval_accepted);
+    resp.set_block_size(4);
+    for (int64_t k = 0; k < 4; ++k) resp.add_accepted_at(k >= 1 && k <= eval_accepted ? 10 : 0);
+    resp.set_new_tokens(10 * (eval_accepted + 1));
+    resp.set_seconds(0.5);
+    return resp;
+  }
+
   std::mutex mu_;
+  std::vector<v1::EvaluateRequest> eval_requests;
+  int64_t eval_accepted = 2;
   std::vector<std::string> steps;  // "worker:step" in call order
   std::vector<v1::RunStepRequest> requests;
   std::map<std::string, absl::Status> step_errors;  // by worker id

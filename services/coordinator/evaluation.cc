@@ -1,0 +1,56 @@
+#include "services/coordinator/evaluation.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/data/eval_prompts.h"
+#include "common/plan/memory_plan.h"
+
+namespace dflash::coordinator {
+
+absl::StatusOr<v1::EvaluateRequest> MakeEvaluateRequest(const config::RunSpec& spec,
+                                                        const std::string& drafter_dir) {
+  if (spec.eval.prompts.empty()) {
+    return absl::InvalidArgumentError("eval.prompts: no prompts to evaluate on");
+  }
+  ASSIGN_OR_RETURN(model::TransformerConfig target, plan::RunTargetConfig(spec));
+  absl::StatusOr<data::EvalPrompts> prompts =
+      data::LoadEvalPrompts(spec, spec.eval.prompts, spec.eval.max_prompts, target.vocab_size);
+  if (!prompts.ok()) {
+    return absl::Status(prompts.status().code(),
+                        absl::StrCat("eval.prompts: ", prompts.status().message()));
+  }
+  v1::EvaluateRequest req;
+  req.set_resolved_config_yaml(config::EmitRunSpec(spec));
+  req.set_drafter_dir(drafter_dir);
+  for (const std::vector<int64_t>& p : prompts->prompts) {
+    v1::TokenIds* ids = req.add_prompts();
+    ids->mutable_ids()->Add(p.begin(), p.end());
+  }
+  req.set_max_new_tokens(spec.eval.max_new_tokens);
+  req.mutable_stop_token_ids()->Add(prompts->stop_token_ids.begin(), prompts->stop_token_ids.end());
+  return req;
+}
+
+v1::EvalResult ToEvalResult(const v1::EvaluateResponse& resp, const std::string& worker,
+                            const std::string& drafter_dir, int64_t step, int64_t unix_ms) {
+  v1::EvalResult r;
+  r.set_worker(worker);
+  r.set_drafter_dir(drafter_dir);
+  r.set_step(step);
+  r.set_prompts(resp.prompts());
+  r.set_new_tokens(resp.new_tokens());
+  r.set_verifications(resp.verifications());
+  const double v = static_cast<double>(resp.verifications());
+  r.set_tau(v > 0 ? 1.0 + static_cast<double>(resp.accepted()) / v : 0.0);
+  for (int k = 0; k < resp.accepted_at_size(); ++k) {
+    r.add_acceptance_by_position(k == 0 ? 1.0 : (v > 0 ? resp.accepted_at(k) / v : 0.0));
+  }
+  r.set_block_size(resp.block_size());
+  r.set_seconds(resp.seconds());
+  r.set_tokens_per_second(resp.seconds() > 0 ? resp.new_tokens() / resp.seconds() : 0.0);
+  r.set_load_seconds(resp.load_seconds());
+  r.set_unix_ms(unix_ms);
+  return r;
+}
+
+}  // namespace dflash::coordinator

@@ -1,0 +1,102 @@
+// The target worker's evaluator (services/worker_common/evaluator.h): loads the run's target with
+// every layer (kept between calls for the same target, device and dtype), the drafter snapshot,
+// and measures the acceptance length by speculative decoding (common/spec).
+#include "services/worker_common/evaluator.h"
+
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/logging.h"
+#include "common/drafter/drafter_checkpoint.h"
+#include "common/drafter/drafter_model.h"
+#include "common/nn/target_model.h"
+#include "common/spec/speculative.h"
+#include "common/train/run_setup.h"
+
+namespace dflash::worker {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+class TargetEvaluator : public Evaluator {
+ public:
+  absl::StatusOr<EvalReport> Evaluate(const EvalWork& work) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (work.prompts.empty()) return absl::InvalidArgumentError("no prompts to evaluate");
+    const auto load_start = std::chrono::steady_clock::now();
+    const c10::Device device = work.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
+                                            : c10::Device(c10::DeviceType::CUDA, work.gpu);
+    const std::string key = absl::StrCat(
+        work.spec.target.path, "|", work.spec.target.dtype, "|",
+        work.spec.target.layer_ids ? absl::StrJoin(*work.spec.target.layer_ids, ",") : "auto", "|",
+        device.str());
+    if (key != target_key_ || target_ == nullptr) {
+      target_.reset();  // free the old one before loading the next
+      absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
+          train::LoadRunTarget(work.spec, device, /*embeddings_only=*/false, /*full=*/true);
+      if (!target.ok()) return target.status();
+      target_ = *std::move(target);
+      target_key_ = key;
+    }
+    absl::StatusOr<drafter::DrafterConfig> config = drafter::ReadDrafterConfig(work.drafter_dir);
+    if (!config.ok()) return config.status();
+    drafter::DrafterOptions options;
+    options.device = device;
+    if (target_->dtype() != c10::ScalarType::Float) options.compute_dtype = target_->dtype();
+    absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> model = drafter::DrafterModel::Create(
+        *config, options, target_->embed_tokens(), target_->lm_head());
+    if (!model.ok()) return model.status();
+    if (absl::Status s = drafter::ImportDrafter(work.drafter_dir, model->get()); !s.ok()) return s;
+
+    EvalReport report;
+    report.load_seconds = SecondsSince(load_start);
+    report.block_size = config->block_size;
+    spec::SpecDecodeOptions decode;
+    decode.max_new_tokens = work.max_new_tokens;
+    decode.stop_token_ids = work.stop_token_ids;
+    const size_t batch =
+        work.batch_size > 0 ? static_cast<size_t>(work.batch_size) : work.prompts.size();
+    spec::AcceptanceStats stats;
+    stats.accepted_at.assign(config->block_size, 0);
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t first = 0; first < work.prompts.size(); first += batch) {
+      const size_t last = std::min(work.prompts.size(), first + batch);
+      std::vector<std::vector<int64_t>> prompts(work.prompts.begin() + first,
+                                                work.prompts.begin() + last);
+      absl::StatusOr<spec::SpecDecodeResult> r =
+          spec::SpeculativeGenerate(*target_, **model, prompts, decode);
+      if (!r.ok()) return r.status();
+      stats.Add(r->stats);
+      for (const std::vector<int64_t>& t : r->tokens) report.new_tokens += t.size();
+    }
+    report.seconds = SecondsSince(start);
+    report.prompts = static_cast<int64_t>(work.prompts.size());
+    report.verifications = stats.verifications;
+    report.accepted = stats.accepted;
+    report.accepted_at = stats.accepted_at;
+    LOG_RUN(INFO, work.run_id, work.step)
+        << "evaluated " << work.drafter_dir << ": tau " << stats.tau() << " over " << report.prompts
+        << " prompts, " << report.new_tokens << " tokens in " << report.seconds << " s (load "
+        << report.load_seconds << " s)";
+    return report;
+  }
+
+ private:
+  std::mutex mu_;
+  std::string target_key_;
+  std::unique_ptr<nn::TargetModel> target_;
+};
+
+}  // namespace
+
+std::unique_ptr<Evaluator> NewTargetEvaluator() { return std::make_unique<TargetEvaluator>(); }
+
+}  // namespace dflash::worker

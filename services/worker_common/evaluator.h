@@ -1,0 +1,45 @@
+// The target worker's speculative-decoding evaluation (issue 9): plain C++ structs (no protobuf,
+// no LibTorch), converted from EvaluateRequest by WorkerCore, like step_runner.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/config/run_spec.h"
+
+namespace dflash::worker {
+
+struct EvalWork {
+  config::RunSpec spec;  // its target decodes
+  int gpu = -1;          // the worker's device, -1 for the CPU
+  std::string drafter_dir;
+  std::vector<std::vector<int64_t>> prompts;
+  int64_t max_new_tokens = 256;
+  std::vector<int64_t> stop_token_ids;
+  int64_t batch_size = 0;  // 0: all prompts together
+  std::string run_id;      // log lines
+  int64_t step = -1;
+};
+
+struct EvalReport {
+  int64_t prompts = 0, new_tokens = 0, verifications = 0, accepted = 0, block_size = 0;
+  std::vector<int64_t> accepted_at;
+  double seconds = 0, load_seconds = 0;
+};
+
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+  virtual absl::StatusOr<EvalReport> Evaluate(const EvalWork& work) = 0;
+};
+
+using EvaluatorFactory = std::function<std::unique_ptr<Evaluator>()>;
+
+// The target worker's evaluator (LibTorch); a worker built without LibTorch answers UNIMPLEMENTED.
+std::unique_ptr<Evaluator> NewTargetEvaluator();
+
+}  // namespace dflash::worker
