@@ -261,7 +261,8 @@ int Commands::Eval(const EvalArgs& args) {
     }
   } else {
     // No run.yaml: the target, and prompts as the data (the tokenizer follows the target).
-    yaml = "target: {path: " + args.target + "}\ndata: {train: " + args.prompts + "}\n";
+    yaml = "name: eval\ntarget: {path: \"" + args.target + "\"}\ndata: {train: \"" + args.prompts +
+           "\"}\n";
   }
   config::RunSpecOptions opts;
   opts.base_dir = args.run_yaml.empty() ? fs::current_path().string()

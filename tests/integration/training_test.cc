@@ -34,7 +34,9 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
                                kSteps,
                                "}\n"
                                "placement: {pairs: 1, transport: host}\n"
-                               "checkpoint: {every_steps: 6, keep: 2}\n"));
+                               "checkpoint: {every_steps: 6, keep: 2}\n"
+                               "eval: {every_steps: 12, prompts: \"builtin:tiny-chat\", "
+                               "max_prompts: 3, max_new_tokens: 24}\n"));
   StartWorker("target", "t0");
   StartWorker("drafter", "d0");
 
@@ -91,8 +93,39 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
           << process << " exports no sample of " << name;
     }
   }
+  // Evaluated by speculative decoding after steps 12 and 24 (issue 9): the target decoded the
+  // prompts with the drafter's snapshots.
+  ASSERT_TRUE(done.contains("last_eval")) << done.dump();
+  EXPECT_EQ(done["last_eval"]["step"], "24");
+  const double tau = done["last_eval"]["tau"].get<double>();
+  EXPECT_GE(tau, 1.0);
+  EXPECT_LE(tau, 8.0);
+  EXPECT_EQ(done["last_eval"]["acceptance_by_position"].size(), 8u);
+  EXPECT_EQ(done["last_eval"]["prompts"], "3");
+  EXPECT_EQ(StepMetrics(first).at(11).value("measuredAcceptanceLength", 0.0) >= 1.0, true);
+  EXPECT_THAT(ReadFile(run_dir + "/logs/coordinator.log"),
+              HasSubstr("evaluated the drafter of step 24: tau"));
+  EXPECT_THAT(ReadFile(run_dir + "/logs/target-t0.log"), HasSubstr("evaluated "));
+
   CtlResult exported = RunCtl(address_, {"export", first, "--out", dir_ + "/drafter"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  // dflashctl eval on the exported drafter, with the run's target and prompts: the same tau as
+  // the run's last evaluation (same weights, prompts and target on the CPU).
+  CtlResult eval = RunCtl(address_, {"eval", run_yaml, "--drafter", dir_ + "/drafter", "-o",
+                                     "json"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  json measured = json::parse(eval.out);
+  EXPECT_DOUBLE_EQ(measured["tau"].get<double>(), tau) << eval.out;
+  EXPECT_EQ(measured["worker"], "t0");
+  CtlResult table = RunCtl(address_, {"eval", "--target", "builtin:tiny-qwen3", "--prompts",
+                                      "builtin:tiny-chat", "--drafter", dir_ + "/drafter",
+                                      "--max_prompts", "2", "--max_new_tokens", "8"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("tau "));
+  EXPECT_THAT(table.out, HasSubstr("prompts    2, "));
+  CtlResult nothing = RunCtl(address_, {"eval", run_yaml, "--drafter", dir_ + "/no-such"});
+  EXPECT_EQ(nothing.exit_code, 3) << nothing.out << nothing.err;
+  EXPECT_THAT(nothing.err, HasSubstr("drafter.init_from"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/drafter/config.json"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/drafter/model.safetensors"));
   EXPECT_EQ(RunCtl(address_, {"export", first, "--out", dir_ + "/drafter"}).exit_code, 1);
