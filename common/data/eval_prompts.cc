@@ -1,4 +1,5 @@
 #include "common/data/eval_prompts.h"
+#include "common/data/builtin_tokenizer.h"
 
 #include <fstream>
 #include <memory>
@@ -60,7 +61,7 @@ absl::StatusOr<EvalPrompts> LoadEvalPrompts(const config::RunSpec& spec, const s
     config::RunSpec with_path = spec;
     with_path.data.train = path;
     ASSIGN_OR_RETURN(RunDataPaths paths, ResolveRunDataPaths(with_path));
-    ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromFile(paths.tokenizer));
+    ASSIGN_OR_RETURN(tok, LoadTokenizer(paths.tokenizer));
     if (format == DataFormat::kChat) {
       ASSIGN_OR_RETURN(topts.chat_template,
                        ResolveChatTemplate(spec.data.chat_template, paths.tokenizer));

@@ -1,6 +1,7 @@
 // The prepare engine (see prepare.h): read chunks on the calling thread, tokenize them on a pool,
 // write their documents in input order on the calling thread.
 #include "common/data/prepare.h"
+#include "common/data/builtin_tokenizer.h"
 
 #include <sys/stat.h>
 
@@ -320,7 +321,7 @@ absl::StatusOr<PrepareReport> Prepare(const PrepareOptions& options, const Progr
     return absl::InvalidArgumentError("prepare: tokenizer path is empty");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
-                   tokenizer::Tokenizer::FromFile(options.tokenizer));
+                   LoadTokenizer(options.tokenizer));
   return Prepare(options, *tok, progress);
 }
 

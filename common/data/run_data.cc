@@ -1,4 +1,5 @@
 #include "common/data/run_data.h"
+#include "common/data/builtin_tokenizer.h"
 
 #include <sys/stat.h>
 
@@ -126,9 +127,7 @@ absl::StatusOr<RunDataPaths> ResolveRunDataPaths(const config::RunSpec& spec) {
   if (spec.data.tokenizer != "auto") {
     p.tokenizer = spec.data.tokenizer;
   } else if (absl::StartsWith(spec.target.path, "builtin:")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.tokenizer: auto cannot use the built-in target ", spec.target.path,
-                     " with file data; set data.tokenizer to a tokenizer.json"));
+    p.tokenizer = spec.target.path;  // its built-in tokenizer (builtin_tokenizer.h)
   } else {
     p.tokenizer = fs::path(spec.target.path) / "tokenizer.json";
     std::error_code ec;
@@ -193,7 +192,7 @@ absl::StatusOr<RunData> OpenRunData(const config::RunSpec& spec, bool verify) {
     return absl::FailedPreconditionError(absl::StrCat("data.prepared: ", rd.paths.prepared.string(),
                                                       " does not exist; ", PrepareHint(spec)));
   }
-  ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::FromFile(rd.paths.tokenizer));
+  ASSIGN_OR_RETURN(auto tok, LoadTokenizer(rd.paths.tokenizer));
   PreparedOpenOptions open;
   open.expected_fingerprint = tok->fingerprint();
   open.verify = verify;

@@ -75,16 +75,32 @@ absl::StatusOr<std::vector<Generation>> Generate(const TargetModel& model,
                                                  const GenerateOptions& options) {
   RETURN_IF_ERROR(ValidateGenerateOptions(options));
   if (prompts.empty()) return std::vector<Generation>();
-  int64_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (prompts[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("prompt ", i, " is empty"));
     }
-    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[i].size()));
   }
   const int64_t n = static_cast<int64_t>(prompts.size());
-  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
-                   KvCache::Create(model, n, longest + options.max_new_tokens));
+  std::vector<int64_t> limits(n, options.max_new_tokens);
+  if (!options.max_new_tokens_per_prompt.empty()) {
+    if (options.max_new_tokens_per_prompt.size() != prompts.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_new_tokens_per_prompt has ", options.max_new_tokens_per_prompt.size(),
+                       " entries for ", n, " prompts"));
+    }
+    limits = options.max_new_tokens_per_prompt;
+    for (int64_t i = 0; i < n; ++i) {
+      if (limits[i] < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("max_new_tokens of prompt ", i, " is ", limits[i], ", must be >= 1"));
+      }
+    }
+  }
+  int64_t capacity = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    capacity = std::max<int64_t>(capacity, static_cast<int64_t>(prompts[i].size()) + limits[i]);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(model, n, capacity));
   at::Generator generator = at::detail::createCPUGenerator(options.sampling.seed);
   const std::set<int64_t> stops(options.stop_token_ids.begin(), options.stop_token_ids.end());
 
@@ -111,7 +127,7 @@ absl::StatusOr<std::vector<Generation>> Generate(const TargetModel& model,
       Generation& g = out[active[i]];
       g.tokens.push_back(next[i]);
       g.stopped = stops.count(next[i]) > 0;
-      if (g.stopped || static_cast<int64_t>(g.tokens.size()) >= options.max_new_tokens) continue;
+      if (g.stopped || static_cast<int64_t>(g.tokens.size()) >= limits[active[i]]) continue;
       still.push_back(active[i]);
       next_inputs.push_back({next[i]});
     }

@@ -23,6 +23,8 @@ struct SamplingOptions {
 
 struct GenerateOptions {
   int64_t max_new_tokens = 256;
+  // Non-empty: one limit per prompt (each >= 1), used instead of max_new_tokens.
+  std::vector<int64_t> max_new_tokens_per_prompt;
   std::vector<int64_t> stop_token_ids;  // generation of a sequence ends after emitting one
   SamplingOptions sampling;
 };

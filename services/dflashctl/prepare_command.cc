@@ -1,4 +1,5 @@
 #include "services/dflashctl/prepare_command.h"
+#include "common/data/builtin_tokenizer.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -59,7 +60,7 @@ absl::StatusOr<data::PrepareOptions> FromFlags(const PrepareArgs& a) {
 bool UpToDate(const data::PrepareOptions& o) {
   std::error_code ec;
   if (!fs::exists(o.output, ec)) return false;
-  auto tok = tokenizer::Tokenizer::FromFile(o.tokenizer);
+  auto tok = data::LoadTokenizer(o.tokenizer);
   if (!tok.ok()) return false;
   data::PreparedOpenOptions open;
   open.expected_fingerprint = (*tok)->fingerprint();

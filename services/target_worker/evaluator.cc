@@ -15,6 +15,7 @@
 #include "common/base/logging.h"
 #include "common/drafter/drafter_checkpoint.h"
 #include "common/drafter/drafter_model.h"
+#include "common/nn/generate.h"
 #include "common/nn/target_model.h"
 #include "common/spec/speculative.h"
 #include "common/train/run_setup.h"
@@ -28,24 +29,40 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 class TargetEvaluator : public Evaluator {
  public:
+  absl::StatusOr<GenerateReport> Generate(const GenerateWork& work) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (work.prompts.empty()) return absl::InvalidArgumentError("no prompts to generate from");
+    if (absl::Status s = LoadTarget(work.spec, work.gpu); !s.ok()) return s;
+    nn::GenerateOptions options;
+    options.max_new_tokens_per_prompt = work.max_new_tokens;
+    options.stop_token_ids = work.stop_token_ids;
+    options.sampling.temperature = work.temperature;
+    options.sampling.top_p = work.top_p;
+    options.sampling.top_k = work.top_k;
+    options.sampling.seed = work.seed;
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<nn::Generation>> out;
+    try {
+      out = nn::Generate(*target_, work.prompts, options);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("generating: ", e.what_without_backtrace()));
+    }
+    if (!out.ok()) return out.status();
+    GenerateReport report;
+    for (nn::Generation& g : *out) {
+      report.outputs.push_back(std::move(g.tokens));
+      report.stopped.push_back(g.stopped);
+    }
+    report.seconds = SecondsSince(start);
+    return report;
+  }
+
   absl::StatusOr<EvalReport> Evaluate(const EvalWork& work) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (work.prompts.empty()) return absl::InvalidArgumentError("no prompts to evaluate");
     const auto load_start = std::chrono::steady_clock::now();
-    const c10::Device device = work.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
-                                            : c10::Device(c10::DeviceType::CUDA, work.gpu);
-    const std::string key = absl::StrCat(
-        work.spec.target.path, "|", work.spec.target.dtype, "|",
-        work.spec.target.layer_ids ? absl::StrJoin(*work.spec.target.layer_ids, ",") : "auto", "|",
-        device.str());
-    if (key != target_key_ || target_ == nullptr) {
-      target_.reset();  // free the old one before loading the next
-      absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
-          train::LoadRunTarget(work.spec, device, /*embeddings_only=*/false, /*full=*/true);
-      if (!target.ok()) return target.status();
-      target_ = *std::move(target);
-      target_key_ = key;
-    }
+    const c10::Device device = DeviceOf(work.gpu);
+    if (absl::Status s = LoadTarget(work.spec, work.gpu); !s.ok()) return s;
     absl::StatusOr<drafter::DrafterConfig> config = drafter::ReadDrafterConfig(work.drafter_dir);
     if (!config.ok()) return config.status();
     drafter::DrafterOptions options;
@@ -90,6 +107,27 @@ class TargetEvaluator : public Evaluator {
   }
 
  private:
+  static c10::Device DeviceOf(int gpu) {
+    return gpu < 0 ? c10::Device(c10::DeviceType::CPU) : c10::Device(c10::DeviceType::CUDA, gpu);
+  }
+
+  // The spec's target with every layer, unless the one already loaded is the same.
+  absl::Status LoadTarget(const config::RunSpec& spec, int gpu) {
+    const c10::Device device = DeviceOf(gpu);
+    const std::string key = absl::StrCat(
+        spec.target.path, "|", spec.target.dtype, "|",
+        spec.target.layer_ids ? absl::StrJoin(*spec.target.layer_ids, ",") : "auto", "|",
+        device.str());
+    if (key == target_key_ && target_ != nullptr) return absl::OkStatus();
+    target_.reset();  // free the old one before loading the next
+    absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
+        train::LoadRunTarget(spec, device, /*embeddings_only=*/false, /*full=*/true);
+    if (!target.ok()) return target.status();
+    target_ = *std::move(target);
+    target_key_ = key;
+    return absl::OkStatus();
+  }
+
   std::mutex mu_;
   std::string target_key_;
   std::unique_ptr<nn::TargetModel> target_;

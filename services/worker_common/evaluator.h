@@ -31,10 +31,30 @@ struct EvalReport {
   double seconds = 0, load_seconds = 0;
 };
 
+struct GenerateWork {
+  config::RunSpec spec;  // its target generates
+  int gpu = -1;
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<int64_t> max_new_tokens;  // per prompt
+  std::vector<int64_t> stop_token_ids;
+  double temperature = 0, top_p = 1;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+};
+
+struct GenerateReport {
+  std::vector<std::vector<int64_t>> outputs;
+  std::vector<bool> stopped;
+  double seconds = 0;
+};
+
+// The target worker's decoding work outside training steps; keeps the full target loaded between
+// calls for the same target, dtype and device.
 class Evaluator {
  public:
   virtual ~Evaluator() = default;
   virtual absl::StatusOr<EvalReport> Evaluate(const EvalWork& work) = 0;
+  virtual absl::StatusOr<GenerateReport> Generate(const GenerateWork& work) = 0;
 };
 
 using EvaluatorFactory = std::function<std::unique_ptr<Evaluator>()>;

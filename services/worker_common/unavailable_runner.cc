@@ -23,6 +23,9 @@ class UnavailableEvaluator : public Evaluator {
   absl::StatusOr<EvalReport> Evaluate(const EvalWork&) override {
     return absl::UnimplementedError("this worker was built without LibTorch and cannot decode");
   }
+  absl::StatusOr<GenerateReport> Generate(const GenerateWork&) override {
+    return absl::UnimplementedError("this worker was built without LibTorch and cannot decode");
+  }
 };
 
 }  // namespace

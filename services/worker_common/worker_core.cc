@@ -66,6 +66,46 @@ absl::StatusOr<v1::EvaluateResponse> WorkerCore::Evaluate(const v1::EvaluateRequ
   return resp;
 }
 
+absl::StatusOr<v1::GenerateResponse> WorkerCore::Generate(const v1::GenerateRequest& req) {
+  if (evaluator_ == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("worker ", self_.name(), " does not generate (a target worker does)"));
+  }
+  if (req.prompts_size() == 0) return absl::InvalidArgumentError("prompts: none given");
+  if (req.max_new_tokens_size() != 1 && req.max_new_tokens_size() != req.prompts_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens: ", req.max_new_tokens_size(),
+                                                   " values for ", req.prompts_size(),
+                                                   " prompts (give one, or one per prompt)"));
+  }
+  config::RunSpecOptions opts;
+  opts.check_paths = true;
+  auto spec = config::ParseRunSpec(req.resolved_config_yaml(), "generation config", opts);
+  if (!spec.ok()) return spec.status();
+  GenerateWork work;
+  work.spec = *std::move(spec);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    work.gpu = self_.device().kind() == "cuda" ? self_.device().index() : -1;
+  }
+  for (int i = 0; i < req.prompts_size(); ++i) {
+    work.prompts.emplace_back(req.prompts(i).ids().begin(), req.prompts(i).ids().end());
+    work.max_new_tokens.push_back(req.max_new_tokens(req.max_new_tokens_size() == 1 ? 0 : i));
+  }
+  work.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
+  work.temperature = req.temperature();
+  work.top_p = req.top_p() > 0 ? req.top_p() : 1.0;
+  work.top_k = req.top_k();
+  work.seed = req.seed();
+  ASSIGN_OR_RETURN(GenerateReport r, evaluator_->Generate(work));
+  v1::GenerateResponse resp;
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    resp.add_outputs()->mutable_ids()->Add(r.outputs[i].begin(), r.outputs[i].end());
+    resp.add_stopped(r.stopped[i]);
+  }
+  resp.set_seconds(r.seconds);
+  return resp;
+}
+
 absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareRunRequest& req) {
   if (req.run_id().empty()) return absl::InvalidArgumentError("run_id: must not be empty");
   int gpu;

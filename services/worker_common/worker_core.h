@@ -34,6 +34,8 @@ class WorkerCore {
   // Target workers: the acceptance length of a drafter snapshot by speculative decoding
   // (evaluator.h). UNIMPLEMENTED where no evaluator was set (drafter workers).
   absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::EvaluateRequest& req);
+  // Target workers: plain generation (dflashctl regen).
+  absl::StatusOr<v1::GenerateResponse> Generate(const v1::GenerateRequest& req);
   void SetEvaluator(std::unique_ptr<Evaluator> evaluator) { evaluator_ = std::move(evaluator); }
 
   // Coordinator says which run this worker holds (heartbeat reply); drops any other.

@@ -52,6 +52,13 @@ class TargetWorkerService final : public WorkerControlService<v1::TargetWorker::
     *resp = *std::move(r);
     return grpc::Status::OK;
   }
+  grpc::Status Generate(grpc::ServerContext*, const v1::GenerateRequest* req,
+                        v1::GenerateResponse* resp) override {
+    auto r = core_->Generate(*req);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *resp = *std::move(r);
+    return grpc::Status::OK;
+  }
 };
 
 }  // namespace dflash::worker

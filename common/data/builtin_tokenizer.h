@@ -1,0 +1,20 @@
+// Tokenizers of the built-in targets (run.yaml `target.path: builtin:NAME`), so that file data made
+// for them (pretokenized JSONL, e.g. `dflashctl regen` of builtin:tiny-chat) can be prepared and
+// checked like any other: `data.tokenizer: auto` with a built-in target is "builtin:NAME".
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace dflash::data {
+
+// "builtin:tiny-qwen3": a byte-level BPE without merges over the target's 512 ids (the 256
+// byte-level symbols, then 256 placeholder tokens "<|tiny_N|>"): it fixes the vocabulary and the
+// fingerprint; text encodes byte by byte. Any other path: Tokenizer::FromFile.
+absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(
+    const std::filesystem::path& path);
+
+}  // namespace dflash::data
