@@ -18,20 +18,30 @@ std::string TinyQwen3TokenizerJson() {
   for (int64_t id = 256; id < config::TinyQwen3::kVocabSize; ++id) {
     vocab[absl::StrCat("<|tiny_", id, "|>")] = id;
   }
-  nlohmann::json j = {
-      {"version", "1.0"},
-      {"added_tokens", nlohmann::json::array()},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                         {"trim_offsets", true}, {"use_regex", true}}},
-      {"post_processor", nullptr},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                   {"use_regex", true}}},
-      {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
-        {"merges", nlohmann::json::array()}}}};
+  nlohmann::json j = {{"version", "1.0"},
+                      {"added_tokens", nlohmann::json::array()},
+                      {"normalizer", nullptr},
+                      {"pre_tokenizer",
+                       {{"type", "ByteLevel"},
+                        {"add_prefix_space", false},
+                        {"trim_offsets", true},
+                        {"use_regex", true}}},
+                      {"post_processor", nullptr},
+                      {"decoder",
+                       {{"type", "ByteLevel"},
+                        {"add_prefix_space", false},
+                        {"trim_offsets", true},
+                        {"use_regex", true}}},
+                      {"model",
+                       {{"type", "BPE"},
+                        {"dropout", nullptr},
+                        {"unk_token", nullptr},
+                        {"continuing_subword_prefix", nullptr},
+                        {"end_of_word_suffix", nullptr},
+                        {"fuse_unk", false},
+                        {"byte_fallback", false},
+                        {"vocab", vocab},
+                        {"merges", nlohmann::json::array()}}}};
   return j.dump();
 }
 

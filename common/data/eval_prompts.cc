@@ -1,5 +1,4 @@
 #include "common/data/eval_prompts.h"
-#include "common/data/builtin_tokenizer.h"
 
 #include <fstream>
 #include <memory>
@@ -10,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/data/builtin_data.h"
+#include "common/data/builtin_tokenizer.h"
 #include "common/data/chat_template.h"
 #include "common/data/records.h"
 #include "common/data/run_data.h"

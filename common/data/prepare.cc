@@ -1,7 +1,6 @@
 // The prepare engine (see prepare.h): read chunks on the calling thread, tokenize them on a pool,
 // write their documents in input order on the calling thread.
 #include "common/data/prepare.h"
-#include "common/data/builtin_tokenizer.h"
 
 #include <sys/stat.h>
 
@@ -14,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/data/builtin_tokenizer.h"
 #include "common/data/chat_template.h"
 #include "common/data/line_reader.h"
 #include "common/data/prepared.h"
@@ -320,8 +320,7 @@ absl::StatusOr<PrepareReport> Prepare(const PrepareOptions& options, const Progr
   if (options.tokenizer.empty()) {
     return absl::InvalidArgumentError("prepare: tokenizer path is empty");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
-                   LoadTokenizer(options.tokenizer));
+  ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok, LoadTokenizer(options.tokenizer));
   return Prepare(options, *tok, progress);
 }
 

@@ -132,7 +132,8 @@ std::string PrepareReport::ToTable() const {
   row("mean length", documents == 0 ? "-" : absl::StrFormat("%.1f", 1.0 * tokens / documents));
   row("longest document", absl::StrCat(longest_document));
   row(absl::StrCat("over max_length ", max_length),
-      absl::StrCat(over_max_length, " (kept whole; the packer truncates or splits them per data.long_documents)"));
+      absl::StrCat(over_max_length,
+                   " (kept whole; the packer truncates or splits them per data.long_documents)"));
   row("seconds", absl::StrFormat("%.2f (%d threads)", seconds, threads));
   absl::StrAppend(&out, "  length histogram (tokens: documents)\n");
   for (size_t k = 0; k < length_histogram.size(); ++k) {

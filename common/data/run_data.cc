@@ -1,5 +1,4 @@
 #include "common/data/run_data.h"
-#include "common/data/builtin_tokenizer.h"
 
 #include <sys/stat.h>
 
@@ -12,6 +11,7 @@
 #include "common/base/status.h"
 #include "common/batching/plan.h"
 #include "common/data/builtin_data.h"
+#include "common/data/builtin_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 

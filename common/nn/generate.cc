@@ -84,9 +84,9 @@ absl::StatusOr<std::vector<Generation>> Generate(const TargetModel& model,
   std::vector<int64_t> limits(n, options.max_new_tokens);
   if (!options.max_new_tokens_per_prompt.empty()) {
     if (options.max_new_tokens_per_prompt.size() != prompts.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("max_new_tokens_per_prompt has ", options.max_new_tokens_per_prompt.size(),
-                       " entries for ", n, " prompts"));
+      return absl::InvalidArgumentError(absl::StrCat("max_new_tokens_per_prompt has ",
+                                                     options.max_new_tokens_per_prompt.size(),
+                                                     " entries for ", n, " prompts"));
     }
     limits = options.max_new_tokens_per_prompt;
     for (int64_t i = 0; i < n; ++i) {

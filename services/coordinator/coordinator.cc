@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/batching/cursor.h"
@@ -16,6 +17,7 @@
 #include "common/plan/memory_plan.h"
 #include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
+#include "services/coordinator/regen.h"
 #include "services/coordinator/run_state.h"
 
 namespace dflash::coordinator {
@@ -251,6 +253,43 @@ absl::StatusOr<v1::EvalResult> Coordinator::EvaluateDrafter(const v1::EvaluateDr
   LOG(INFO) << "evaluated " << spec.drafter.init_from << " on " << worker->name() << ": "
             << resp.verifications() << " verifications";
   return ToEvalResult(resp, worker->name(), spec.drafter.init_from, 0, start);
+}
+
+absl::Status Coordinator::Regenerate(
+    const v1::RegenerateRequest& req,
+    const std::function<bool(const v1::RegenerateProgress&)>& progress) {
+  config::RunSpecOptions opts;
+  opts.check_paths = true;
+  opts.data_roots = options_.data_roots;
+  ASSIGN_OR_RETURN(config::RunSpec spec, config::ParseRunSpec(req.run_yaml(), "run.yaml", opts));
+  if (!req.input().empty()) {
+    spec.data.train = req.input();
+    ASSIGN_OR_RETURN(spec, config::ParseRunSpec(config::EmitRunSpec(spec), "regen", opts));
+  }
+  // The output is written on this machine: its directory must exist (and lie in a data root, as
+  // data.train must, when roots are configured: checked as data.train of the same spec).
+  if (req.output().empty()) return absl::InvalidArgumentError("output: required");
+  const std::filesystem::path out = std::filesystem::absolute(req.output());
+  {
+    config::RunSpec where = spec;  // its directory is checked as drafter.init_from would be
+    where.drafter.init_from = out.parent_path().string();
+    absl::StatusOr<config::RunSpec> checked =
+        config::ParseRunSpec(config::EmitRunSpec(where), "regen", opts);
+    if (!checked.ok()) {
+      return absl::InvalidArgumentError(absl::StrReplaceAll(
+          checked.status().message(), {{"drafter.init_from", "output (its directory)"}}));
+    }
+  }
+  std::vector<v1::WorkerInfo> targets;
+  for (const v1::WorkerInfo& w : ListWorkers()) {
+    if (w.role() == v1::WORKER_ROLE_TARGET && w.health() == v1::WORKER_HEALTH_UP &&
+        w.run_id().empty()) {
+      targets.push_back(w);
+    }
+  }
+  v1::RegenerateRequest absolute = req;
+  absolute.set_output(out.string());
+  return coordinator::Regenerate(spec, absolute, targets, workers_, progress);
 }
 
 absl::StatusOr<v1::RunStatus> Coordinator::GetRun(const std::string& run_id) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -58,6 +59,9 @@ class Coordinator {
   // The acceptance length of a drafter (evaluation.h) on an idle target worker; blocks while it
   // decodes. FAILED_PRECONDITION when no target worker is idle.
   absl::StatusOr<v1::EvalResult> EvaluateDrafter(const v1::EvaluateDrafterRequest& req);
+  // Regenerates a data set's answers with every idle target worker (regen.h); `progress` as there.
+  absl::Status Regenerate(const v1::RegenerateRequest& req,
+                          const std::function<bool(const v1::RegenerateProgress&)>& progress);
   absl::StatusOr<v1::RunStatus> GetRun(const std::string& run_id);
   absl::StatusOr<std::vector<v1::RunStatus>> ListRuns();
   absl::StatusOr<v1::RunStatus> CancelRun(const std::string& run_id);

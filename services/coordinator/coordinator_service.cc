@@ -125,6 +125,16 @@ grpc::Status CoordinatorService::EvaluateDrafter(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::Regenerate(grpc::ServerContext* ctx,
+                                            const v1::RegenerateRequest* req,
+                                            grpc::ServerWriter<v1::RegenerateProgress>* writer) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
+  absl::Status s = c_->Regenerate(*req, [&](const v1::RegenerateProgress& p) {
+    return !ctx->IsCancelled() && writer->Write(p);
+  });
+  return ToGrpcStatus(s);
+}
+
 grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
                                        v1::RegisterResponse* resp) {
   auto r = c_->Register(req->worker());

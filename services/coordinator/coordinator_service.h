@@ -32,6 +32,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                        v1::PlanRunResponse*) override;
   grpc::Status EvaluateDrafter(grpc::ServerContext*, const v1::EvaluateDrafterRequest*,
                                v1::EvaluateDrafterResponse*) override;
+  grpc::Status Regenerate(grpc::ServerContext*, const v1::RegenerateRequest*,
+                          grpc::ServerWriter<v1::RegenerateProgress>*) override;
 
  private:
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;

@@ -111,4 +111,19 @@ absl::StatusOr<v1::EvaluateResponse> GrpcWorkerControl::Evaluate(const v1::Worke
   return resp;
 }
 
+absl::StatusOr<v1::GenerateResponse> GrpcWorkerControl::Generate(const v1::WorkerInfo& worker,
+                                                                 const v1::GenerateRequest& req) {
+  constexpr int64_t kGenerateDeadlineMs = 60 * 60 * 1000;
+  if (worker.role() != v1::WORKER_ROLE_TARGET) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", worker.name(), " is not a target"));
+  }
+  Stubs* stubs = GetStubs(worker.control_address());
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, kGenerateDeadlineMs);
+  v1::GenerateResponse resp;
+  grpc::Status s = stubs->target->Generate(&ctx, req, &resp);
+  if (!s.ok()) return Annotated(s, worker, "Generate");
+  return resp;
+}
+
 }  // namespace dflash::coordinator

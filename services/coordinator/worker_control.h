@@ -25,6 +25,8 @@ class WorkerControl {
   // Target workers: speculative decoding with a drafter snapshot (long: its own deadline).
   virtual absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::WorkerInfo& worker,
                                                         const v1::EvaluateRequest& req) = 0;
+  virtual absl::StatusOr<v1::GenerateResponse> Generate(const v1::WorkerInfo& worker,
+                                                        const v1::GenerateRequest& req) = 0;
 };
 
 // gRPC implementation; one channel per worker address, every call with a deadline.
@@ -39,6 +41,8 @@ class GrpcWorkerControl : public WorkerControl {
                                               const v1::RunStepRequest& req) override;
   absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::WorkerInfo& worker,
                                                 const v1::EvaluateRequest& req) override;
+  absl::StatusOr<v1::GenerateResponse> Generate(const v1::WorkerInfo& worker,
+                                                const v1::GenerateRequest& req) override;
 
  private:
   struct Stubs;

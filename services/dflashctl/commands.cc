@@ -1,15 +1,18 @@
 #include "services/dflashctl/commands.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/config/run_spec.h"
 #include "common/rpc/channel.h"
 #include "services/coordinator/run_state.h"
@@ -252,32 +255,43 @@ int Commands::Plan(const std::string& path) {
   return resp.problems().empty() ? kOk : kDoesNotFit;
 }
 
-int Commands::Eval(const EvalArgs& args) {
+// The run.yaml of eval and regen: `run_yaml`, or (without one) the target and `data` as data.train
+// (data settings default; the tokenizer follows the target); target.path overridden by `target`.
+// Paths come back absolute. Prints the error and returns nullopt when it is invalid.
+std::optional<config::RunSpec> SpecFor(const std::string& run_yaml, const std::string& target,
+                                       const std::string& data, const char* what) {
   std::string yaml;
-  if (!args.run_yaml.empty()) {
-    if (!ReadFile(args.run_yaml, &yaml)) {
-      std::cerr << "dflashctl: cannot read " << args.run_yaml << "\n";
-      return kInvalidConfig;
+  if (!run_yaml.empty()) {
+    if (!ReadFile(run_yaml, &yaml)) {
+      std::cerr << "dflashctl: cannot read " << run_yaml << "\n";
+      return std::nullopt;
     }
   } else {
-    // No run.yaml: the target, and prompts as the data (the tokenizer follows the target).
-    yaml = "name: eval\ntarget: {path: \"" + args.target + "\"}\ndata: {train: \"" + args.prompts +
-           "\"}\n";
+    yaml = absl::StrCat("name: ", what, "\ntarget: {path: \"", target, "\"}\ndata: {train: \"",
+                        data, "\"}\n");
   }
   config::RunSpecOptions opts;
-  opts.base_dir = args.run_yaml.empty() ? fs::current_path().string()
-                                        : fs::absolute(args.run_yaml).parent_path().string();
-  auto spec = config::ParseRunSpec(yaml, args.run_yaml.empty() ? "eval" : args.run_yaml, opts);
-  if (spec.ok() && !args.target.empty()) spec->target.path = args.target;
-  if (spec.ok()) spec = config::ParseRunSpec(config::EmitRunSpec(*spec), "eval", opts);
+  opts.base_dir = run_yaml.empty() ? fs::current_path().string()
+                                   : fs::absolute(run_yaml).parent_path().string();
+  auto spec = config::ParseRunSpec(yaml, run_yaml.empty() ? what : run_yaml, opts);
+  if (spec.ok() && !target.empty()) spec->target.path = target;
+  if (spec.ok()) spec = config::ParseRunSpec(config::EmitRunSpec(*spec), what, opts);
   if (!spec.ok()) {
     std::cerr << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
-    return kInvalidConfig;
+    return std::nullopt;
   }
-  // Paths travel absolute: the coordinator resolves nothing against its own directory.
-  auto absolute = [](const std::string& p) {
-    return p.empty() || p.rfind("builtin:", 0) == 0 ? p : fs::absolute(p).string();
-  };
+  return *std::move(spec);
+}
+
+// Paths travel absolute: the coordinator resolves nothing against its own directory.
+std::string Absolute(const std::string& p) {
+  return p.empty() || p.rfind("builtin:", 0) == 0 ? p : fs::absolute(p).string();
+}
+
+int Commands::Eval(const EvalArgs& args) {
+  std::optional<config::RunSpec> spec = SpecFor(args.run_yaml, args.target, args.prompts, "eval");
+  if (!spec) return kInvalidConfig;
+  auto absolute = [](const std::string& p) { return Absolute(p); };
   v1::EvaluateDrafterRequest req;
   req.set_run_yaml(config::EmitRunSpec(*spec));
   req.set_drafter_dir(absolute(args.drafter));
@@ -293,6 +307,62 @@ int Commands::Eval(const EvalArgs& args) {
   grpc::Status s = stub_->EvaluateDrafter(&ctx, req, &resp);
   if (!s.ok()) return RpcError(s, "eval");
   std::cout << (opts_.json ? ToJson(resp.result()) + "\n" : EvalTable(resp.result()));
+  return kOk;
+}
+
+int Commands::Regen(const RegenArgs& args) {
+  std::optional<config::RunSpec> spec = SpecFor(args.run_yaml, args.target, args.input, "regen");
+  if (!spec) return kInvalidConfig;
+  v1::RegenerateRequest req;
+  req.set_run_yaml(config::EmitRunSpec(*spec));
+  req.set_input(Absolute(args.input));
+  req.set_output(Absolute(args.out));
+  req.set_max_new_tokens(args.max_new_tokens);
+  req.set_max_records(args.max_records);
+  req.set_temperature(args.temperature);
+  req.set_top_p(args.top_p);
+  req.set_top_k(args.top_k);
+  req.set_seed(args.seed);
+  req.set_batch_size(args.batch_size);
+  grpc::ClientContext ctx;
+  GlobalOptions long_opts = opts_;  // the stream lasts as long as the regeneration
+  long_opts.timeout_ms = std::max<int64_t>(opts_.timeout_ms, int64_t{7} * 24 * 3600 * 1000);
+  PrepareContext(&ctx, long_opts);
+  std::unique_ptr<grpc::ClientReader<v1::RegenerateProgress>> reader = stub_->Regenerate(&ctx, req);
+  v1::RegenerateProgress p;
+  const bool tty = isatty(fileno(stderr)) == 1;
+  int last_decile = -1;
+  while (reader->Read(&p)) {
+    if (opts_.json) continue;
+    const double rate = p.seconds() > 0 ? p.tokens_generated() / p.seconds() : 0;
+    const int64_t left = p.records_total() - p.records_done();
+    const int64_t fresh = p.records_done() - p.resumed_from();
+    const std::string line = absl::StrFormat(
+        "regen  %d/%d records  %d tokens  %.1f tok/s  %d workers%s", p.records_done(),
+        p.records_total(), p.tokens_generated(), rate, p.workers(),
+        fresh > 0 && left > 0
+            ? absl::StrFormat("  ETA %.0f s", p.seconds() / fresh * static_cast<double>(left))
+            : std::string());
+    const int decile =
+        p.records_total() > 0 ? static_cast<int>(10 * p.records_done() / p.records_total()) : 10;
+    if (tty) {
+      std::cerr << "\r" << line << "\033[K" << (p.done() ? "\n" : "") << std::flush;
+    } else if (decile != last_decile || p.done()) {
+      std::cerr << line << "\n";
+      last_decile = decile;
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return RpcError(s, "regen");
+  if (opts_.json) {
+    std::cout << ToJson(p) << "\n";
+  } else {
+    std::cout << "regenerated " << p.records_done() << " records (" << p.tokens_generated()
+              << " new tokens"
+              << (p.resumed_from() > 0 ? absl::StrCat(", ", p.resumed_from(), " resumed")
+                                       : std::string())
+              << ", " << p.records_skipped() << " skipped) into " << p.output() << "\n";
+  }
   return kOk;
 }
 

@@ -35,6 +35,14 @@ struct EvalArgs {
   int64_t max_new_tokens = 0, max_prompts = 0;  // 0 = eval.* of the run.yaml (or its default)
 };
 
+struct RegenArgs {
+  std::string run_yaml;  // target and data settings ("" = --target and --input)
+  std::string target, input, out;
+  int64_t max_new_tokens = 0, max_records = 0, top_k = 0, batch_size = 0;
+  double temperature = 0, top_p = 0;
+  uint64_t seed = 0;
+};
+
 class Commands {
  public:
   explicit Commands(GlobalOptions opts);
@@ -46,6 +54,8 @@ class Commands {
   int Plan(const std::string& path);
   // The acceptance length of a drafter by speculative decoding on an idle target worker.
   int Eval(const EvalArgs& args);
+  // Regenerates a data set's answers with the target workers (resumable).
+  int Regen(const RegenArgs& args);
   // Copies a finished run's serving-format drafter (<run dir>/export) to `out`.
   int Export(const std::string& run_id, const std::string& out, bool force);
 

@@ -59,6 +59,29 @@ int main(int argc, char** argv) {
   eval->add_option("--max_prompts", ea.max_prompts, "prompts decoded")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
 
+  dflash::ctl::RegenArgs ra;
+  auto* regen = app.add_subcommand(
+      "regen", "regenerate a data set's answers with the target workers (resumable)");
+  regen->add_option("run_yaml", ra.run_yaml, "take the target and data settings from run.yaml");
+  regen->add_option("--out", ra.out, "output JSONL (on the coordinator's machine)")->required();
+  regen->add_option("--input", ra.input, "input data (default: data.train of run_yaml)");
+  regen->add_option("--target", ra.target, "target checkpoint directory or builtin:NAME");
+  regen
+      ->add_option("--max_new_tokens", ra.max_new_tokens,
+                   "tokens per answer (default: the original length; chat 1024)")
+      ->check(CLI::Range(int64_t{1}, int64_t{32768}));
+  regen->add_option("--max_records", ra.max_records, "records to regenerate (default: all)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  regen->add_option("--temperature", ra.temperature, "0: greedy (default)")
+      ->check(CLI::Range(0.0, 100.0));
+  regen->add_option("--top_p", ra.top_p, "nucleus sampling (0 or 1: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  regen->add_option("--top_k", ra.top_k, "sample among the k most likely (0: off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  regen->add_option("--seed", ra.seed, "sampling seed");
+  regen->add_option("--batch_size", ra.batch_size, "prompts per worker call (default 16)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+
   dflash::ctl::PrepareArgs pa;
   auto* prepare =
       app.add_subcommand("prepare", "tokenize a JSONL data set once into a prepared .dfdata file");
@@ -91,6 +114,9 @@ int main(int argc, char** argv) {
     if (*eval && ea.run_yaml.empty() && (ea.target.empty() || ea.prompts.empty())) {
       throw CLI::ValidationError("eval", "give run_yaml, or both --target and --prompts");
     }
+    if (*regen && ra.run_yaml.empty() && (ra.target.empty() || ra.input.empty())) {
+      throw CLI::ValidationError("regen", "give run_yaml, or both --target and --input");
+    }
     if (*prepare && pa.run_yaml.empty() && (pa.data.empty() || pa.tokenizer.empty())) {
       throw CLI::ValidationError("prepare", "give run_yaml, or both --data and --tokenizer");
     }
@@ -120,6 +146,7 @@ int main(int argc, char** argv) {
   if (*plan) return cmd.Plan(path);
   if (*exp) return cmd.Export(run_id, export_out, export_force);
   if (*eval) return cmd.Eval(ea);
+  if (*regen) return cmd.Regen(ra);
   if (*prepare) {
     pa.json = g.json;
     return dflash::ctl::RunPrepare(pa);

@@ -1,5 +1,4 @@
 #include "services/dflashctl/prepare_command.h"
-#include "common/data/builtin_tokenizer.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -13,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config/run_spec.h"
+#include "common/data/builtin_tokenizer.h"
 #include "common/data/prepare.h"
 #include "common/data/prepared.h"
 #include "common/data/run_data.h"

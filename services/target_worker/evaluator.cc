@@ -114,10 +114,10 @@ class TargetEvaluator : public Evaluator {
   // The spec's target with every layer, unless the one already loaded is the same.
   absl::Status LoadTarget(const config::RunSpec& spec, int gpu) {
     const c10::Device device = DeviceOf(gpu);
-    const std::string key = absl::StrCat(
-        spec.target.path, "|", spec.target.dtype, "|",
-        spec.target.layer_ids ? absl::StrJoin(*spec.target.layer_ids, ",") : "auto", "|",
-        device.str());
+    const std::string key =
+        absl::StrCat(spec.target.path, "|", spec.target.dtype, "|",
+                     spec.target.layer_ids ? absl::StrJoin(*spec.target.layer_ids, ",") : "auto",
+                     "|", device.str());
     if (key == target_key_ && target_ != nullptr) return absl::OkStatus();
     target_.reset();  // free the old one before loading the next
     absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =

@@ -76,7 +76,24 @@ class FakeWorkerControl : public WorkerControl {
     return resp;
   }
 
+  // Answers each prompt with its last token + 1, repeated up to its limit (a stop id ends it).
+  absl::StatusOr<v1::GenerateResponse> Generate(const v1::WorkerInfo& worker,
+                                                const v1::GenerateRequest& req) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    generate_requests.push_back(req);
+    v1::GenerateResponse resp;
+    for (int i = 0; i < req.prompts_size(); ++i) {
+      const int64_t limit = req.max_new_tokens(req.max_new_tokens_size() == 1 ? 0 : i);
+      const auto& ids = req.prompts(i).ids();
+      auto* out = resp.add_outputs();
+      for (int64_t k = 0; k < limit; ++k) out->add_ids(ids[ids.size() - 1] + 1);
+      resp.add_stopped(false);
+    }
+    return resp;
+  }
+
   std::mutex mu_;
+  std::vector<v1::GenerateRequest> generate_requests;
   std::vector<v1::EvaluateRequest> eval_requests;
   int64_t eval_accepted = 2;
   std::vector<std::string> steps;  // "worker:step" in call order

@@ -1,0 +1,379 @@
+#include "services/coordinator/regen.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/data/builtin_data.h"
+#include "common/data/builtin_tokenizer.h"
+#include "common/data/chat_template.h"
+#include "common/data/records.h"
+#include "common/data/run_data.h"
+
+namespace dflash::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+using Tokens = std::vector<int64_t>;
+
+constexpr int64_t kChatMaxNewTokens = 1024;
+
+// One usable input record and what has been regenerated of it.
+struct Record {
+  // Token data: prompt part r precedes answer r.
+  std::vector<Tokens> parts, answers, generated;
+  // Chat data.
+  std::vector<data::Message> messages;
+  std::vector<size_t> assistant_at;  // message index of answer r
+};
+
+size_t Turns(const Record& r) {
+  return r.messages.empty() ? r.answers.size() : r.assistant_at.size();
+}
+
+// Prompt/answer runs of a document; false when it does not start with a prompt or has no answer.
+bool SplitRuns(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask, Record* r) {
+  size_t i = 0;
+  while (i < tokens.size()) {
+    Tokens part, answer;
+    while (i < tokens.size() && mask[i] == 0) part.push_back(tokens[i++]);
+    while (i < tokens.size() && mask[i] != 0) answer.push_back(tokens[i++]);
+    if (answer.empty()) break;  // a trailing prompt part without an answer is dropped
+    if (part.empty() && r->parts.empty()) return false;
+    r->parts.push_back(std::move(part));
+    r->answers.push_back(std::move(answer));
+  }
+  r->generated.resize(r->answers.size());
+  return !r->answers.empty();
+}
+
+struct Input {
+  std::vector<Record> records;
+  int64_t skipped = 0;
+  bool chat = false;
+};
+
+absl::StatusOr<Input> ReadInput(const config::RunSpec& spec, int64_t max_records) {
+  Input in;
+  const std::string& path = spec.data.train;
+  auto full = [&] {
+    return max_records > 0 && static_cast<int64_t>(in.records.size()) >= max_records;
+  };
+  if (absl::StartsWith(path, "builtin:")) {
+    ASSIGN_OR_RETURN(auto source, data::BuiltinDataset(path.substr(8)));
+    for (int64_t d = 0; d < source->num_documents() && !full(); ++d) {
+      batching::DocumentView v = source->document(d);
+      Record r;
+      if (SplitRuns({v.tokens.begin(), v.tokens.end()}, {v.loss_mask.begin(), v.loss_mask.end()},
+                    &r)) {
+        in.records.push_back(std::move(r));
+      } else {
+        ++in.skipped;
+      }
+    }
+    return in;
+  }
+  ASSIGN_OR_RETURN(data::DataFormat format, data::ParseDataFormat(spec.data.format));
+  if (format == data::DataFormat::kText) {
+    return absl::InvalidArgumentError(
+        "data.format: text records are all answer and have no prompt to regenerate from");
+  }
+  in.chat = format == data::DataFormat::kChat;
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError(absl::StrCat("data.train: cannot open ", path));
+  std::string line;
+  while (!full() && std::getline(file, line)) {
+    if (line.empty()) continue;
+    std::variant<data::Record, data::BadRecord> parsed = data::ParseRecord(line, format);
+    if (std::holds_alternative<data::BadRecord>(parsed)) {
+      ++in.skipped;
+      continue;
+    }
+    data::Record& rec = std::get<data::Record>(parsed);
+    Record r;
+    bool ok = false;
+    if (in.chat) {
+      r.messages = std::move(rec.messages);
+      for (size_t m = 0; m < r.messages.size(); ++m) {
+        if (r.messages[m].role == data::Role::kAssistant) r.assistant_at.push_back(m);
+      }
+      ok = !r.assistant_at.empty() && r.assistant_at.front() > 0;
+    } else {
+      ok = SplitRuns(rec.input_ids, rec.loss_mask, &r);
+    }
+    if (ok) {
+      in.records.push_back(std::move(r));
+    } else {
+      ++in.skipped;
+    }
+  }
+  return in;
+}
+
+// What one generation of answer `turn` of record `record` asks for.
+struct Item {
+  size_t record = 0;
+  Tokens prompt;
+  int64_t max_new = 0;
+};
+
+// Chat: the tokenizer and template; prompts are rendered from messages.
+struct ChatTools {
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  data::TokenizeOptions options;
+};
+
+// The prompt of answer `turn` of a chat record (earlier answers already regenerated) and the
+// template's end-of-turn token that closes answers.
+absl::Status ChatPrompt(const ChatTools& chat, const Record& r, size_t turn, Tokens* prompt,
+                        int64_t* stop) {
+  data::Record rec;
+  rec.messages.assign(r.messages.begin(), r.messages.begin() + r.assistant_at[turn] + 1);
+  std::variant<data::Document, data::BadRecord> doc =
+      data::TokenizeRecord(rec, *chat.tok, chat.options);
+  if (auto* bad = std::get_if<data::BadRecord>(&doc)) {
+    return absl::InvalidArgumentError(bad->message);
+  }
+  const data::Document& d = std::get<data::Document>(doc);
+  // The start of the turn-th supervised run.
+  size_t run = 0, i = 0;
+  while (i < d.tokens.size()) {
+    while (i < d.tokens.size() && d.loss_mask[i] == 0) ++i;
+    if (i == d.tokens.size()) break;
+    size_t end = i;
+    while (end < d.tokens.size() && d.loss_mask[end] != 0) ++end;
+    if (run == turn) {
+      prompt->assign(d.tokens.begin(), d.tokens.begin() + i);
+      *stop = d.tokens[end - 1];
+      return absl::OkStatus();
+    }
+    ++run;
+    i = end;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("answer ", turn, " has no supervised tokens"));
+}
+
+// Runs `items` on the workers (each takes batches from a shared queue) and returns the outputs
+// in item order.
+absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items,
+                                                const std::vector<int64_t>& stops,
+                                                const v1::RegenerateRequest& req,
+                                                const std::string& yaml,
+                                                const std::vector<v1::WorkerInfo>& workers,
+                                                WorkerControl* control) {
+  const size_t batch = req.batch_size() > 0 ? static_cast<size_t>(req.batch_size()) : 16;
+  std::vector<Tokens> out(items.size());
+  std::atomic<size_t> next{0};
+  auto work = [&](const v1::WorkerInfo& w) -> absl::Status {
+    while (true) {
+      const size_t first = next.fetch_add(batch);
+      if (first >= items.size()) return absl::OkStatus();
+      const size_t last = std::min(items.size(), first + batch);
+      v1::GenerateRequest g;
+      g.set_resolved_config_yaml(yaml);
+      for (size_t i = first; i < last; ++i) {
+        g.add_prompts()->mutable_ids()->Add(items[i].prompt.begin(), items[i].prompt.end());
+        g.add_max_new_tokens(items[i].max_new);
+      }
+      g.mutable_stop_token_ids()->Add(stops.begin(), stops.end());
+      g.set_temperature(req.temperature());
+      g.set_top_p(req.top_p());
+      g.set_top_k(req.top_k());
+      g.set_seed(req.seed() + first);
+      ASSIGN_OR_RETURN(v1::GenerateResponse resp, control->Generate(w, g));
+      if (resp.outputs_size() != static_cast<int>(last - first)) {
+        return absl::InternalError(absl::StrCat("worker ", w.name(), " answered ",
+                                                resp.outputs_size(), " of ", last - first,
+                                                " prompts"));
+      }
+      for (size_t i = first; i < last; ++i) {
+        const auto& ids = resp.outputs(static_cast<int>(i - first)).ids();
+        out[i].assign(ids.begin(), ids.end());
+      }
+    }
+  };
+  std::vector<std::future<absl::Status>> calls;
+  for (const v1::WorkerInfo& w : workers) calls.push_back(std::async(std::launch::async, work, w));
+  absl::Status status;
+  for (auto& c : calls) {
+    absl::Status s = c.get();
+    if (status.ok() && !s.ok()) status = s;
+  }
+  if (!status.ok()) return status;
+  return out;
+}
+
+// The output line of a finished record.
+absl::StatusOr<std::string> OutputLine(const Record& r, const std::vector<std::string>& texts) {
+  nlohmann::json j;
+  if (!r.messages.empty()) {
+    nlohmann::json messages = nlohmann::json::array();
+    size_t turn = 0;
+    for (size_t m = 0; m < r.messages.size(); ++m) {
+      if (turn < r.assistant_at.size() && r.assistant_at[turn] == m) {
+        messages.push_back({{"role", "assistant"}, {"content", texts[turn++]}});
+      } else if (turn < r.assistant_at.size()) {  // messages after the last answer are dropped
+        messages.push_back({{"role", std::string(data::RoleName(r.messages[m].role))},
+                            {"content", r.messages[m].content}});
+      }
+    }
+    j["messages"] = std::move(messages);
+  } else {
+    std::vector<int64_t> ids;
+    std::vector<int> mask;
+    for (size_t t = 0; t < r.parts.size(); ++t) {
+      ids.insert(ids.end(), r.parts[t].begin(), r.parts[t].end());
+      mask.insert(mask.end(), r.parts[t].size(), 0);
+      ids.insert(ids.end(), r.generated[t].begin(), r.generated[t].end());
+      mask.insert(mask.end(), r.generated[t].size(), 1);
+    }
+    j["input_ids"] = std::move(ids);
+    j["loss_mask"] = std::move(mask);
+  }
+  return j.dump();
+}
+
+// Complete lines already in `partial`; a torn last line (a crash mid-write) is cut off.
+absl::StatusOr<int64_t> ResumeLines(const fs::path& partial) {
+  std::error_code ec;
+  if (!fs::exists(partial, ec)) return 0;
+  std::ifstream in(partial, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  if (keep != text.size()) {
+    fs::resize_file(partial, keep, ec);
+    if (ec) return absl::InternalError(absl::StrCat(partial.string(), ": ", ec.message()));
+  }
+  return static_cast<int64_t>(std::count(text.begin(), text.begin() + keep, '\n'));
+}
+
+}  // namespace
+
+absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest& req,
+                        const std::vector<v1::WorkerInfo>& workers, WorkerControl* control,
+                        const std::function<bool(const v1::RegenerateProgress&)>& progress) {
+  if (workers.empty()) {
+    return absl::FailedPreconditionError("no idle target worker is registered to generate with");
+  }
+  if (req.output().empty()) return absl::InvalidArgumentError("output: required");
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(Input input, ReadInput(spec, req.max_records()));
+  ChatTools chat;
+  if (input.chat) {
+    ASSIGN_OR_RETURN(data::RunDataPaths paths, data::ResolveRunDataPaths(spec));
+    ASSIGN_OR_RETURN(chat.tok, data::LoadTokenizer(paths.tokenizer));
+    ASSIGN_OR_RETURN(chat.options.chat_template,
+                     data::ResolveChatTemplate(spec.data.chat_template, paths.tokenizer));
+    chat.options.format = data::DataFormat::kChat;
+    chat.options.block_size = 0;  // no answer is too short to regenerate
+  }
+  const fs::path out_path = req.output(), partial = req.output() + ".partial";
+  ASSIGN_OR_RETURN(const int64_t resumed, ResumeLines(partial));
+  std::FILE* out = std::fopen(partial.c_str(), "ab");
+  if (out == nullptr) return absl::InternalError(absl::StrCat("cannot write ", partial.string()));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(out, &std::fclose);
+
+  v1::RegenerateProgress p;
+  p.set_records_total(static_cast<int64_t>(input.records.size()));
+  p.set_records_skipped(input.skipped);
+  p.set_resumed_from(std::min<int64_t>(resumed, p.records_total()));
+  p.set_records_done(p.resumed_from());
+  p.set_workers(static_cast<int64_t>(workers.size()));
+  p.set_output(out_path.string());
+  const std::string yaml = config::EmitRunSpec(spec);
+  const size_t batch = req.batch_size() > 0 ? static_cast<size_t>(req.batch_size()) : 16;
+  const size_t chunk = std::max<size_t>(64, 2 * batch * workers.size());
+  for (size_t first = p.records_done(); first < input.records.size(); first += chunk) {
+    const size_t last = std::min(input.records.size(), first + chunk);
+    size_t turns = 0;
+    for (size_t i = first; i < last; ++i) turns = std::max(turns, Turns(input.records[i]));
+    std::vector<std::vector<std::string>> texts(last - first);
+    for (size_t turn = 0; turn < turns; ++turn) {
+      std::vector<Item> items;
+      std::vector<int64_t> stops;
+      for (size_t i = first; i < last; ++i) {
+        Record& r = input.records[i];
+        if (turn >= Turns(r)) continue;
+        Item item;
+        item.record = i;
+        if (input.chat) {
+          int64_t stop = 0;
+          RETURN_IF_ERROR(ChatPrompt(chat, r, turn, &item.prompt, &stop));
+          if (std::find(stops.begin(), stops.end(), stop) == stops.end()) stops.push_back(stop);
+          item.max_new = req.max_new_tokens() > 0 ? req.max_new_tokens() : kChatMaxNewTokens;
+        } else {
+          for (size_t t = 0; t <= turn; ++t) {
+            item.prompt.insert(item.prompt.end(), r.parts[t].begin(), r.parts[t].end());
+            if (t < turn) {
+              item.prompt.insert(item.prompt.end(), r.generated[t].begin(), r.generated[t].end());
+            }
+          }
+          item.max_new = req.max_new_tokens() > 0 ? req.max_new_tokens()
+                                                  : static_cast<int64_t>(r.answers[turn].size());
+        }
+        items.push_back(std::move(item));
+      }
+      ASSIGN_OR_RETURN(std::vector<Tokens> outputs,
+                       GenerateAll(items, stops, req, yaml, workers, control));
+      for (size_t k = 0; k < items.size(); ++k) {
+        Record& r = input.records[items[k].record];
+        p.set_tokens_generated(p.tokens_generated() + static_cast<int64_t>(outputs[k].size()));
+        if (input.chat) {
+          Tokens& o = outputs[k];
+          if (!o.empty() && std::find(stops.begin(), stops.end(), o.back()) != stops.end()) {
+            o.pop_back();  // the template writes its end-of-turn token itself
+          }
+          std::vector<int32_t> ids(o.begin(), o.end());
+          ASSIGN_OR_RETURN(std::string text, chat.tok->Decode(ids, /*skip_special_tokens=*/true));
+          r.messages[r.assistant_at[turn]].content = text;
+          texts[items[k].record - first].push_back(std::move(text));
+        } else {
+          r.generated[turn] = std::move(outputs[k]);
+        }
+      }
+    }
+    for (size_t i = first; i < last; ++i) {
+      ASSIGN_OR_RETURN(std::string line, OutputLine(input.records[i], texts[i - first]));
+      line += '\n';
+      if (std::fwrite(line.data(), 1, line.size(), out) != line.size()) {
+        return absl::InternalError(absl::StrCat("writing ", partial.string()));
+      }
+      input.records[i] = Record();  // done: free its tokens
+    }
+    if (std::fflush(out) != 0 || ::fsync(fileno(out)) != 0) {
+      return absl::InternalError(absl::StrCat("writing ", partial.string()));
+    }
+    p.set_records_done(static_cast<int64_t>(last));
+    p.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (!progress(p))
+      return absl::CancelledError("regeneration stopped; the output so far is kept");
+  }
+  closer.reset();
+  std::error_code ec;
+  fs::rename(partial, out_path, ec);
+  if (ec)
+    return absl::InternalError(absl::StrCat("renaming to ", out_path.string(), ": ", ec.message()));
+  p.set_done(true);
+  p.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  LOG(INFO) << "regenerated " << p.records_done() << " records into " << out_path.string() << " ("
+            << p.tokens_generated() << " tokens, " << workers.size() << " workers)";
+  progress(p);
+  return absl::OkStatus();
+}
+
+}  // namespace dflash::coordinator
