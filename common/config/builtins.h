@@ -4,6 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "common/batching/rng.h"
 
 namespace dflash::config {
 
@@ -25,6 +29,24 @@ struct TinyQwen3 {
   static constexpr int64_t kMaskTokenId = 1;
   // builtin:tiny-chat emits ids in [kFirstDataToken, kVocabSize).
   static constexpr int64_t kFirstDataToken = 16;
+  // builtin:tiny-chat's answers use ids [kFirstDataToken, kFirstDataToken + kAnswerTokens) and
+  // follow a successor table over them (TinyChatSuccessors).
+  static constexpr int64_t kAnswerTokens = 32;
+  static constexpr uint64_t kTinyChatSeed = 0x54494e5943484154ULL;  // "TINYCHAT"
 };
+
+// The successor table of builtin:tiny-chat's answers: succ[i] is the token after answer token
+// kFirstDataToken + i. Drawn first from `rng` (seeded kTinyChatSeed; the data set keeps drawing
+// from it), so that the built-in target (common/nn/builtin_target.cc) can follow the same table.
+inline std::vector<int32_t> TinyChatSuccessors(batching::SplitMix64& rng) {
+  std::vector<int32_t> succ(TinyQwen3::kAnswerTokens);
+  for (int64_t i = 0; i < TinyQwen3::kAnswerTokens; ++i) {
+    succ[i] = static_cast<int32_t>(TinyQwen3::kFirstDataToken + i);
+  }
+  for (int64_t i = TinyQwen3::kAnswerTokens - 1; i > 0; --i) {
+    std::swap(succ[i], succ[rng.Below(static_cast<uint64_t>(i) + 1)]);
+  }
+  return succ;
+}
 
 }  // namespace dflash::config

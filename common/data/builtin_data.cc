@@ -15,18 +15,13 @@ using config::TinyQwen3;
 
 std::unique_ptr<batching::InMemorySource> TinyChat() {
   constexpr int64_t kDocs = 2000;
-  constexpr uint64_t kSeed = 0x54494e5943484154ULL;  // "TINYCHAT"
   const int64_t first = TinyQwen3::kFirstDataToken;
   const int64_t span = TinyQwen3::kVocabSize - first;
   // Answers use the first kAnswerTokens ids only: a successor table small enough for a one-layer
   // drafter to learn within the demo's few hundred steps on a CPU.
-  constexpr int64_t kAnswerTokens = 32;
-  batching::SplitMix64 rng(kSeed);
-  std::vector<int32_t> succ(kAnswerTokens);
-  std::iota(succ.begin(), succ.end(), static_cast<int32_t>(first));
-  for (int64_t i = kAnswerTokens - 1; i > 0; --i) {
-    std::swap(succ[i], succ[rng.Below(static_cast<uint64_t>(i) + 1)]);
-  }
+  constexpr int64_t kAnswerTokens = TinyQwen3::kAnswerTokens;
+  batching::SplitMix64 rng(TinyQwen3::kTinyChatSeed);
+  const std::vector<int32_t> succ = config::TinyChatSuccessors(rng);
   auto uniform_token = [&] { return static_cast<int32_t>(first + rng.Below(span)); };
   auto answer_token = [&] { return static_cast<int32_t>(first + rng.Below(kAnswerTokens)); };
   auto between = [&](int64_t lo, int64_t hi) {

@@ -6,12 +6,14 @@
 #include <ATen/Utils.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/batching/rng.h"
 #include "common/config/builtins.h"
 #include "common/model/builtin_config.h"
 
@@ -49,6 +51,36 @@ std::map<std::string, at::Tensor> RandomQwen3Weights(
   return w;
 }
 
+namespace {
+
+// builtin:tiny-qwen3 answers the way a model trained on builtin:tiny-chat would, so that its own
+// generations (dflashctl regen, speculative decoding) have structure a drafter can learn, as a
+// real model's do: its layers write to the residual stream at a tenth of their random scale (the
+// last hidden state stays near the current token's embedding, moved by the context), and the
+// lm_head row of answer token v is the unit embedding of the token that tiny-chat's successor
+// table puts before v (every other row is zero). Greedy decoding therefore continues an answer
+// token with its tiny-chat successor and a prompt token with the answer token whose predecessor's
+// embedding it is closest to; the context perturbs the rest.
+void ShapeLikeTrainedOnTinyChat(int64_t layers, std::map<std::string, at::Tensor>* w) {
+  constexpr double kLayerScale = 0.1;
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    (*w)[p + "self_attn.o_proj.weight"] = (*w)[p + "self_attn.o_proj.weight"] * kLayerScale;
+    (*w)[p + "mlp.down_proj.weight"] = (*w)[p + "mlp.down_proj.weight"] * kLayerScale;
+  }
+  const at::Tensor& embed = (*w)["model.embed_tokens.weight"];
+  at::Tensor lm_head = at::zeros_like((*w)["lm_head.weight"]);
+  batching::SplitMix64 rng(TinyQwen3::kTinyChatSeed);
+  const std::vector<int32_t> succ = config::TinyChatSuccessors(rng);
+  for (int64_t i = 0; i < TinyQwen3::kAnswerTokens; ++i) {
+    at::Tensor pred = embed[TinyQwen3::kFirstDataToken + i];
+    lm_head[succ[i]].copy_(pred / pred.norm());
+  }
+  (*w)["lm_head.weight"] = lm_head;
+}
+
+}  // namespace
+
 absl::StatusOr<model::TransformerConfig> BuiltinTargetConfig(const std::string& name) {
   return model::BuiltinTargetConfig(name);
 }
@@ -79,8 +111,9 @@ absl::StatusOr<std::unique_ptr<TargetModel>> BuiltinTarget(const std::string& na
   // Sharp logits, as a trained model's lm_head gives: with the drafter's normed hidden state
   // (RMS 1) each logit has a standard deviation of 4, so the drafter, whose lm_head is this frozen
   // one, can express confident predictions without first growing its final norm.
-  const std::map<std::string, at::Tensor> w =
+  std::map<std::string, at::Tensor> w =
       RandomQwen3Weights(t, layers, normal, opts, /*lm_head_divisor=*/2.0);
+  if (!large) ShapeLikeTrainedOnTinyChat(layers, &w);
   return TargetModel::FromTensors(t, w, options);
 }
 

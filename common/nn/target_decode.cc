@@ -1,13 +1,19 @@
 // TargetModel's generation path: the KV cache and Extend (target_model.h). The packed forward over
 // whole documents (Forward) is in target_model.cc.
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/softmax.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -17,6 +23,67 @@
 #include "common/nn/weights.h"
 
 namespace dflash::nn {
+
+namespace {
+
+// Where the new rows of S sequences extended by n tokens each go in the [S_all, capacity, ...]
+// caches, and which cached keys each new row may see.
+struct BatchedCacheIndex {
+  at::Tensor seqs;      // [S] int64: the sequences
+  at::Tensor slot_seq;  // [S*n] int64: cache row (sequence) of each new token
+  at::Tensor slot_pos;  // [S*n] int64: cache position of each new token
+  at::Tensor visible;   // [S, 1, 1, n, Lmax] bool: key j visible to new row i of sequence s
+  int64_t n = 0, max_len = 0;
+};
+
+BatchedCacheIndex MakeBatchedCacheIndex(const std::vector<int64_t>& sequences, const KvCache& cache,
+                                        int64_t n, c10::Device device) {
+  BatchedCacheIndex b;
+  b.n = n;
+  const int64_t s = static_cast<int64_t>(sequences.size());
+  std::vector<int64_t> slot_seq, slot_pos, past;
+  for (int64_t seq : sequences) {
+    const int64_t len = cache.length(seq);
+    past.push_back(len);
+    b.max_len = std::max(b.max_len, len + n);
+    for (int64_t j = 0; j < n; ++j) {
+      slot_seq.push_back(seq);
+      slot_pos.push_back(len + j);
+    }
+  }
+  const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
+  b.seqs = at::tensor(sequences, long_opts).to(device);
+  b.slot_seq = at::tensor(slot_seq, long_opts).to(device);
+  b.slot_pos = at::tensor(slot_pos, long_opts).to(device);
+  // Key j is visible to new row i of sequence s iff j <= past_s + i.
+  at::Tensor key = at::arange(b.max_len, long_opts).view({1, 1, b.max_len});
+  at::Tensor last =
+      (at::tensor(past, long_opts).view({s, 1, 1}) + at::arange(n, long_opts).view({1, n, 1}));
+  b.visible = (key <= last).view({s, 1, 1, n, b.max_len}).to(device);
+  return b;
+}
+
+// Writes the new keys/values into the caches, then attends every new row to its sequence's
+// visible keys: q [S*n, Hq, D] -> [S*n, Hq, D]. Same arithmetic as CachedCausalAttention, with the
+// padded keys masked out (their probabilities are exactly zero).
+at::Tensor BatchedCachedAttention(const TargetModel::Qkv& qkv, const BatchedCacheIndex& b,
+                                  at::Tensor* k_cache, at::Tensor* v_cache, double scale) {
+  k_cache->index_put_({b.slot_seq, b.slot_pos}, qkv.k);
+  v_cache->index_put_({b.slot_seq, b.slot_pos}, qkv.v);
+  const int64_t s = b.seqs.size(0), n = b.n, hq = qkv.q.size(1), dim = qkv.q.size(2);
+  const int64_t hkv = k_cache->size(2), group = hq / hkv;
+  at::Tensor k = k_cache->narrow(1, 0, b.max_len).index_select(0, b.seqs);  // [S, L, Hkv, D]
+  at::Tensor v = v_cache->narrow(1, 0, b.max_len).index_select(0, b.seqs);
+  at::Tensor q = qkv.q.view({s, n, hkv, group, dim}).permute({0, 2, 3, 1, 4});  // [S,Hkv,G,n,D]
+  at::Tensor kt = k.permute({0, 2, 3, 1}).unsqueeze(2);                         // [S,Hkv,1,D,L]
+  at::Tensor scores = at::matmul(q, kt) * scale;                                // [S,Hkv,G,n,L]
+  scores.masked_fill_(b.visible.logical_not(), -std::numeric_limits<double>::infinity());
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(qkv.q.scalar_type());
+  at::Tensor o = at::matmul(probs, v.permute({0, 2, 1, 3}).unsqueeze(2));  // [S,Hkv,G,n,D]
+  return o.permute({0, 3, 1, 2, 4}).reshape({s * n, hq, dim});
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const TargetModel& model,
                                                          int64_t sequences, int64_t capacity) {
@@ -39,9 +106,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const TargetModel& mode
     c10::InferenceMode inference;
     const at::TensorOptions opts = at::TensorOptions().dtype(model.dtype()).device(model.device());
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      // Zeros, not garbage: the batched attention multiplies the zero probabilities of padded
+      // positions with their values, and 0 * NaN would be NaN.
       cache->k_.push_back(
-          at::empty({sequences, capacity, c.num_key_value_heads, c.head_dim}, opts));
-      cache->v_.push_back(at::empty_like(cache->k_.back()));
+          at::zeros({sequences, capacity, c.num_key_value_heads, c.head_dim}, opts));
+      cache->v_.push_back(at::zeros_like(cache->k_.back()));
     }
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(absl::StrCat("allocating a KV cache of ", sequences, " x ",
@@ -136,8 +205,25 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
           at::empty({n, feature_dim()}, at::TensorOptions().dtype(dtype_).device(device_));
     }
     const double scale = AttentionScale();
+    // Every sequence extended by the same count (decoding steps, verification blocks): one
+    // batched attention per layer over the sequences' padded caches instead of one per sequence.
+    const int64_t count0 = offsets[1];
+    bool uniform = sequences.size() > 1;
+    for (size_t i = 1; i < sequences.size() && uniform; ++i) {
+      uniform = offsets[i + 1] - offsets[i] == count0;
+    }
+    BatchedCacheIndex batched;
+    if (uniform) batched = MakeBatchedCacheIndex(sequences, *cache, count0, device_);
     for (size_t l = 0; l < layers_.size(); ++l) {
       Qkv qkv = Project(layers_[l], x, rope);
+      if (uniform) {
+        x = Finish(layers_[l], x,
+                   BatchedCachedAttention(qkv, batched, &cache->k_[l], &cache->v_[l], scale));
+        if (with_features && l < slots_of_layer_.size()) {
+          for (int64_t slot : slots_of_layer_[l]) out.features.narrow(1, slot * h, h).copy_(x);
+        }
+        continue;
+      }
       at::Tensor attn = at::empty_like(qkv.q);
       for (size_t i = 0; i < sequences.size(); ++i) {
         const int64_t s = sequences[i], past = cache->length(s);

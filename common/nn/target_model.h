@@ -125,6 +125,10 @@ class TargetModel {
   // lm_head(hidden): [N, V] fp32 logits of Extend's hidden rows (options.full only).
   absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden) const;
   bool full() const { return full_; }
+  // A layer's attention inputs: q [T, Hq, D], k and v [T, Hkv, D], normed and rotated.
+  struct Qkv {
+    at::Tensor q, k, v;
+  };
 
   const model::TransformerConfig& config() const { return config_; }
   const std::vector<int64_t>& layer_ids() const { return layer_ids_; }
@@ -156,10 +160,6 @@ class TargetModel {
                       const VarlenDocs& docs) const;
   // HF: head_dim ** -0.5.
   double AttentionScale() const;
-  // The layer's attention inputs: q [T, Hq, D], k and v [T, Hkv, D], normed and rotated.
-  struct Qkv {
-    at::Tensor q, k, v;
-  };
   Qkv Project(const TargetLayerWeights& w, const at::Tensor& x, const RopeTables& rope) const;
   // The rest of the layer after attention: o_proj, residual, MLP.
   at::Tensor Finish(const TargetLayerWeights& w, const at::Tensor& x, const at::Tensor& attn) const;
