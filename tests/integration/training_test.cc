@@ -52,8 +52,9 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   const std::map<int64_t, double> logged = LoggedLosses(first);  // printed with 4 decimals
   ASSERT_EQ(logged.size(), static_cast<size_t>(kSteps));
   for (const auto& [step, loss] : reference) EXPECT_NEAR(logged.at(step), loss, 1e-4);
-  // The loss falls (tiny-chat is learnable; the demo's 300 steps take it from 13.4 to 2.9).
-  EXPECT_LT(reference.at(kSteps - 1), reference.at(0) - 3.0)
+  // The loss falls (tiny-chat is learnable: from about ln 512 = 6.2, 24 steps take it to 5.0, the
+  // demo's 300 steps below 1).
+  EXPECT_LT(reference.at(kSteps - 1), reference.at(0) - 1.0)
       << reference.at(0) << " -> " << reference.at(kSteps - 1);
   json done = Status(first);
   EXPECT_EQ(done["step"], std::to_string(kSteps));  // int64 is a string in proto JSON
