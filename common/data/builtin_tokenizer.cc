@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -15,11 +16,24 @@ std::string TinyQwen3TokenizerJson() {
   nlohmann::json vocab = nlohmann::json::object();
   const auto& bytes = tokenizer::byte_level::ByteStrings();
   for (int b = 0; b < 256; ++b) vocab[bytes[b]] = b;
-  for (int64_t id = 256; id < config::TinyQwen3::kVocabSize; ++id) {
-    vocab[absl::StrCat("<|tiny_", id, "|>")] = id;
+  // ChatML's markers as special tokens, so that chat data can be rendered for the built-in target.
+  // Added tokens take the ids after the vocabulary, as in HF tokenizers: the last three.
+  const std::vector<const char*> specials = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"};
+  const int64_t first_special = config::TinyQwen3::kVocabSize - 3;
+  for (int64_t id = 256; id < first_special; ++id) vocab[absl::StrCat("<|tiny_", id, "|>")] = id;
+  nlohmann::json added = nlohmann::json::array();
+  int64_t id = first_special;
+  for (const char* special : specials) {
+    added.push_back({{"id", id++},
+                     {"content", special},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   }
   nlohmann::json j = {{"version", "1.0"},
-                      {"added_tokens", nlohmann::json::array()},
+                      {"added_tokens", added},
                       {"normalizer", nullptr},
                       {"pre_tokenizer",
                        {{"type", "ByteLevel"},

@@ -12,8 +12,10 @@
 namespace dflash::data {
 
 // "builtin:tiny-qwen3": a byte-level BPE without merges over the target's 512 ids (the 256
-// byte-level symbols, then 256 placeholder tokens "<|tiny_N|>"): it fixes the vocabulary and the
-// fingerprint; text encodes byte by byte. Any other path: Tokenizer::FromFile.
+// byte-level symbols, placeholder tokens "<|tiny_N|>", and ChatML's <|im_start|> <|im_end|>
+// <|endoftext|> as special tokens 509-511): it fixes the vocabulary and the fingerprint; text
+// encodes byte by byte; chat data renders with data.chat_template chatml. Any other path:
+// Tokenizer::FromFile.
 absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(
     const std::filesystem::path& path);
 

@@ -329,10 +329,11 @@ int Commands::Regen(const RegenArgs& args) {
   long_opts.timeout_ms = std::max<int64_t>(opts_.timeout_ms, int64_t{7} * 24 * 3600 * 1000);
   PrepareContext(&ctx, long_opts);
   std::unique_ptr<grpc::ClientReader<v1::RegenerateProgress>> reader = stub_->Regenerate(&ctx, req);
-  v1::RegenerateProgress p;
+  v1::RegenerateProgress p, read;  // p: the last message (a failed Read may clear its argument)
   const bool tty = isatty(fileno(stderr)) == 1;
   int last_decile = -1;
-  while (reader->Read(&p)) {
+  while (reader->Read(&read)) {
+    p = read;
     if (opts_.json) continue;
     const double rate = p.seconds() > 0 ? p.tokens_generated() / p.seconds() : 0;
     const int64_t left = p.records_total() - p.records_done();
