@@ -236,6 +236,8 @@ absl::StatusOr<v1::EvalResult> Coordinator::EvaluateDrafter(const v1::EvaluateDr
   if (req.max_prompts() > 0) spec.eval.max_prompts = req.max_prompts();
   ASSIGN_OR_RETURN(spec, config::ParseRunSpec(config::EmitRunSpec(spec), "evaluation", opts));
   ASSIGN_OR_RETURN(v1::EvaluateRequest eval, MakeEvaluateRequest(spec, spec.drafter.init_from));
+  eval.set_measure_baseline(true);
+  eval.set_batch_size(req.batch_size());
   std::optional<v1::WorkerInfo> worker;
   for (const v1::WorkerInfo& w : ListWorkers()) {
     if (w.role() == v1::WORKER_ROLE_TARGET && w.health() == v1::WORKER_HEALTH_UP &&

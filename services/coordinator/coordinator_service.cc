@@ -89,6 +89,11 @@ grpc::Status CoordinatorService::WatchRun(grpc::ServerContext* ctx, const v1::Wa
       p.set_to_state(run->state());
       p.set_step(run->step());
       *p.mutable_progress() = run->last_step();
+      // The newest evaluation's tau rides on every progress event (evaluations are rare steps
+      // that a polling watch may not see as the newest).
+      if (p.progress().measured_acceptance_length() == 0 && run->has_last_eval()) {
+        p.mutable_progress()->set_measured_acceptance_length(run->last_eval().tau());
+      }
       p.set_total_steps(run->total_steps());
       if (!writer->Write(p)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
       progress_sent = run->last_step().step();

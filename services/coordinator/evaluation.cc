@@ -49,6 +49,9 @@ v1::EvalResult ToEvalResult(const v1::EvaluateResponse& resp, const std::string&
   r.set_seconds(resp.seconds());
   r.set_tokens_per_second(resp.seconds() > 0 ? resp.new_tokens() / resp.seconds() : 0.0);
   r.set_load_seconds(resp.load_seconds());
+  if (resp.baseline_seconds() > 0) {
+    r.set_baseline_tokens_per_second(resp.baseline_tokens() / resp.baseline_seconds());
+  }
   r.set_unix_ms(unix_ms);
   return r;
 }

@@ -298,6 +298,7 @@ int Commands::Eval(const EvalArgs& args) {
   req.set_prompts(absolute(args.prompts));
   req.set_max_new_tokens(args.max_new_tokens);
   req.set_max_prompts(args.max_prompts);
+  req.set_batch_size(args.batch_size);
   v1::EvaluateDrafterResponse resp;
   grpc::ClientContext ctx;
   GlobalOptions long_opts = opts_;  // decoding takes longer than a control request

@@ -33,6 +33,7 @@ struct EvalArgs {
   std::string drafter;   // exported drafter directory
   std::string prompts;   // overrides eval.prompts
   int64_t max_new_tokens = 0, max_prompts = 0;  // 0 = eval.* of the run.yaml (or its default)
+  int64_t batch_size = 0;                       // prompts decoded together; 0 = all
 };
 
 struct RegenArgs {

@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{32768}));
   eval->add_option("--max_prompts", ea.max_prompts, "prompts decoded")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  eval->add_option("--batch_size", ea.batch_size, "prompts decoded together (default: all)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
 
   dflash::ctl::RegenArgs ra;
   auto* regen = app.add_subcommand(

@@ -161,6 +161,11 @@ std::string EvalTable(const v1::EvalResult& r) {
       << "\n";
   out << "tau        " << absl::StrFormat("%.3f", r.tau()) << " tokens per verification ("
       << r.verifications() << " verifications)\n";
+  if (r.baseline_tokens_per_second() > 0) {
+    out << "baseline   " << absl::StrFormat("%.1f", r.baseline_tokens_per_second())
+        << " tokens/s by plain greedy decoding of the same prompts: speed-up "
+        << absl::StrFormat("%.2fx", r.tokens_per_second() / r.baseline_tokens_per_second()) << "\n";
+  }
   out << "accepted   position: share of verifications that accepted it\n";
   for (int k = 1; k < r.acceptance_by_position_size(); ++k) {
     out << absl::StrFormat("  %2d  %.3f\n", k, r.acceptance_by_position(k));

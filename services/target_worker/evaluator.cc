@@ -95,6 +95,22 @@ class TargetEvaluator : public Evaluator {
       for (const std::vector<int64_t>& t : r->tokens) report.new_tokens += t.size();
     }
     report.seconds = SecondsSince(start);
+    if (work.measure_baseline) {
+      // Plain greedy decoding of the same prompts in the same batches, to the same lengths.
+      nn::GenerateOptions plain;
+      plain.max_new_tokens = work.max_new_tokens;
+      plain.stop_token_ids = work.stop_token_ids;
+      const auto base_start = std::chrono::steady_clock::now();
+      for (size_t first = 0; first < work.prompts.size(); first += batch) {
+        const size_t last = std::min(work.prompts.size(), first + batch);
+        std::vector<std::vector<int64_t>> prompts(work.prompts.begin() + first,
+                                                  work.prompts.begin() + last);
+        absl::StatusOr<std::vector<nn::Generation>> g = nn::Generate(*target_, prompts, plain);
+        if (!g.ok()) return g.status();
+        for (const nn::Generation& x : *g) report.baseline_tokens += x.tokens.size();
+      }
+      report.baseline_seconds = SecondsSince(base_start);
+    }
     report.prompts = static_cast<int64_t>(work.prompts.size());
     report.verifications = stats.verifications;
     report.accepted = stats.accepted;

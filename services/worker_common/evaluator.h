@@ -23,12 +23,15 @@ struct EvalWork {
   int64_t batch_size = 0;  // 0: all prompts together
   std::string run_id;      // log lines
   int64_t step = -1;
+  bool measure_baseline = false;  // also time plain greedy decoding of the same prompts
 };
 
 struct EvalReport {
   int64_t prompts = 0, new_tokens = 0, verifications = 0, accepted = 0, block_size = 0;
   std::vector<int64_t> accepted_at;
   double seconds = 0, load_seconds = 0;
+  double baseline_seconds = 0;
+  int64_t baseline_tokens = 0;
 };
 
 struct GenerateWork {

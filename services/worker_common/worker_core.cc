@@ -53,6 +53,7 @@ absl::StatusOr<v1::EvaluateResponse> WorkerCore::Evaluate(const v1::EvaluateRequ
   work.batch_size = req.batch_size();
   work.run_id = req.run_id();
   work.step = req.run_id().empty() ? -1 : req.step();
+  work.measure_baseline = req.measure_baseline();
   ASSIGN_OR_RETURN(EvalReport r, evaluator_->Evaluate(work));
   v1::EvaluateResponse resp;
   resp.set_prompts(r.prompts);
@@ -63,6 +64,8 @@ absl::StatusOr<v1::EvaluateResponse> WorkerCore::Evaluate(const v1::EvaluateRequ
   resp.set_block_size(r.block_size);
   resp.set_seconds(r.seconds);
   resp.set_load_seconds(r.load_seconds);
+  resp.set_baseline_seconds(r.baseline_seconds);
+  resp.set_baseline_tokens(r.baseline_tokens);
   return resp;
 }
 
