@@ -108,9 +108,8 @@ absl::StatusOr<std::unique_ptr<TargetModel>> BuiltinTarget(const std::string& na
   if (!options.layer_ids.empty() && !options.full) {
     layers = 1 + *std::max_element(options.layer_ids.begin(), options.layer_ids.end());
   }
-  // Sharp logits, as a trained model's lm_head gives: with the drafter's normed hidden state
-  // (RMS 1) each logit has a standard deviation of 4, so the drafter, whose lm_head is this frozen
-  // one, can express confident predictions without first growing its final norm.
+  // The large shape: sharp logits, as a trained model's lm_head gives (with a normed hidden state
+  // of RMS 1 each logit has a standard deviation of 4). tiny-qwen3's lm_head is replaced below.
   std::map<std::string, at::Tensor> w =
       RandomQwen3Weights(t, layers, normal, opts, /*lm_head_divisor=*/2.0);
   if (!large) ShapeLikeTrainedOnTinyChat(layers, &w);

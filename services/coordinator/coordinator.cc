@@ -251,10 +251,11 @@ absl::StatusOr<v1::EvalResult> Coordinator::EvaluateDrafter(const v1::EvaluateDr
         "no idle target worker is registered to decode with (each is up and holds no run)");
   }
   const int64_t start = clock_->NowUnixMs();
-  ASSIGN_OR_RETURN(v1::EvaluateResponse resp, workers_->Evaluate(*worker, eval));
+  absl::StatusOr<v1::EvaluateResponse> resp = workers_->Evaluate(*worker, eval);
+  if (!resp.ok()) return WorkerFailure(resp.status(), worker->name());
   LOG(INFO) << "evaluated " << spec.drafter.init_from << " on " << worker->name() << ": "
-            << resp.verifications() << " verifications";
-  return ToEvalResult(resp, worker->name(), spec.drafter.init_from, 0, start);
+            << resp->verifications() << " verifications";
+  return ToEvalResult(*resp, worker->name(), spec.drafter.init_from, 0, start);
 }
 
 absl::Status Coordinator::Regenerate(

@@ -31,6 +31,14 @@ absl::StatusOr<v1::EvaluateRequest> MakeEvaluateRequest(const config::RunSpec& s
   return req;
 }
 
+absl::Status WorkerFailure(const absl::Status& s, const std::string& worker) {
+  if (s.code() != absl::StatusCode::kUnavailable &&
+      s.code() != absl::StatusCode::kDeadlineExceeded) {
+    return s;
+  }
+  return absl::AbortedError(absl::StrCat("target worker ", worker, " failed: ", s.message()));
+}
+
 v1::EvalResult ToEvalResult(const v1::EvaluateResponse& resp, const std::string& worker,
                             const std::string& drafter_dir, int64_t step, int64_t unix_ms) {
   v1::EvalResult r;

@@ -18,6 +18,11 @@ namespace dflash::coordinator {
 absl::StatusOr<v1::EvaluateRequest> MakeEvaluateRequest(const config::RunSpec& spec,
                                                         const std::string& drafter_dir);
 
+// A worker's failure as the coordinator reports it to dflashctl: a worker that cannot be reached
+// (UNAVAILABLE, DEADLINE_EXCEEDED) becomes ABORTED naming it, so that the client does not take it
+// for the coordinator being unreachable.
+absl::Status WorkerFailure(const absl::Status& s, const std::string& worker);
+
 // tau, acceptance by position and throughput of a worker's answer.
 v1::EvalResult ToEvalResult(const v1::EvaluateResponse& resp, const std::string& worker,
                             const std::string& drafter_dir, int64_t step, int64_t unix_ms);

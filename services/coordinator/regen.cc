@@ -19,11 +19,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
+#include "common/batching/rng.h"
 #include "common/data/builtin_data.h"
 #include "common/data/builtin_tokenizer.h"
 #include "common/data/chat_template.h"
 #include "common/data/records.h"
 #include "common/data/run_data.h"
+#include "common/plan/memory_plan.h"
+#include "services/coordinator/evaluation.h"
 
 namespace dflash::coordinator {
 namespace {
@@ -68,7 +71,8 @@ struct Input {
   bool chat = false;
 };
 
-absl::StatusOr<Input> ReadInput(const config::RunSpec& spec, int64_t max_records) {
+absl::StatusOr<Input> ReadInput(const config::RunSpec& spec, int64_t max_records,
+                                int64_t vocab_size) {
   Input in;
   const std::string& path = spec.data.train;
   auto full = [&] {
@@ -114,7 +118,9 @@ absl::StatusOr<Input> ReadInput(const config::RunSpec& spec, int64_t max_records
       }
       ok = !r.assistant_at.empty() && r.assistant_at.front() > 0;
     } else {
-      ok = SplitRuns(rec.input_ids, rec.loss_mask, &r);
+      ok = std::all_of(rec.input_ids.begin(), rec.input_ids.end(),
+                       [&](int32_t id) { return id >= 0 && id < vocab_size; }) &&
+           SplitRuns(rec.input_ids, rec.loss_mask, &r);
     }
     if (ok) {
       in.records.push_back(std::move(r));
@@ -170,7 +176,7 @@ absl::Status ChatPrompt(const ChatTools& chat, const Record& r, size_t turn, Tok
 
 // Runs `items` on the workers (each takes batches from a shared queue) and returns the outputs
 // in item order.
-absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items,
+absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items, size_t turn,
                                                 const std::vector<int64_t>& stops,
                                                 const v1::RegenerateRequest& req,
                                                 const std::string& yaml,
@@ -194,8 +200,12 @@ absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items,
       g.set_temperature(req.temperature());
       g.set_top_p(req.top_p());
       g.set_top_k(req.top_k());
-      g.set_seed(req.seed() + first);
-      ASSIGN_OR_RETURN(v1::GenerateResponse resp, control->Generate(w, g));
+      // Per batch: the run's seed, the batch's first record and the turn (not the batch index,
+      // which a resume shifts).
+      g.set_seed(batching::SeedHash(req.seed(), {items[first].record, turn}));
+      absl::StatusOr<v1::GenerateResponse> answer = control->Generate(w, g);
+      if (!answer.ok()) return WorkerFailure(answer.status(), w.name());
+      const v1::GenerateResponse& resp = *answer;
       if (resp.outputs_size() != static_cast<int>(last - first)) {
         return absl::InternalError(absl::StrCat("worker ", w.name(), " answered ",
                                                 resp.outputs_size(), " of ", last - first,
@@ -272,7 +282,8 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
   }
   if (req.output().empty()) return absl::InvalidArgumentError("output: required");
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(Input input, ReadInput(spec, req.max_records()));
+  ASSIGN_OR_RETURN(model::TransformerConfig target, plan::RunTargetConfig(spec));
+  ASSIGN_OR_RETURN(Input input, ReadInput(spec, req.max_records(), target.vocab_size));
   ChatTools chat;
   if (input.chat) {
     ASSIGN_OR_RETURN(data::RunDataPaths paths, data::ResolveRunDataPaths(spec));
@@ -329,7 +340,7 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
         items.push_back(std::move(item));
       }
       ASSIGN_OR_RETURN(std::vector<Tokens> outputs,
-                       GenerateAll(items, stops, req, yaml, workers, control));
+                       GenerateAll(items, turn, stops, req, yaml, workers, control));
       for (size_t k = 0; k < items.size(); ++k) {
         Record& r = input.records[items[k].record];
         p.set_tokens_generated(p.tokens_generated() + static_cast<int64_t>(outputs[k].size()));

@@ -14,7 +14,10 @@
 // Output goes to <output>.partial, one line per usable input record in input order, flushed and
 // synced after every chunk; a later call with the same output continues after the lines already
 // there, and the finished file is renamed to <output>. Records without a prompt before their
-// first answer are skipped and counted.
+// first answer (or, pretokenized, with an id outside the target's vocabulary) are skipped and
+// counted. Nothing checks that a <output>.partial came from the same input and settings. Sampling
+// seeds are per batch (seed, first record of the batch, turn): a resumed sampled regeneration
+// batches differently and is not identical to an uninterrupted one (greedy is).
 #pragma once
 
 #include <functional>

@@ -458,7 +458,10 @@ bool Coordinator::RunOneStep(Training* t) {
   if (!cur->eval_dir.empty()) {
     // Measured before the commit, so that the committed step carries it (an evaluation that fails
     // is logged and skipped: it never stops training).
+    const auto eval_start = std::chrono::steady_clock::now();
     absl::StatusOr<v1::EvalResult> eval = Evaluate(t, cur->eval_dir, step + 1);
+    // The step's time (now - last commit) leaves the decoding out.
+    t->last_commit += std::chrono::steady_clock::now() - eval_start;
     if (eval.ok()) {
       results[1]->mutable_metrics()->set_measured_acceptance_length(eval->tau());
     } else {

@@ -41,7 +41,8 @@ absl::StatusOr<data::PrepareOptions> FromRunYaml(const PrepareArgs& a) {
 absl::StatusOr<data::PrepareOptions> FromFlags(const PrepareArgs& a) {
   data::PrepareOptions o;
   o.input = fs::absolute(a.data);
-  o.tokenizer = fs::absolute(a.tokenizer);
+  o.tokenizer =
+      a.tokenizer.rfind("builtin:", 0) == 0 ? fs::path(a.tokenizer) : fs::absolute(a.tokenizer);
   o.output = a.out.empty() ? fs::path(o.input).replace_extension(".dfdata") : fs::absolute(a.out);
   auto format = data::ParseDataFormat(a.format);
   if (!format.ok()) return format.status();

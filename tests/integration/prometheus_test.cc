@@ -273,7 +273,10 @@ TEST_F(PrometheusTest, EveryDashboardExpressionReturnsDataFromARealPrometheus) {
                                "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
                                "batching: {token_budget: 512, max_anchors: 64, grad_accum: 1}\n"
                                "optim: {lr: 2.0e-2, max_steps: ",
-                               kSteps, "}\nplacement: {pairs: 1, transport: host}\n"));
+                               kSteps,
+                               "}\nplacement: {pairs: 1, transport: host}\n"
+                               "eval: {every_steps: 4, prompts: \"builtin:tiny-chat\", "
+                               "max_prompts: 2, max_new_tokens: 8}\n"));
   CtlResult follow = RunCtl(address_, {"submit", run_yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
 
