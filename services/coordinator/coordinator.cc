@@ -222,6 +222,17 @@ absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_
   return resp;
 }
 
+std::vector<v1::WorkerInfo> Coordinator::IdleTargets() {
+  std::vector<v1::WorkerInfo> out;
+  for (const v1::WorkerInfo& w : ListWorkers()) {
+    if (w.role() == v1::WORKER_ROLE_TARGET && w.health() == v1::WORKER_HEALTH_UP &&
+        w.run_id().empty()) {
+      out.push_back(w);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<v1::EvalResult> Coordinator::EvaluateDrafter(const v1::EvaluateDrafterRequest& req) {
   config::RunSpecOptions opts;
   opts.check_paths = true;
@@ -238,14 +249,9 @@ absl::StatusOr<v1::EvalResult> Coordinator::EvaluateDrafter(const v1::EvaluateDr
   ASSIGN_OR_RETURN(v1::EvaluateRequest eval, MakeEvaluateRequest(spec, spec.drafter.init_from));
   eval.set_measure_baseline(true);
   eval.set_batch_size(req.batch_size());
+  const std::vector<v1::WorkerInfo> idle = IdleTargets();
   std::optional<v1::WorkerInfo> worker;
-  for (const v1::WorkerInfo& w : ListWorkers()) {
-    if (w.role() == v1::WORKER_ROLE_TARGET && w.health() == v1::WORKER_HEALTH_UP &&
-        w.run_id().empty()) {
-      worker = w;
-      break;
-    }
-  }
+  if (!idle.empty()) worker = idle.front();
   if (!worker) {
     return absl::FailedPreconditionError(
         "no idle target worker is registered to decode with (each is up and holds no run)");
@@ -283,16 +289,9 @@ absl::Status Coordinator::Regenerate(
           checked.status().message(), {{"drafter.init_from", "output (its directory)"}}));
     }
   }
-  std::vector<v1::WorkerInfo> targets;
-  for (const v1::WorkerInfo& w : ListWorkers()) {
-    if (w.role() == v1::WORKER_ROLE_TARGET && w.health() == v1::WORKER_HEALTH_UP &&
-        w.run_id().empty()) {
-      targets.push_back(w);
-    }
-  }
   v1::RegenerateRequest absolute = req;
   absolute.set_output(out.string());
-  return coordinator::Regenerate(spec, absolute, targets, workers_, progress);
+  return coordinator::Regenerate(spec, absolute, IdleTargets(), workers_, progress);
 }
 
 absl::StatusOr<v1::RunStatus> Coordinator::GetRun(const std::string& run_id) {

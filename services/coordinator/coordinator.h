@@ -93,6 +93,9 @@ class Coordinator {
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<RunStore> store,
               const Clock* clock, WorkerControl* workers, metrics::MetricsServer* metrics);
   absl::Status Recover();
+  // Target workers that are up and hold no run: what eval and regen decode on (not reserved: a
+  // run placed meanwhile shares them).
+  std::vector<v1::WorkerInfo> IdleTargets();
   absl::Status TransitionLocked(const std::string& run_id, v1::RunState from, v1::RunState to,
                                 const std::string& message,
                                 const std::vector<std::string>* worker_ids = nullptr);
