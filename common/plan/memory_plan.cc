@@ -154,7 +154,10 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   const Shape s = ShapeOf(target);
   const int64_t db = DtypeBytes(spec.target.dtype);
   const int64_t k = static_cast<int64_t>(ids->size());
-  const int64_t run_layers = 1 + *std::max_element(ids->begin(), ids->end());
+  // eval.every_steps > 0: the target is loaded with every layer, shared with the evaluator.
+  const bool evaluates = spec.eval.every_steps > 0;
+  const int64_t run_layers =
+      evaluates ? target.num_hidden_layers : 1 + *std::max_element(ids->begin(), ids->end());
   const int64_t t = plan.token_budget;
   const int64_t q_rows = plan.max_anchors * spec.drafter.block_size;
   const int64_t features = t * k * s.h * db;
@@ -188,6 +191,25 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
           t * (k * s.h + 4 * s.inter + s.q + 2 * s.kv + 4 * s.h) * db);
   AddPhase(&tw, "loading the target", {weights, fused});
   AddPhase(&tw, "forward", {weights, forward});
+  if (evaluates) {
+    // An evaluation (services/target_worker/evaluator.cc) beside a forward of the run-ahead step:
+    // the drafter snapshot in fp32, and the KV caches of one batch of prompts (16 at most, each
+    // up to data.max_length prompt tokens + eval.max_new_tokens + a block).
+    const int64_t drafter_params =
+        spec.drafter.layers * LayerParams(s, /*qk_norm=*/true, false, false) + k * s.h * s.h +
+        2 * s.h;
+    const int64_t batch = std::min<int64_t>(16, spec.eval.max_prompts);
+    const int64_t positions =
+        spec.data.max_length + spec.eval.max_new_tokens + spec.drafter.block_size;
+    const size_t snapshot =
+        Add(&tw, "evaluation: drafter snapshot",
+            absl::StrCat("fp32, ", drafter_params, " parameters"), drafter_params * 4);
+    const size_t kv = Add(&tw, "evaluation: KV caches",
+                          absl::StrCat(batch, " prompts x ", positions, " positions x ",
+                                       target.num_hidden_layers, " layers"),
+                          batch * positions * target.num_hidden_layers * 2 * s.kv * db);
+    AddPhase(&tw, "evaluation during a forward", {weights, forward, snapshot, kv});
+  }
   int64_t slots = 0;
   std::string slots_what;
   if (plan.transport == "cuda_ipc" || plan.transport == "nccl") {

@@ -19,6 +19,7 @@
 #include "common/nn/target_model.h"
 #include "common/spec/speculative.h"
 #include "common/train/run_setup.h"
+#include "services/target_worker/shared_target.h"
 
 namespace dflash::worker {
 namespace {
@@ -127,26 +128,31 @@ class TargetEvaluator : public Evaluator {
     return gpu < 0 ? c10::Device(c10::DeviceType::CPU) : c10::Device(c10::DeviceType::CUDA, gpu);
   }
 
-  // The spec's target with every layer, unless the one already loaded is the same.
+  // The spec's target with every layer: the one already loaded when it is the same, else the
+  // one a run of this process shares (shared_target.h), else loaded (and kept for later calls).
   absl::Status LoadTarget(const config::RunSpec& spec, int gpu) {
     const c10::Device device = DeviceOf(gpu);
-    const std::string key =
-        absl::StrCat(spec.target.path, "|", spec.target.dtype, "|",
-                     spec.target.layer_ids ? absl::StrJoin(*spec.target.layer_ids, ",") : "auto",
-                     "|", device.str());
+    const std::string key = TargetKey(spec, device);
     if (key == target_key_ && target_ != nullptr) return absl::OkStatus();
     target_.reset();  // free the old one before loading the next
+    target_key_.clear();
+    if (std::shared_ptr<nn::TargetModel> shared = FindSharedTarget(key); shared != nullptr) {
+      target_ = std::move(shared);
+      target_key_ = key;
+      return absl::OkStatus();
+    }
     absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
         train::LoadRunTarget(spec, device, /*embeddings_only=*/false, /*full=*/true);
     if (!target.ok()) return target.status();
-    target_ = *std::move(target);
+    target_ = std::shared_ptr<nn::TargetModel>(*std::move(target));
     target_key_ = key;
+    ShareTarget(key, target_);
     return absl::OkStatus();
   }
 
   std::mutex mu_;
   std::string target_key_;
-  std::unique_ptr<nn::TargetModel> target_;
+  std::shared_ptr<nn::TargetModel> target_;
 };
 
 }  // namespace

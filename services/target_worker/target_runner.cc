@@ -19,6 +19,7 @@
 #include "common/transport/feature_message.h"
 #include "common/transport/nccl_channel.h"
 #include "common/transport/shm_ring.h"
+#include "services/target_worker/shared_target.h"
 #include "services/worker_common/feature_channel.h"
 
 namespace dflash::worker {
@@ -51,10 +52,17 @@ class TargetRunner : public StepRunner {
     ctx_ = ctx;
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
                                            : c10::Device(c10::DeviceType::CUDA, ctx.gpu);
-    absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
-        train::LoadRunTarget(ctx.spec, device);
-    if (!target.ok()) return target.status();
-    target_ = *std::move(target);
+    // With evaluations during training the target is loaded full and shared with the evaluator
+    // (shared_target.h), which then decodes with these weights instead of loading a copy.
+    const bool full = ctx.spec.eval.every_steps > 0;
+    if (full) target_ = FindSharedTarget(TargetKey(ctx.spec, device));  // the evaluator's
+    if (target_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
+          train::LoadRunTarget(ctx.spec, device, /*embeddings_only=*/false, full);
+      if (!target.ok()) return target.status();
+      target_ = std::shared_ptr<nn::TargetModel>(*std::move(target));
+      if (full) ShareTarget(TargetKey(ctx.spec, device), target_);
+    }
     absl::StatusOr<drafter::DrafterConfig> dc =
         train::RunDrafterConfig(ctx.spec, target_->config());
     if (!dc.ok()) return dc.status();
@@ -292,7 +300,7 @@ class TargetRunner : public StepRunner {
 
  private:
   RunContext ctx_;
-  std::unique_ptr<nn::TargetModel> target_;
+  std::shared_ptr<nn::TargetModel> target_;  // shared with the evaluator when loaded full
   std::unique_ptr<data::RunData> data_;
   transport::FeatureDType ftype_ = transport::FeatureDType::kFloat32;
   std::mutex mu_;

@@ -72,6 +72,26 @@ TEST(MemoryPlanTest, ArithmeticOfTheQwen3_8BShape) {
   EXPECT_GT(p.drafter.device_bytes, p.drafter.allocator_peak);
 }
 
+// With evaluations during training the target holds every layer (shared with the evaluator) and
+// plans an evaluation beside a forward: the fp32 drafter snapshot and a batch of KV caches.
+TEST(MemoryPlanTest, EvaluationsLoadTheWholeTargetAndPlanTheDecoding) {
+  config::RunSpec spec = Spec(8192, 512, 5);
+  spec.eval.every_steps = 1000;
+  spec.eval.prompts = "builtin:tiny-chat";
+  spec.eval.max_new_tokens = 256;
+  const RunPlan p = Plan(spec);
+  EXPECT_EQ(TermBytes(p.target, "weights"),
+            (int64_t{2} * 151936 * 4096 + 36 * int64_t{192946432} + 4096) * 2);
+  EXPECT_EQ(TermBytes(p.target, "evaluation: drafter snapshot"), int64_t{1048626432} * 4);
+  // 16 prompts x (2048 + 256 + 16) positions x 36 layers x k and v x 8 heads x 128 x bf16.
+  EXPECT_EQ(TermBytes(p.target, "evaluation: KV caches"),
+            int64_t{16} * (2048 + 256 + 16) * 36 * 2 * 8 * 128 * 2);
+  bool found = false;
+  for (const auto& phase : p.target.phases) found |= phase.name == "evaluation during a forward";
+  EXPECT_TRUE(found);
+  EXPECT_GT(p.target.allocator_peak, Plan(Spec(8192, 512, 5)).target.allocator_peak);
+}
+
 // A checkpoint is fused one layer at a time (TargetModel::Load); only a built-in target holds
 // every drawn tensor while fusing.
 TEST(MemoryPlanTest, ACheckpointTargetFusesOneLayerAtATime) {
