@@ -48,7 +48,7 @@ bool Unreachable(const absl::Status& s) {
 constexpr int64_t kEvalBatch = 16;
 
 std::string EvalSnapshotDir(const std::string& run_dir, int64_t step) {
-  return (fs::path(run_dir) / "eval" / absl::StrFormat("step-%09d", step)).string();
+  return (fs::path(run_dir) / "eval" / absl::StrFormat("step-%012d", step)).string();
 }
 
 }  // namespace
@@ -597,8 +597,12 @@ absl::StatusOr<v1::EvalResult> Coordinator::Evaluate(Training* t, const std::str
       "evaluated the drafter of step %d: tau %.3f over %d prompts (%d tokens, %.1f tokens/s)", step,
       r.tau(), r.prompts(), r.new_tokens(), r.tokens_per_second());
   // The run's evaluations, one JSON line each, kept with the run (dflashctl status reads the last).
+  // The field names and shape of `dflashctl eval -o json` (proto names, every field).
+  google::protobuf::util::JsonPrintOptions json_options;
+  json_options.preserve_proto_field_names = true;
+  json_options.always_print_primitive_fields = true;
   std::string json;
-  (void)google::protobuf::util::MessageToJsonString(r, &json);
+  (void)google::protobuf::util::MessageToJsonString(r, &json, json_options);
   {
     std::ofstream out(fs::path(t->run_dir) / "eval" / "results.jsonl", std::ios::app);
     out << json << "\n";

@@ -161,8 +161,8 @@ TEST_F(CoordinatorTest, EvaluationsDuringTrainingAreRecordedAndOnDemandUsesAnIdl
   // target decodes each with the run's prompts.
   const std::string dir = after.run_dir();
   ASSERT_EQ(workers_.eval_requests.size(), 3u);
-  EXPECT_EQ(workers_.eval_requests[0].drafter_dir(), dir + "/eval/step-000000002");
-  EXPECT_EQ(workers_.eval_requests[1].drafter_dir(), dir + "/eval/step-000000004");
+  EXPECT_EQ(workers_.eval_requests[0].drafter_dir(), dir + "/eval/step-000000000002");
+  EXPECT_EQ(workers_.eval_requests[1].drafter_dir(), dir + "/eval/step-000000000004");
   EXPECT_EQ(workers_.eval_requests[2].drafter_dir(), dir + "/export");
   for (const auto& req : workers_.eval_requests) {
     EXPECT_EQ(req.prompts_size(), 3);
@@ -175,7 +175,7 @@ TEST_F(CoordinatorTest, EvaluationsDuringTrainingAreRecordedAndOnDemandUsesAnIdl
     if (!req.export_dir().empty()) exports[req.step()] = req.export_dir();
   }
   EXPECT_EQ(exports.size(), 3u);
-  EXPECT_EQ(exports[1], dir + "/eval/step-000000002");
+  EXPECT_EQ(exports[1], dir + "/eval/step-000000000002");
   EXPECT_EQ(exports[4], dir + "/export");
   // The newest evaluation in the run's status; each in the run's evaluation log.
   ASSERT_TRUE(after.has_last_eval());
