@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -214,6 +215,17 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
     }
     BatchedCacheIndex batched;
     if (uniform) batched = MakeBatchedCacheIndex(sequences, *cache, count0, device_);
+    // A prefill (every sequence empty): the packed varlen causal attention of Forward (flash on
+    // CUDA), so that a long prompt never materializes its n x n scores.
+    bool prefill = !uniform || count0 > 1;
+    for (int64_t seq : sequences) prefill = prefill && cache->length(seq) == 0;
+    std::optional<VarlenDocs> docs;
+    if (prefill) {
+      std::vector<int32_t> cu(offsets.begin(), offsets.end());
+      docs =
+          VarlenDocs::FromCuSeqlens(at::tensor(cu, at::TensorOptions().dtype(at::kInt)), device_);
+      uniform = false;
+    }
     for (size_t l = 0; l < layers_.size(); ++l) {
       Qkv qkv = Project(layers_[l], x, rope);
       if (uniform) {
@@ -224,13 +236,15 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
         }
         continue;
       }
-      at::Tensor attn = at::empty_like(qkv.q);
+      at::Tensor attn = prefill ? VarlenCausalAttention(qkv.q, qkv.k, qkv.v, *docs, scale)
+                                : at::empty_like(qkv.q);
       for (size_t i = 0; i < sequences.size(); ++i) {
         const int64_t s = sequences[i], past = cache->length(s);
         const int64_t start = offsets[i], count = offsets[i + 1] - start;
         at::Tensor k_all = cache->k_[l].select(0, s), v_all = cache->v_[l].select(0, s);
         k_all.narrow(0, past, count).copy_(qkv.k.narrow(0, start, count));
         v_all.narrow(0, past, count).copy_(qkv.v.narrow(0, start, count));
+        if (prefill) continue;
         attn.narrow(0, start, count)
             .copy_(CachedCausalAttention(qkv.q.narrow(0, start, count),
                                          k_all.narrow(0, 0, past + count),
