@@ -191,11 +191,15 @@ TEST_F(ClusterTest, DemoRunTrainsAndARunningRunCanBeCancelled) {
       },
       ms(10000)));
   EXPECT_THAT(ReadFile(dir_ + "/coordinator.log"), HasSubstr(" run=demo-"));
-  // Released by the coordinator's ReleaseRun, or dropped at the next heartbeat, whichever is first.
-  const std::string d0 = ReadFile(dir_ + "/d0.log");
-  EXPECT_TRUE(d0.find("released") != std::string::npos ||
-              d0.find("no longer assigns this run") != std::string::npos)
-      << d0;
+  // Released by the coordinator's ReleaseRun, or dropped at the next heartbeat, whichever is
+  // first. The registry frees the workers at the cancel, before either reaches the worker: wait
+  // for the worker's own line.
+  auto released = [&] {
+    const std::string d0 = ReadFile(dir_ + "/d0.log");
+    return d0.find("released") != std::string::npos ||
+           d0.find("no longer assigns this run") != std::string::npos;
+  };
+  EXPECT_TRUE(WaitFor(released, ms(10000))) << ReadFile(dir_ + "/d0.log");
 }
 
 TEST_F(ClusterTest, WorkersShutDownCleanlyOnSigterm) {
