@@ -27,6 +27,7 @@ DEBS=(
   libsqlite3-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libutf8proc-dev libssl-dev zlib1g-dev  # tokenizer regex, NFC, SHA-256; data CRC
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for scripts/fuzz.sh
+  openssl  # tests only: scripts/make-dev-certs.sh writes the TLS tests' certificates
   prometheus  # tests only: tests/integration/prometheus_test.cc runs it; check-deploy.sh: promtool
 )
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <iterator>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -39,18 +40,30 @@ absl::Status ApplyUmask(const std::string& octal) {
 
 mode_t NewFileMode() { return static_cast<mode_t>(0666 & ~applied.load()); }
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const std::string& what) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the token file"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the ", what));
   }
   if ((st.st_mode & 077) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": the token file is readable by others; chmod 600 it"));
+        absl::StrCat(path, ": the ", what, " is readable by others; chmod 600 it"));
   }
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
+  std::ifstream in(path, std::ios::binary);
+  std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the ", what));
+  }
+  if (absl::StripAsciiWhitespace(contents).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the ", what, " is empty"));
+  }
+  return contents;
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  absl::StatusOr<std::string> contents = ReadSecretFile(path, "token file");
+  if (!contents.ok()) return contents.status();
+  const std::string line = contents->substr(0, contents->find('\n'));
   const std::string token(absl::StripAsciiWhitespace(line));
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the token file is empty"));

@@ -22,7 +22,11 @@ absl::Status ApplyUmask(const std::string& octal);
 // Mode for a new regular file: 0666 without the applied umask (0644 before any ApplyUmask).
 mode_t NewFileMode();
 
-// A secret's file (a bearer token): its first line, trimmed; INVALID_ARGUMENT naming the file
+// A secret's file (a TLS private key): all of it; INVALID_ARGUMENT naming the file and `what`
+// when it cannot be read, is empty, or is readable by group or others (chmod 600 it).
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const std::string& what);
+
+// A bearer token's file: its first line, trimmed; INVALID_ARGUMENT naming the file
 // when it cannot be read, is empty, or is readable by group or others (chmod 600 it).
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 

@@ -23,6 +23,28 @@ absl::StatusOr<YAML::Node> LoadFile(const std::string& path) {
   return root;
 }
 
+void ReadTls(MapReader* parent, TlsOptions* tls) {
+  if (!parent->Has("tls")) return;
+  MapReader m = parent->Child("tls");
+  m.Get("cert_file", &tls->cert_file);
+  m.Get("key_file", &tls->key_file);
+  m.Get("ca_file", &tls->ca_file);
+  m.Get("mutual", &tls->mutual);
+  m.Finish();
+}
+
+// The combination only; the files are read (and a private key readable by others refused) when
+// the process loads them.
+void CheckTls(ConfigErrors* e, const TlsOptions& tls) {
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    e->Add(tls.cert_file.empty() ? "tls.cert_file" : "tls.key_file",
+           "a certificate and its key go together: set both tls.cert_file and tls.key_file");
+  }
+  if (tls.mutual && tls.ca_file.empty()) {
+    e->Add("tls.ca_file", "required by tls.mutual (the CA peers' certificates must chain to)");
+  }
+}
+
 void CheckUmask(ConfigErrors* e, const std::string& umask) {
   if (!ParseUmask(umask).ok()) e->Add("umask", "must be an octal mode of at most 0777, e.g. 077");
 }
@@ -73,6 +95,7 @@ absl::Status LoadCoordinatorConfigFile(const std::string& path, CoordinatorConfi
   m.Get("umask", &c->umask);
   m.Get("data_roots", &c->data_roots);
   m.Get("auth_token_file", &c->auth_token_file);
+  ReadTls(&m, &c->tls);
   m.Finish();
   return e.ToStatus(path);
 }
@@ -91,6 +114,7 @@ absl::Status LoadWorkerConfigFile(const std::string& path, WorkerConfig* c) {
   m.Get("log_level", &c->log_level);
   m.Get("log_file", &c->log_file);
   m.Get("umask", &c->umask);
+  ReadTls(&m, &c->tls);
   m.Finish();
   return e.ToStatus(path);
 }
@@ -120,6 +144,15 @@ absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
     }
   }
   CheckUmask(&e, c.umask);
+  CheckTls(&e, c.tls);
+  if (c.tls.mutual && c.tls.cert_file.empty()) {
+    e.Add("tls.cert_file",
+          "required by tls.mutual (client certificates are asked for over TLS only)");
+  }
+  if (!c.tls.ca_file.empty() && c.tls.cert_file.empty()) {
+    e.Add("tls.cert_file",
+          "required with tls.ca_file (a coordinator that verifies workers serves TLS itself)");
+  }
   return e.ToStatus("");
 }
 
@@ -136,6 +169,16 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
   CheckRange(&e, "gpu", c.gpu, -1, 1023);
   CheckLogLevel(&e, c.log_level);
   CheckUmask(&e, c.umask);
+  CheckTls(&e, c.tls);
+  // The coordinator dials back over TLS when it serves TLS, so a worker that reaches it over TLS
+  // serves its control port over TLS too.
+  if (!c.tls.ca_file.empty() && c.tls.cert_file.empty()) {
+    e.Add("tls.cert_file",
+          "required with tls.ca_file (a TLS coordinator dials the worker's control port over TLS)");
+  }
+  if (c.tls.mutual && c.tls.cert_file.empty()) {
+    e.Add("tls.cert_file", "required by tls.mutual (the control port serves TLS)");
+  }
   return e.ToStatus("");
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/rpc/tls_options.h"
 
 namespace dflash::config {
 
@@ -25,6 +26,8 @@ struct CoordinatorConfig {
   // Non-empty: a file holding the bearer token dflashctl must present (the user API only; the
   // workers' registry service is not covered).
   std::string auth_token_file;
+  // gRPC transport security (TLS; mutual: workers must present a certificate signed by ca_file).
+  TlsOptions tls;
 };
 
 struct WorkerConfig {
@@ -38,6 +41,9 @@ struct WorkerConfig {
   std::string log_level = "info";
   std::string log_file;
   std::string umask = "077";  // checkpoints, exports, logs: private to its user (octal)
+  // gRPC transport security (TLS to the coordinator and on the control port; mutual: only
+  // clients with a certificate signed by ca_file reach the control port).
+  TlsOptions tls;
 };
 
 // Reads a config file into `out` (fields absent from the file keep their value).

@@ -10,6 +10,8 @@
 
 namespace dflash {
 
-std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address);
+// `creds` null = plaintext (TransportSecurity::ChannelCredentials() gives TLS ones).
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> creds = nullptr);
 
 }  // namespace dflash

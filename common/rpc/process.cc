@@ -28,9 +28,11 @@ int WaitForTerminationSignal() {
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    const std::string& address, const std::vector<grpc::Service*>& services, int* bound_port) {
+    const std::string& address, const std::vector<grpc::Service*>& services, int* bound_port,
+    std::shared_ptr<grpc::ServerCredentials> creds) {
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), bound_port);
+  builder.AddListeningPort(address, creds ? std::move(creds) : grpc::InsecureServerCredentials(),
+                           bound_port);
   for (grpc::Service* s : services) builder.RegisterService(s);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || *bound_port == 0) {

@@ -18,9 +18,10 @@ void BlockTerminationSignals();
 int WaitForTerminationSignal();
 
 // Builds and starts a gRPC server on `address` (port 0 = chosen by the OS) with the services.
-// *bound_port receives the port actually bound.
+// *bound_port receives the port actually bound. `creds` null = plaintext.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    const std::string& address, const std::vector<grpc::Service*>& services, int* bound_port);
+    const std::string& address, const std::vector<grpc::Service*>& services, int* bound_port,
+    std::shared_ptr<grpc::ServerCredentials> creds = nullptr);
 
 // Replaces `host:port`'s port with `port` ("127.0.0.1:0", 4242 -> "127.0.0.1:4242").
 std::string WithPort(const std::string& address, int port);

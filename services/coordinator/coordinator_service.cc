@@ -1,6 +1,7 @@
 #include "services/coordinator/coordinator_service.h"
 
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/tls.h"
 
 namespace dflash::coordinator {
 
@@ -140,16 +141,26 @@ grpc::Status CoordinatorService::Regenerate(grpc::ServerContext* ctx,
   return ToGrpcStatus(s);
 }
 
-grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+grpc::Status RegistryService::Authorize(const grpc::ServerContext* ctx) const {
+  if (!require_client_cert_ || PeerHasVerifiedCertificate(*ctx)) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "this coordinator requires workers to present a TLS client certificate "
+                      "signed by its tls.ca_file (tls.mutual); configure the worker's "
+                      "tls.cert_file and tls.key_file");
+}
+
+grpc::Status RegistryService::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                        v1::RegisterResponse* resp) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
   auto r = c_->Register(req->worker());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *std::move(r);
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                         v1::HeartbeatResponse* resp) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
   auto r = c_->Heartbeat(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *std::move(r);

@@ -44,14 +44,19 @@ class CoordinatorService final : public v1::Coordinator::Service {
 
 class RegistryService final : public v1::Registry::Service {
  public:
-  explicit RegistryService(Coordinator* c) : c_(c) {}
+  // require_client_cert (tls.mutual): calls without a verified client certificate are refused.
+  RegistryService(Coordinator* c, bool require_client_cert)
+      : c_(c), require_client_cert_(require_client_cert) {}
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*,
                         v1::RegisterResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
                          v1::HeartbeatResponse*) override;
 
  private:
+  grpc::Status Authorize(const grpc::ServerContext* ctx) const;
+
   Coordinator* c_;
+  bool require_client_cert_;
 };
 
 }  // namespace dflash::coordinator

@@ -12,6 +12,7 @@
 #include "common/config/process_config.h"
 #include "common/metrics/catalogue.h"
 #include "common/rpc/process.h"
+#include "common/rpc/tls.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/coordinator_service.h"
 
@@ -49,6 +50,14 @@ int main(int argc, char** argv) {
                                  "run.yaml paths must lie inside one of these (repeatable)");
   auto* o_umask = app.add_option("--umask", flags.umask,
                                  "octal umask for what it writes (default 077: private)");
+  auto* o_cert = app.add_option("--tls_cert_file", flags.tls.cert_file,
+                                "serve gRPC over TLS with this PEM certificate chain");
+  auto* o_key = app.add_option("--tls_key_file", flags.tls.key_file,
+                               "the certificate's PEM private key (mode 600)");
+  auto* o_ca = app.add_option("--tls_ca_file", flags.tls.ca_file,
+                              "PEM CA bundle that workers' certificates must chain to");
+  auto* o_mutual = app.add_flag("--tls_mutual", flags.tls.mutual,
+                                "workers must present a certificate signed by --tls_ca_file");
   app.add_option("--ready_file", ready_file,
                  "write {\"grpc_port\":..,\"metrics_port\":..} here once serving");
   CLI11_PARSE(app, argc, argv);
@@ -68,6 +77,10 @@ int main(int argc, char** argv) {
   if (*o_umask) cfg.umask = flags.umask;
   if (*o_roots) cfg.data_roots = flags.data_roots;
   if (*o_token) cfg.auth_token_file = flags.auth_token_file;
+  if (*o_cert) cfg.tls.cert_file = flags.tls.cert_file;
+  if (*o_key) cfg.tls.key_file = flags.tls.key_file;
+  if (*o_ca) cfg.tls.ca_file = flags.tls.ca_file;
+  if (*o_mutual) cfg.tls.mutual = flags.tls.mutual;
   if (*o_level) cfg.log_level = flags.log_level;
   if (*o_log) cfg.log_file = flags.log_file;
   if (auto s = dflash::config::ValidateCoordinatorConfig(cfg); !s.ok()) return Fail("config", s);
@@ -90,7 +103,10 @@ int main(int argc, char** argv) {
   auto metrics = dflash::metrics::MetricsServer::Create("coordinator", cfg.metrics_listen);
   if (!metrics.ok()) return Fail("metrics", metrics.status());
 
-  dflash::coordinator::GrpcWorkerControl worker_control(cfg.worker_rpc_timeout_ms);
+  auto security = dflash::TransportSecurity::Load(cfg.tls, "tls.");
+  if (!security.ok()) return Fail("config", security.status());
+  dflash::coordinator::GrpcWorkerControl worker_control(cfg.worker_rpc_timeout_ms,
+                                                        security->ChannelCredentials());
   dflash::coordinator::CoordinatorOptions options;
   options.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
   options.worker_timeout_ms = cfg.worker_timeout_ms;
@@ -107,9 +123,12 @@ int main(int argc, char** argv) {
     token = *std::move(t);
   }
   dflash::coordinator::CoordinatorService user_api(coordinator->get(), token);
-  dflash::coordinator::RegistryService registry_api(coordinator->get());
+  dflash::coordinator::RegistryService registry_api(coordinator->get(), security->mutual());
   int port = 0;
-  auto server = dflash::StartGrpcServer(cfg.listen, {&user_api, &registry_api}, &port);
+  // Client certificates are asked for (and verified) but not required at the handshake: dflashctl
+  // connects without one; the registry checks the workers' (tls.mutual).
+  auto server = dflash::StartGrpcServer(cfg.listen, {&user_api, &registry_api}, &port,
+                                        security->ServerCredentials(/*require_client_cert=*/false));
   if (!server.ok()) return Fail("listen", server.status());
 
   // The tick thread sweeps heartbeats and places runs. Its period bounds how late a dead worker
@@ -127,7 +146,8 @@ int main(int argc, char** argv) {
     }
   });
 
-  LOG(INFO) << "serving gRPC on " << dflash::WithPort(cfg.listen, port) << ", /metrics on "
+  LOG(INFO) << "serving gRPC (" << security->Describe() << ") on "
+            << dflash::WithPort(cfg.listen, port) << ", /metrics on "
             << dflash::WithPort(cfg.metrics_listen, (*metrics)->port()) << ", state in "
             << cfg.state_dir;
   if (!ready_file.empty()) {

@@ -19,7 +19,9 @@ struct GrpcWorkerControl::Stubs {
   std::unique_ptr<v1::DrafterWorker::Stub> drafter;
 };
 
-GrpcWorkerControl::GrpcWorkerControl(int64_t rpc_timeout_ms) : rpc_timeout_ms_(rpc_timeout_ms) {}
+GrpcWorkerControl::GrpcWorkerControl(int64_t rpc_timeout_ms,
+                                     std::shared_ptr<grpc::ChannelCredentials> creds)
+    : rpc_timeout_ms_(rpc_timeout_ms), creds_(std::move(creds)) {}
 GrpcWorkerControl::~GrpcWorkerControl() = default;
 
 GrpcWorkerControl::Stubs* GrpcWorkerControl::GetStubs(const std::string& address) {
@@ -27,7 +29,7 @@ GrpcWorkerControl::Stubs* GrpcWorkerControl::GetStubs(const std::string& address
   auto& slot = stubs_[address];
   if (!slot) {
     slot = std::make_unique<Stubs>();
-    slot->channel = CreateChannel(address);
+    slot->channel = MakeChannel(address, creds_);
     slot->target = v1::TargetWorker::NewStub(slot->channel);
     slot->drafter = v1::DrafterWorker::NewStub(slot->channel);
   }

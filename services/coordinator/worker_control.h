@@ -11,6 +11,10 @@
 #include "dflash/v1/common.pb.h"
 #include "dflash/v1/worker.pb.h"
 
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
+
 namespace dflash::coordinator {
 
 class WorkerControl {
@@ -32,7 +36,9 @@ class WorkerControl {
 // gRPC implementation; one channel per worker address, every call with a deadline.
 class GrpcWorkerControl : public WorkerControl {
  public:
-  explicit GrpcWorkerControl(int64_t rpc_timeout_ms);
+  // `creds`: how workers' control ports are dialed (null = plaintext).
+  explicit GrpcWorkerControl(int64_t rpc_timeout_ms,
+                             std::shared_ptr<grpc::ChannelCredentials> creds = nullptr);
   ~GrpcWorkerControl() override;
   absl::StatusOr<v1::PrepareRunResponse> PrepareRun(const v1::WorkerInfo& worker,
                                                     const v1::PrepareRunRequest& req) override;
@@ -49,6 +55,7 @@ class GrpcWorkerControl : public WorkerControl {
   Stubs* GetStubs(const std::string& address);
 
   int64_t rpc_timeout_ms_;
+  std::shared_ptr<grpc::ChannelCredentials> creds_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Stubs>> stubs_;
 };

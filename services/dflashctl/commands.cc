@@ -42,7 +42,7 @@ bool ReadFile(const std::string& path, std::string* out) {
 }  // namespace
 
 Commands::Commands(GlobalOptions opts) : opts_(std::move(opts)) {
-  stub_ = v1::Coordinator::NewStub(CreateChannel(opts_.coordinator));
+  stub_ = v1::Coordinator::NewStub(MakeChannel(opts_.coordinator, opts_.creds));
 }
 
 int Commands::RpcError(const grpc::Status& s, const std::string& what) {

@@ -1,6 +1,8 @@
 // dflashctl subcommands. Each returns a process exit code (see ExitCode).
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
 #include <memory>
 #include <string>
 
@@ -25,6 +27,7 @@ struct GlobalOptions {
   bool json = false;        // --output json
   int64_t timeout_ms = 10000;
   std::string token;  // bearer token for a coordinator that requires one (--token_file)
+  std::shared_ptr<grpc::ChannelCredentials> creds;  // TLS (--tls_ca_file); null = plaintext
 };
 
 struct EvalArgs {

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "common/base/file_mode.h"
+#include "common/rpc/tls.h"
 #include "services/dflashctl/commands.h"
 #include "services/dflashctl/prepare_command.h"
 
@@ -24,6 +25,14 @@ int main(int argc, char** argv) {
   std::string token_file = token_env != nullptr ? token_env : "";
   app.add_option("--token_file", token_file,
                  "bearer token for a coordinator that requires one (env DFLASH_TOKEN_FILE)");
+  dflash::TlsOptions tls;
+  const char* ca_env = std::getenv("DFLASH_TLS_CA_FILE");
+  tls.ca_file = ca_env != nullptr ? ca_env : "";
+  app.add_option("--tls_ca_file", tls.ca_file,
+                 "reach a TLS coordinator, verifying it with this PEM CA bundle "
+                 "(env DFLASH_TLS_CA_FILE)");
+  app.add_option("--tls_cert_file", tls.cert_file, "present this PEM client certificate");
+  app.add_option("--tls_key_file", tls.key_file, "the client certificate's PEM key (mode 600)");
 
   std::string path, run_id;
   bool detach = false, dry_run = false;
@@ -139,6 +148,13 @@ int main(int argc, char** argv) {
     }
     g.token = *std::move(token);
   }
+  absl::StatusOr<dflash::TransportSecurity> security =
+      dflash::TransportSecurity::Load(tls, "--tls_");
+  if (!security.ok()) {
+    std::cerr << "dflashctl: " << security.status().message() << "\n";
+    return dflash::ctl::kUsage;
+  }
+  g.creds = security->ChannelCredentials();
   dflash::ctl::Commands cmd(g);
   if (*submit) return cmd.Submit(path, detach, dry_run);
   if (*status) return cmd.Status(run_id);

@@ -377,9 +377,10 @@ v1::DeviceInfo WorkerCore::ReadDevice() {
 }
 
 CoordinatorLink::CoordinatorLink(const std::string& coordinator_address, WorkerCore* core,
-                                 metrics::MetricsServer* metrics)
+                                 metrics::MetricsServer* metrics,
+                                 std::shared_ptr<grpc::ChannelCredentials> creds)
     : address_(coordinator_address), core_(core), metrics_(metrics) {
-  stub_ = v1::Registry::NewStub(CreateChannel(coordinator_address));
+  stub_ = v1::Registry::NewStub(MakeChannel(coordinator_address, std::move(creds)));
 }
 
 CoordinatorLink::~CoordinatorLink() { Stop(); }

@@ -2,6 +2,8 @@
 // settings it applies, and the registration/heartbeat loop with the coordinator.
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -70,8 +72,10 @@ class WorkerCore {
 // interval on its own thread; re-registers when the coordinator forgot it (restart).
 class CoordinatorLink {
  public:
+  // `creds`: how the coordinator is dialed (null = plaintext).
   CoordinatorLink(const std::string& coordinator_address, WorkerCore* core,
-                  metrics::MetricsServer* metrics);
+                  metrics::MetricsServer* metrics,
+                  std::shared_ptr<grpc::ChannelCredentials> creds = nullptr);
   ~CoordinatorLink();
   void Start();
   void Stop();

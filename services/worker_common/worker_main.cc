@@ -12,6 +12,7 @@
 #include "common/config/process_config.h"
 #include "common/device/device_probe.h"
 #include "common/rpc/process.h"
+#include "common/rpc/tls.h"
 #include "dflash/v1/worker.grpc.pb.h"
 #include "services/worker_common/worker_service.h"
 
@@ -48,6 +49,17 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
   auto* o_log = app.add_option("--log_file", f.log_file, "also append logs here");
   auto* o_umask =
       app.add_option("--umask", f.umask, "octal umask for what it writes (default 077: private)");
+  auto* o_cert = app.add_option("--tls_cert_file", f.tls.cert_file,
+                                "serve the control port over TLS with this PEM certificate chain "
+                                "(also presented to the coordinator)");
+  auto* o_key = app.add_option("--tls_key_file", f.tls.key_file,
+                               "the certificate's PEM private key (mode 600)");
+  auto* o_ca =
+      app.add_option("--tls_ca_file", f.tls.ca_file,
+                     "dial the coordinator over TLS, verifying it with this PEM CA bundle");
+  auto* o_mutual =
+      app.add_flag("--tls_mutual", f.tls.mutual,
+                   "the control port admits only certificates signed by --tls_ca_file");
   std::string role_flag;
   app.add_option("--role", role_flag, "must be " + RoleName(role) + " if given");
   app.add_option("--ready_file", ready_file, "write ports as JSON here once serving");
@@ -75,6 +87,10 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
   if (*o_level) cfg.log_level = f.log_level;
   if (*o_log) cfg.log_file = f.log_file;
   if (*o_umask) cfg.umask = f.umask;
+  if (*o_cert) cfg.tls.cert_file = f.tls.cert_file;
+  if (*o_key) cfg.tls.key_file = f.tls.key_file;
+  if (*o_ca) cfg.tls.ca_file = f.tls.ca_file;
+  if (*o_mutual) cfg.tls.mutual = f.tls.mutual;
   if (auto s = config::ValidateWorkerConfig(cfg); !s.ok()) return Fail(process, "config", s);
   // Before any thread or file: checkpoints, exports and logs are private by default.
   if (auto s = ApplyUmask(cfg.umask); !s.ok()) return Fail(process, "config", s);
@@ -93,6 +109,8 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
     return Fail(process, "log_file", absl::UnavailableError("cannot open " + cfg.log_file));
   }
 
+  auto security = TransportSecurity::Load(cfg.tls, "tls.");
+  if (!security.ok()) return Fail(process, "config", security.status());
   auto device = device::Probe(static_cast<int>(cfg.gpu));
   if (!device.ok()) return Fail(process, "gpu", device.status());
   auto metrics = metrics::MetricsServer::Create("worker", cfg.metrics_listen);
@@ -120,16 +138,19 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
                                ? static_cast<grpc::Service*>(&target_service)
                                : static_cast<grpc::Service*>(&drafter_service);
   int port = 0;
-  auto server = StartGrpcServer(cfg.listen, {service}, &port);
+  auto server =
+      StartGrpcServer(cfg.listen, {service}, &port,
+                      security->ServerCredentials(/*require_client_cert=*/cfg.tls.mutual));
   if (!server.ok()) return Fail(process, "listen", server.status());
   // The address the coordinator dials: advertise_host plus the port actually bound.
   core.SetControlAddress(absl::StrCat(cfg.advertise_host, ":", port));
 
   (*metrics)->Gauge("dflash_worker_up").Add({{"worker", cfg.name}, {"role", cfg.role}}).Set(1);
-  CoordinatorLink link(cfg.coordinator, &core, metrics->get());
+  CoordinatorLink link(cfg.coordinator, &core, metrics->get(), security->ChannelCredentials());
   link.Start();
-  LOG(INFO) << "serving control on " << cfg.advertise_host << ":" << port << ", /metrics on "
-            << self.metrics_address() << ", device " << device->kind << " " << device->name;
+  LOG(INFO) << "serving control (" << security->Describe() << ") on " << cfg.advertise_host << ":"
+            << port << ", /metrics on " << self.metrics_address() << ", device " << device->kind
+            << " " << device->name;
   if (!ready_file.empty()) {
     nlohmann::json ready = {{"grpc_port", port},
                             {"metrics_port", (*metrics)->port()},

@@ -22,10 +22,16 @@ class TrainingCluster : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = MakeTempDir();
+    StartCoordinator("127.0.0.1:0");
+  }
+
+  // The coordinator on `listen` (port 0: chosen by the OS), its state in the test's directory.
+  void StartCoordinator(const std::string& listen) {
     const std::string ready = dir_ + "/coordinator.ready";
+    std::filesystem::remove(ready);
     coordinator_ = std::make_unique<Process>(
         BinDir() + "/coordinator/dflash-coordinator",
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--metrics_listen", "127.0.0.1:0",
+        std::vector<std::string>{"--listen", listen, "--metrics_listen", "127.0.0.1:0",
                                  "--state_dir", dir_ + "/state", "--heartbeat_interval_ms", "100",
                                  "--worker_timeout_ms", "1000", "--ready_file", ready},
         dir_ + "/coordinator.log");
@@ -33,6 +39,14 @@ class TrainingCluster : public ::testing::Test {
     ASSERT_GT(port, 0) << ReadFile(dir_ + "/coordinator.log");
     address_ = "127.0.0.1:" + std::to_string(port);
     metrics_port_ = ReadReadyPort(ready, "metrics_port", std::chrono::milliseconds(1000));
+  }
+
+  // Crashes the coordinator (SIGKILL) and starts it again on the same port and state, as systemd
+  // or compose would; the workers find it again and re-register.
+  void CrashAndRestartCoordinator() {
+    coordinator_->Signal(SIGKILL);
+    coordinator_->Wait();
+    StartCoordinator(address_);
   }
 
   // A run.yaml in the test's directory.

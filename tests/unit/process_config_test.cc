@@ -423,3 +423,57 @@ TEST(ValidateCoordinatorConfigStrictTest, HugeValuesDoNotOverflowTheCrossCheck) 
 
 }  // namespace
 }  // namespace dflash::config
+
+namespace dflash::config {
+namespace {
+
+// The tls block (issue 10): read from both files, the combination checked naming the field.
+TEST_F(ProcessConfigTest, TlsBlockIsReadStrictly) {
+  CoordinatorConfig c;
+  ASSERT_TRUE(
+      LoadCoordinatorConfigFile(
+          Write("c.yaml",
+                "tls: {cert_file: c.crt, key_file: c.key, ca_file: ca.crt, mutual: true}\n"),
+          &c)
+          .ok());
+  EXPECT_EQ(c.tls.cert_file, "c.crt");
+  EXPECT_EQ(c.tls.key_file, "c.key");
+  EXPECT_EQ(c.tls.ca_file, "ca.crt");
+  EXPECT_TRUE(c.tls.mutual);
+  EXPECT_TRUE(ValidateCoordinatorConfig(c).ok());
+  WorkerConfig w;
+  absl::Status s = LoadWorkerConfigFile(Write("w.yaml", "tls: {cert: w.crt}\n"), &w);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("tls.cert"));
+  ASSERT_TRUE(
+      LoadWorkerConfigFile(Write("w2.yaml", "role: target\ntls: {ca_file: ca.crt}\n"), &w).ok());
+  EXPECT_THAT(std::string(ValidateWorkerConfig(w).message()),
+              HasSubstr("tls.cert_file: required with tls.ca_file"));
+}
+
+TEST(ValidateProcessConfigTest, TlsCombinations) {
+  CoordinatorConfig c;
+  c.tls.cert_file = "c.crt";
+  EXPECT_THAT(std::string(ValidateCoordinatorConfig(c).message()),
+              HasSubstr("tls.key_file: a certificate and its key go together"));
+  c.tls.key_file = "c.key";
+  EXPECT_TRUE(ValidateCoordinatorConfig(c).ok());  // TLS without client certificates
+  c.tls.mutual = true;
+  EXPECT_THAT(std::string(ValidateCoordinatorConfig(c).message()),
+              HasSubstr("tls.ca_file: required by tls.mutual"));
+  c.tls = {};
+  c.tls.ca_file = "ca.crt";
+  EXPECT_THAT(std::string(ValidateCoordinatorConfig(c).message()),
+              HasSubstr("tls.cert_file: required with tls.ca_file"));
+  WorkerConfig w;
+  w.role = "drafter";
+  w.tls.mutual = true;
+  w.tls.ca_file = "ca.crt";
+  const std::string m(ValidateWorkerConfig(w).message());
+  EXPECT_THAT(m, HasSubstr("tls.cert_file: required by tls.mutual"));
+  w.tls.cert_file = "w.crt";
+  w.tls.key_file = "w.key";
+  EXPECT_TRUE(ValidateWorkerConfig(w).ok());
+}
+
+}  // namespace
+}  // namespace dflash::config
