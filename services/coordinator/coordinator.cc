@@ -366,6 +366,9 @@ void Coordinator::Tick() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const v1::WorkerInfo& w : registry_.Sweep()) {
+      // A hung worker keeps its connections open: its calls are ended now, not at their deadlines,
+      // so that the run's step thread ends and the run can be placed again.
+      workers_->CancelCalls(w);
       if (w.run_id().empty()) continue;
       auto run = store_->GetRun(w.run_id());
       if (!run.ok() || IsTerminal(run->state()) || run->state() == v1::RUN_STATE_PAUSED) continue;

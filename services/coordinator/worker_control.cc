@@ -43,16 +43,45 @@ void SetDeadline(grpc::ClientContext* ctx, int64_t timeout_ms) {
 }
 
 absl::Status Annotated(const grpc::Status& s, const v1::WorkerInfo& w, const char* rpc) {
-  return Annotate(FromGrpcStatus(s),
-                  absl::StrCat(rpc, " on worker ", w.worker_id(), " (", w.name(), ")"));
+  // CANCELLED comes only from CancelCalls (the worker was marked down): the worker is unreachable.
+  absl::Status status = s.error_code() == grpc::StatusCode::CANCELLED
+                            ? absl::UnavailableError("worker marked down; call abandoned")
+                            : FromGrpcStatus(s);
+  return Annotate(status, absl::StrCat(rpc, " on worker ", w.worker_id(), " (", w.name(), ")"));
 }
 
 }  // namespace
+
+// Registers a call's context for CancelCalls for the call's lifetime.
+class GrpcWorkerControl::InFlight {
+ public:
+  InFlight(GrpcWorkerControl* c, const std::string& address, grpc::ClientContext* ctx) : c_(c) {
+    std::lock_guard<std::mutex> lock(c_->mu_);
+    it_ = c_->in_flight_.emplace(address, ctx);
+  }
+  ~InFlight() {
+    std::lock_guard<std::mutex> lock(c_->mu_);
+    c_->in_flight_.erase(it_);
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  GrpcWorkerControl* c_;
+  std::multimap<std::string, grpc::ClientContext*>::iterator it_;
+};
+
+void GrpcWorkerControl::CancelCalls(const v1::WorkerInfo& worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [begin, end] = in_flight_.equal_range(worker.control_address());
+  for (auto it = begin; it != end; ++it) it->second->TryCancel();
+}
 
 absl::StatusOr<v1::PrepareRunResponse> GrpcWorkerControl::PrepareRun(
     const v1::WorkerInfo& worker, const v1::PrepareRunRequest& req) {
   Stubs* stubs = GetStubs(worker.control_address());
   grpc::ClientContext ctx;
+  InFlight in_flight(this, worker.control_address(), &ctx);
   // Preparing loads the models (a large checkpoint takes minutes from disk): not a control-call
   // deadline, or a slow load would look like a dead worker and requeue the run forever.
   constexpr int64_t kPrepareDeadlineMs = 20 * 60 * 1000;
@@ -69,6 +98,7 @@ absl::Status GrpcWorkerControl::ReleaseRun(const v1::WorkerInfo& worker,
                                            const std::string& run_id) {
   Stubs* stubs = GetStubs(worker.control_address());
   grpc::ClientContext ctx;
+  InFlight in_flight(this, worker.control_address(), &ctx);
   // Release is best effort (a worker also drops a run its heartbeat reply no longer names), so a
   // dead worker must not hold the caller for the full control deadline.
   SetDeadline(&ctx, std::min<int64_t>(rpc_timeout_ms_, 2000));
@@ -89,6 +119,7 @@ absl::StatusOr<v1::RunStepResponse> GrpcWorkerControl::RunStep(const v1::WorkerI
   constexpr int64_t kStepDeadlineMs = 30 * 60 * 1000;
   Stubs* stubs = GetStubs(worker.control_address());
   grpc::ClientContext ctx;
+  InFlight in_flight(this, worker.control_address(), &ctx);
   SetDeadline(&ctx, kStepDeadlineMs);
   v1::RunStepResponse resp;
   grpc::Status s = worker.role() == v1::WORKER_ROLE_TARGET
@@ -106,6 +137,7 @@ absl::StatusOr<v1::EvaluateResponse> GrpcWorkerControl::Evaluate(const v1::Worke
   }
   Stubs* stubs = GetStubs(worker.control_address());
   grpc::ClientContext ctx;
+  InFlight in_flight(this, worker.control_address(), &ctx);
   SetDeadline(&ctx, kEvalDeadlineMs);
   v1::EvaluateResponse resp;
   grpc::Status s = stubs->target->Evaluate(&ctx, req, &resp);
@@ -121,6 +153,7 @@ absl::StatusOr<v1::GenerateResponse> GrpcWorkerControl::Generate(const v1::Worke
   }
   Stubs* stubs = GetStubs(worker.control_address());
   grpc::ClientContext ctx;
+  InFlight in_flight(this, worker.control_address(), &ctx);
   SetDeadline(&ctx, kGenerateDeadlineMs);
   v1::GenerateResponse resp;
   grpc::Status s = stubs->target->Generate(&ctx, req, &resp);

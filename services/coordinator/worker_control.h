@@ -13,6 +13,7 @@
 
 namespace grpc {
 class ChannelCredentials;
+class ClientContext;
 }  // namespace grpc
 
 namespace dflash::coordinator {
@@ -31,6 +32,10 @@ class WorkerControl {
                                                         const v1::EvaluateRequest& req) = 0;
   virtual absl::StatusOr<v1::GenerateResponse> Generate(const v1::WorkerInfo& worker,
                                                         const v1::GenerateRequest& req) = 0;
+  // Ends every call in flight to this worker now, with UNAVAILABLE: the coordinator marked it
+  // down (a hung process keeps its connections open, so its calls would otherwise wait out their
+  // deadlines, up to 30 minutes for a step).
+  virtual void CancelCalls(const v1::WorkerInfo& worker) {}
 };
 
 // gRPC implementation; one channel per worker address, every call with a deadline.
@@ -49,15 +54,20 @@ class GrpcWorkerControl : public WorkerControl {
                                                 const v1::EvaluateRequest& req) override;
   absl::StatusOr<v1::GenerateResponse> Generate(const v1::WorkerInfo& worker,
                                                 const v1::GenerateRequest& req) override;
+  void CancelCalls(const v1::WorkerInfo& worker) override;
 
  private:
   struct Stubs;
+  class InFlight;
   Stubs* GetStubs(const std::string& address);
 
   int64_t rpc_timeout_ms_;
   std::shared_ptr<grpc::ChannelCredentials> creds_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Stubs>> stubs_;
+  // Calls in flight by worker address (their contexts), and the addresses whose calls were
+  // cancelled since each call started.
+  std::multimap<std::string, grpc::ClientContext*> in_flight_;
 };
 
 }  // namespace dflash::coordinator

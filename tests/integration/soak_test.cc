@@ -151,5 +151,50 @@ TEST_F(TrainingCluster, ThreeWorkerKillsAndACoordinatorCrashLeaveTheLossCurveUnc
   std::cerr << "\n";
 }
 
+// A worker that hangs (SIGSTOP: alive, its sockets open, silent) is a stuck peer: marked down at
+// the heartbeat timeout, its calls abandoned, the run paused and queued again; a fresh worker
+// under the same name resumes it from the checkpoint with the undisturbed loss curve.
+TEST_F(TrainingCluster, AHungWorkerIsMarkedDownAndTheRunResumesWithoutIt) {
+  const std::string run_yaml =
+      WriteRunYaml("run.yaml",
+                   "name: hang\nseed: 4\n"
+                   "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
+                   "drafter: {layers: 1, block_size: 8}\n"
+                   "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+                   "batching: {token_budget: 512, max_anchors: 32}\n"
+                   "optim: {lr: 1.0e-2, max_steps: 40}\n"
+                   "placement: {pairs: 1, transport: host}\n"
+                   "checkpoint: {every_steps: 10, keep: 2}\n");
+  StartWorker("target", "t0");
+  StartWorker("drafter", "d0");
+  const std::string reference_id = Submit(run_yaml);
+  ASSERT_TRUE(
+      WaitFor([&] { return Status(reference_id)["state"] == "RUN_STATE_DONE"; }, ms(120000)));
+  const std::map<int64_t, nlohmann::json> reference = StepMetrics(reference_id);
+
+  for (const std::string victim : {"d0", "t0"}) {
+    SCOPED_TRACE(victim);
+    const std::string run_id = Submit(run_yaml);
+    ASSERT_TRUE(WaitFor([&] { return StepMetrics(run_id).size() >= 15; }, ms(120000)));
+    workers_[victim]->Signal(SIGSTOP);
+    const auto t_stop = Clock::now();
+    // Paused and queued again within the heartbeat timeout (1 s) plus the sweep and polling.
+    ASSERT_TRUE(WaitFor([&] { return Status(run_id)["state"] == "RUN_STATE_QUEUED"; }, ms(5000)))
+        << Status(run_id).dump() << ReadFile(dir_ + "/coordinator.log");
+    const double detected_s = Seconds(Clock::now() - t_stop);
+    workers_[victim]->Signal(SIGKILL);  // what systemd's watchdog or an operator does next
+    workers_[victim]->Wait();
+    StartWorker(victim == "t0" ? "target" : "drafter", victim);
+    ASSERT_TRUE(WaitFor([&] { return Status(run_id)["state"] == "RUN_STATE_DONE"; }, ms(120000)))
+        << Status(run_id).dump() << ReadFile(dir_ + "/coordinator.log");
+    const std::map<int64_t, nlohmann::json> resumed = StepMetrics(run_id);
+    ASSERT_EQ(resumed.size(), reference.size());
+    for (const auto& [step, m] : reference) {
+      EXPECT_EQ(resumed.at(step).value("loss", 0.0), m.value("loss", 0.0)) << "step " << step;
+    }
+    std::cerr << "[soak] hung " << victim << " detected in " << detected_s << " s\n";
+  }
+}
+
 }  // namespace
 }  // namespace dflash::testing
