@@ -250,6 +250,42 @@ absl::Status ParseDrafter(const Fields& f, TransformerConfig* cfg) {
   return absl::OkStatus();
 }
 
+// qwen3_moe: the experts and the router (transformers' Qwen3MoeConfig names and defaults).
+absl::Status ParseMoe(const Fields& f, TransformerConfig* cfg) {
+  constexpr int64_t kMaxExperts = 4096;
+  RETURN_IF_ERROR(f.Int("num_experts", true, 1, kMaxExperts, &cfg->num_experts));
+  RETURN_IF_ERROR(
+      f.Int("num_experts_per_tok", true, 1, cfg->num_experts, &cfg->num_experts_per_tok));
+  RETURN_IF_ERROR(
+      f.Int("moe_intermediate_size", true, 1, kMaxIntermediate, &cfg->moe_intermediate_size));
+  RETURN_IF_ERROR(f.Int("decoder_sparse_step", false, 1, kMaxLayers, &cfg->decoder_sparse_step));
+  RETURN_IF_ERROR(f.Bool("norm_topk_prob", &cfg->norm_topk_prob));
+  if (f.Has("mlp_only_layers")) {
+    const json& v = f.At("mlp_only_layers");
+    if (!v.is_array()) {
+      return f.Error("mlp_only_layers",
+                     absl::StrCat("must be a list of layer ids, got ", v.dump()));
+    }
+    for (const json& e : v) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 ||
+          e.get<int64_t>() >= cfg->num_hidden_layers) {
+        return f.Error("mlp_only_layers",
+                       absl::StrCat("must hold layer ids in 0..", cfg->num_hidden_layers - 1,
+                                    ", got ", e.dump()));
+      }
+      cfg->mlp_only_layers.push_back(e.get<int64_t>());
+    }
+  }
+  // Models with a shared expert (Qwen2-MoE, Qwen3-Next) carry these keys: refused by name rather
+  // than run without it.
+  for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts"}) {
+    if (f.Has(key) && !(f.At(key).is_number_integer() && f.At(key).get<int64_t>() == 0)) {
+      return f.Error(key, "shared experts are not supported by the qwen3_moe target");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TransformerConfig> ParseObject(const json& root, const std::string& source) {
   if (!root.is_object()) {
     return absl::InvalidArgumentError(
@@ -258,15 +294,15 @@ absl::StatusOr<TransformerConfig> ParseObject(const json& root, const std::strin
   Fields f(root, source);
   TransformerConfig cfg;
   RETURN_IF_ERROR(f.String("model_type", true, &cfg.model_type));
-  if (cfg.model_type == "qwen3") {
+  if (cfg.model_type == "qwen3" || cfg.model_type == "qwen3_moe") {
     cfg.qk_norm = true;
     cfg.max_position_embeddings = 32768;  // transformers' Qwen3Config default
   } else if (cfg.model_type == "llama") {
     cfg.qk_norm = false;
     cfg.max_position_embeddings = 2048;  // transformers' LlamaConfig default
   } else {
-    return f.Error("model_type",
-                   absl::StrCat("unsupported '", cfg.model_type, "' (supported: qwen3, llama)"));
+    return f.Error("model_type", absl::StrCat("unsupported '", cfg.model_type,
+                                              "' (supported: qwen3, qwen3_moe, llama)"));
   }
   RETURN_IF_ERROR(f.StringList("architectures", &cfg.architectures));
   RETURN_IF_ERROR(f.Int("vocab_size", true, 1, kMaxVocab, &cfg.vocab_size));
@@ -284,6 +320,7 @@ absl::StatusOr<TransformerConfig> ParseObject(const json& root, const std::strin
   RETURN_IF_ERROR(
       f.String(f.Has("torch_dtype") ? "torch_dtype" : "dtype", false, &cfg.torch_dtype));
   RETURN_IF_ERROR(ParseDrafter(f, &cfg));
+  if (cfg.model_type == "qwen3_moe") RETURN_IF_ERROR(ParseMoe(f, &cfg));
   return cfg;
 }
 
@@ -316,6 +353,14 @@ absl::StatusOr<TransformerConfig> LoadHfConfig(const std::string& dir) {
   text << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
   return ParseHfConfig(text.str(), path);
+}
+
+bool IsMoeLayer(const TransformerConfig& c, int64_t layer) {
+  if (c.num_experts <= 0 || c.decoder_sparse_step <= 0) return false;
+  for (int64_t id : c.mlp_only_layers) {
+    if (id == layer) return false;
+  }
+  return (layer + 1) % c.decoder_sparse_step == 0;
 }
 
 std::vector<int64_t> DefaultTargetLayerIds(int64_t num_target_layers, int64_t k) {

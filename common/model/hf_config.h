@@ -23,7 +23,7 @@ struct RopeScaling {
 };
 
 struct TransformerConfig {
-  std::string model_type;  // "qwen3" | "llama" (and "qwen3" for DFlashDraftModel drafters)
+  std::string model_type;  // "qwen3" | "qwen3_moe" | "llama" ("qwen3" for DFlash drafters)
   std::vector<std::string> architectures;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -41,12 +41,25 @@ struct TransformerConfig {
   bool mlp_bias = false;
   bool qk_norm = false;     // per-head RMSNorm on q and k: true for Qwen3
   std::string torch_dtype;  // as written ("bfloat16", "float32", ...); may be empty
+  // Mixture of experts (model_type qwen3_moe): a layer is sparse when num_experts > 0, it is not
+  // in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0 (IsMoeLayer); other layers
+  // have a dense MLP of intermediate_size. Router: softmax over experts in fp32, the top
+  // num_experts_per_tok, renormalized to sum 1 when norm_topk_prob.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t decoder_sparse_step = 1;
+  bool norm_topk_prob = false;  // transformers' Qwen3MoeConfig default
+  std::vector<int64_t> mlp_only_layers;
   // DFlash drafter fields (DFlashDraftModel): absent for targets.
   int64_t block_size = 0;
   int64_t num_target_layers = 0;
   std::optional<int64_t> mask_token_id;
   std::optional<std::vector<int64_t>> target_layer_ids;
 };
+
+// Whether decoder layer `layer` has a mixture-of-experts MLP (see num_experts above).
+bool IsMoeLayer(const TransformerConfig& c, int64_t layer);
 
 // Parses config.json text; `source` names the file in errors.
 absl::StatusOr<TransformerConfig> ParseHfConfig(const std::string& json_text,

@@ -6,6 +6,7 @@
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/silu.h>
+#include <ATen/ops/stack.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
@@ -25,12 +26,15 @@ namespace {
 struct RawLayer {
   at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, o_bias, q_norm, k_norm;
   at::Tensor post_norm, gate, up, down, gate_bias, up_bias, down_bias;
+  at::Tensor router;                                            // a sparse (MoE) layer's
+  std::vector<at::Tensor> expert_gate, expert_up, expert_down;  // per expert, in order
 };
 
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
   at::Tensor RawLayer::*field = nullptr;  // where a layer tensor goes; null for top-level tensors
+  std::vector<at::Tensor> RawLayer::*list = nullptr;  // or the per-expert list it is appended to
 };
 
 // HF names and shapes of decoder layer `i` for this config.
@@ -45,10 +49,21 @@ std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i)
       {p + "self_attn.v_proj.weight", {kv, h}, &RawLayer::v},
       {p + "self_attn.o_proj.weight", {h, q}, &RawLayer::o},
       {p + "post_attention_layernorm.weight", {h}, &RawLayer::post_norm},
-      {p + "mlp.gate_proj.weight", {inter, h}, &RawLayer::gate},
-      {p + "mlp.up_proj.weight", {inter, h}, &RawLayer::up},
-      {p + "mlp.down_proj.weight", {h, inter}, &RawLayer::down},
   };
+  if (model::IsMoeLayer(c, i)) {
+    const int64_t mi = c.moe_intermediate_size;
+    s.push_back({p + "mlp.gate.weight", {c.num_experts, h}, &RawLayer::router});
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string x = absl::StrCat(p, "mlp.experts.", e, ".");
+      s.push_back({x + "gate_proj.weight", {mi, h}, nullptr, &RawLayer::expert_gate});
+      s.push_back({x + "up_proj.weight", {mi, h}, nullptr, &RawLayer::expert_up});
+      s.push_back({x + "down_proj.weight", {h, mi}, nullptr, &RawLayer::expert_down});
+    }
+  } else {
+    s.push_back({p + "mlp.gate_proj.weight", {inter, h}, &RawLayer::gate});
+    s.push_back({p + "mlp.up_proj.weight", {inter, h}, &RawLayer::up});
+    s.push_back({p + "mlp.down_proj.weight", {h, inter}, &RawLayer::down});
+  }
   if (c.attention_bias) {
     s.push_back({p + "self_attn.q_proj.bias", {q}, &RawLayer::q_bias});
     s.push_back({p + "self_attn.k_proj.bias", {kv}, &RawLayer::k_bias});
@@ -59,7 +74,7 @@ std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i)
     s.push_back({p + "self_attn.q_norm.weight", {d}, &RawLayer::q_norm});
     s.push_back({p + "self_attn.k_norm.weight", {d}, &RawLayer::k_norm});
   }
-  if (c.mlp_bias) {
+  if (c.mlp_bias && !model::IsMoeLayer(c, i)) {
     s.push_back({p + "mlp.gate_proj.bias", {inter}, &RawLayer::gate_bias});
     s.push_back({p + "mlp.up_proj.bias", {inter}, &RawLayer::up_bias});
     s.push_back({p + "mlp.down_proj.bias", {h}, &RawLayer::down_bias});
@@ -92,7 +107,7 @@ at::Tensor CatRows(std::vector<at::Tensor> parts) {
   return at::cat(parts, 0);
 }
 
-TargetLayerWeights Fuse(RawLayer raw) {
+TargetLayerWeights Fuse(RawLayer raw, const model::TransformerConfig& c) {
   TargetLayerWeights w;
   w.input_norm = std::move(raw.input_norm);
   w.qkv = CatRows({raw.q, raw.k, raw.v});
@@ -106,13 +121,20 @@ TargetLayerWeights Fuse(RawLayer raw) {
   w.gate_up_bias = CatRows({raw.gate_bias, raw.up_bias});
   w.down = std::move(raw.down);
   w.down_bias = std::move(raw.down_bias);
+  if (raw.router.defined()) {
+    w.moe.router = std::move(raw.router);
+    w.moe.gate_up = at::cat({at::stack(raw.expert_gate), at::stack(raw.expert_up)}, 1);
+    w.moe.down = at::stack(raw.expert_down);
+    w.moe.top_k = c.num_experts_per_tok;
+    w.moe.norm_topk_prob = c.norm_topk_prob;
+  }
   return w;
 }
 
 absl::Status ValidateConfig(const model::TransformerConfig& c) {
-  if (c.model_type != "qwen3" && c.model_type != "llama") {
-    return absl::UnimplementedError(absl::StrCat("model_type \"", c.model_type,
-                                                 "\": the target model supports qwen3 and llama"));
+  if (c.model_type != "qwen3" && c.model_type != "qwen3_moe" && c.model_type != "llama") {
+    return absl::UnimplementedError(absl::StrCat(
+        "model_type \"", c.model_type, "\": the target model supports qwen3, qwen3_moe and llama"));
   }
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("head_dim ", c.head_dim, " must be even"));
@@ -228,9 +250,14 @@ absl::Status TargetModel::LoadWeights(const WeightSource& source) {
   for (size_t i = 0; i < num_layers; ++i) {
     RawLayer raw;
     for (const TensorSpec& spec : LayerSpecs(config_, static_cast<int64_t>(i))) {
-      ASSIGN_OR_RETURN(raw.*spec.field, source.Read(spec.name, spec.shape));
+      ASSIGN_OR_RETURN(at::Tensor t, source.Read(spec.name, spec.shape));
+      if (spec.field != nullptr) {
+        raw.*spec.field = std::move(t);
+      } else {
+        (raw.*spec.list).push_back(std::move(t));
+      }
     }
-    layers_.push_back(Fuse(std::move(raw)));
+    layers_.push_back(Fuse(std::move(raw), config_));
   }
   return absl::OkStatus();
 }
@@ -352,6 +379,7 @@ at::Tensor TargetModel::Finish(const TargetLayerWeights& w, const at::Tensor& x,
   const int64_t t = x.size(0), inter = config_.intermediate_size;
   at::Tensor y = x + Linear(attn.reshape({t, -1}), w.o_proj, w.o_bias);  // [T, H]
   at::Tensor h = RmsNorm(y, w.post_norm, config_.rms_norm_eps);
+  if (w.moe.defined()) return y + MoeMlp(h, w.moe);
   at::Tensor gate_up = Linear(h, w.gate_up, w.gate_up_bias);  // [T, 2I]
   at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
   return y + Linear(act, w.down, w.down_bias);

@@ -24,6 +24,7 @@
 #include "common/model/hf_config.h"
 #include "common/nn/attention.h"
 #include "common/nn/layers.h"
+#include "common/nn/moe.h"
 
 namespace dflash::nn {
 
@@ -86,6 +87,7 @@ struct TargetLayerWeights {
   at::Tensor gate_up_bias;  // [2 * I] when mlp_bias
   at::Tensor down;          // [H, I]
   at::Tensor down_bias;     // [H] when mlp_bias
+  MoeWeights moe;           // a Qwen3-MoE sparse layer: instead of gate_up and down
 };
 
 class TargetModel {

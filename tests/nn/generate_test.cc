@@ -70,7 +70,7 @@ GenerateOptions Greedy(int64_t max_new_tokens) {
 }
 
 TEST_F(GenerateTest, GreedyMatchesTransformersBatchedAndAlone) {
-  for (const std::string family : {"qwen3", "llama"}) {
+  for (const std::string family : {"qwen3", "llama", "qwen3_moe"}) {
     auto model = LoadFull(family);
     ASSERT_NE(model, nullptr);
     const Refs refs = ReadRefs(family);

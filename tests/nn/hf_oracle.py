@@ -7,10 +7,12 @@ document at a time. Layout under --out:
   qwen3/                 Qwen3, tied embeddings, qk_norm, 8 layers (default layer ids)
   llama/                 Llama, llama3 rope_scaling, untied lm_head, attention and MLP biases,
                          sharded (model.safetensors.index.json)
-  {qwen3,llama}_refs.safetensors
+  {qwen3,llama,qwen3_moe}_refs.safetensors
       input_ids [T] int64, positions [T] int64 (restart at 0 per document),
       cu_seqlens [b+1] int32, layer_ids [K] int64,
       features [T, K*H] fp32: per token, the outputs of decoder layers layer_ids[0..K-1]
+  qwen3_moe/             Qwen3-MoE, 4 layers: 8 experts, top 2 renormalized, layer 1 dense
+                         (mlp_only_layers), untied lm_head
   qwen3_bad_shape/       one tensor with a wrong shape (names in BROKEN below)
   qwen3_missing/         one tensor absent
 
@@ -28,7 +30,8 @@ import sys
 import torch
 from safetensors.torch import load_file, save_file
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 # Runs under transformers 4.57 (CPU machines) and 5.x (GPU machine). 5.x renames the config's
 # torch_dtype to dtype (4.56+ accept both) and writes rope_theta and rope_scaling as one
@@ -180,9 +183,19 @@ def main():
     # Unsorted, and including the last layer (pre-norm output).
     write_refs(llama, [0, 3, 1], os.path.join(args.out, "llama_refs.safetensors"), generator)
 
+    moe = Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=4, tie_word_embeddings=False,
+                                             rope_theta=10000.0, num_experts=8,
+                                             num_experts_per_tok=2, moe_intermediate_size=32,
+                                             norm_topk_prob=True, decoder_sparse_step=1,
+                                             mlp_only_layers=[1], **common_config())).eval()
+    randomize(moe)
+    moe.save_pretrained(os.path.join(args.out, "qwen3_moe"))
+    write_refs(moe, [0, 1, 2, 3], os.path.join(args.out, "qwen3_moe_refs.safetensors"), generator)
+
     gen_generator = torch.Generator().manual_seed(7)
     write_generations(qwen, os.path.join(args.out, "qwen3_generate.safetensors"), gen_generator)
     write_generations(llama, os.path.join(args.out, "llama_generate.safetensors"), gen_generator)
+    write_generations(moe, os.path.join(args.out, "qwen3_moe_generate.safetensors"), gen_generator)
 
     for kind in BROKEN:
         write_broken(os.path.join(args.out, "qwen3"), os.path.join(args.out, f"qwen3_{kind}"), kind)

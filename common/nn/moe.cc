@@ -1,0 +1,49 @@
+#include "common/nn/moe.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/argsort.h>
+#include <ATen/ops/bincount.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/topk.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <tuple>
+
+namespace dflash::nn {
+
+at::Tensor MoeMlp(const at::Tensor& x, const MoeWeights& w) {
+  const int64_t experts = w.router.size(0), inter = w.down.size(2), k = w.top_k;
+  at::Tensor probs = at::softmax(at::mm(x, w.router.t()), 1, at::kFloat);  // [T, E] fp32
+  auto [weights, chosen] = at::topk(probs, k, 1);                          // [T, K] each
+  if (w.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  weights = weights.to(x.scalar_type());
+
+  // The T*K (token, expert) pairs sorted by expert (stable: tokens in order within an expert).
+  at::Tensor flat = chosen.reshape({-1});
+  at::Tensor order = at::argsort(flat, /*stable=*/true);
+  at::Tensor token = at::div(order, k, /*rounding_mode=*/"floor");
+  at::Tensor pair_weight = weights.reshape({-1}).index_select(0, order);
+  at::Tensor counts = at::bincount(flat, /*weights=*/{}, experts).to(at::kCPU);
+  at::Tensor rows = x.index_select(0, token);  // [T*K, H]
+  at::Tensor out = at::empty(rows.sizes(), rows.options());
+  const int64_t* count = counts.data_ptr<int64_t>();
+  int64_t begin = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t n = count[e];
+    if (n == 0) continue;
+    at::Tensor gate_up = at::mm(rows.narrow(0, begin, n), w.gate_up[e].t());  // [n, 2I]
+    at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    at::Tensor slice = out.narrow(0, begin, n);
+    at::mm_out(slice, act, w.down[e].t());
+    begin += n;
+  }
+  out.mul_(pair_weight.unsqueeze(1));
+  return at::zeros_like(x).index_add_(0, token, out);
+}
+
+}  // namespace dflash::nn

@@ -1,0 +1,28 @@
+// The sparse mixture-of-experts MLP of Qwen3-MoE targets (issue 11): a router picks top-k experts
+// per token; each expert is a SwiGLU MLP. Computed grouped by expert: the (token, expert) pairs
+// are sorted by expert, each expert runs two GEMMs over its contiguous rows, and the weighted
+// outputs are summed back per token. No per-token loops; one host synchronisation per layer (the
+// per-expert row counts).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace dflash::nn {
+
+struct MoeWeights {
+  at::Tensor router;   // [E, H]: mlp.gate.weight
+  at::Tensor gate_up;  // [E, 2*I, H]: each expert's gate_proj rows, then its up_proj rows
+  at::Tensor down;     // [E, H, I]
+  int64_t top_k = 0;
+  bool norm_topk_prob = false;
+  bool defined() const { return router.defined(); }
+};
+
+// x [T, H] -> [T, H], as transformers' Qwen3MoeSparseMoeBlock: router logits in the model's dtype,
+// softmax over experts in fp32, top-k (renormalized to sum 1 when norm_topk_prob), weights cast
+// to the model's dtype, sum over the chosen experts of weight * down(silu(gate) * up).
+at::Tensor MoeMlp(const at::Tensor& x, const MoeWeights& w);
+
+}  // namespace dflash::nn
