@@ -50,6 +50,46 @@ int64_t LayerParams(const Shape& s, bool qk_norm, bool attention_bias, bool mlp_
   return n;
 }
 
+// The target's decoder layers 0..layers-1: as LayerParams, except that a Qwen3-MoE sparse layer
+// has a router [E, H] and E experts of 3 * H * moe_intermediate_size instead of the dense MLP.
+int64_t TargetLayersParams(const model::TransformerConfig& c, const Shape& s, int64_t layers) {
+  const int64_t dense = LayerParams(s, c.qk_norm, c.attention_bias, c.mlp_bias);
+  const int64_t dense_mlp = 3 * s.h * s.inter + (c.mlp_bias ? 2 * s.inter + s.h : 0);
+  const int64_t sparse_mlp = c.num_experts * (s.h + 3 * s.h * c.moe_intermediate_size);
+  int64_t n = 0;
+  for (int64_t i = 0; i < layers; ++i) {
+    n += model::IsMoeLayer(c, i) ? dense - dense_mlp + sparse_mlp : dense;
+  }
+  return n;
+}
+
+// The copies one layer's fusing makes at load (the largest layer): q/k/v concatenated, and the
+// dense gate/up concatenated or a sparse layer's experts stacked ([E, 2I, H] and [E, H, I]).
+int64_t FusedLayerParams(const model::TransformerConfig& c, const Shape& s, int64_t layers) {
+  int64_t mlp = 0;
+  for (int64_t i = 0; i < layers; ++i) {
+    mlp = std::max(mlp, model::IsMoeLayer(c, i) ? 3 * c.num_experts * s.h * c.moe_intermediate_size
+                                                : 2 * s.h * s.inter);
+  }
+  return s.h * (s.q + 2 * s.kv) + mlp;
+}
+
+// One layer's forward intermediates per token, in elements of the model's dtype: attention
+// (q, k, v, output, residuals) and the MLP: the dense gate/up/activation, or a sparse layer's
+// top-k token copies in and out, the router's logits and fp32 probabilities, and one expert's
+// gate/up rows at most for every chosen pair.
+int64_t LayerIntermediatesPerToken(const model::TransformerConfig& c, const Shape& s,
+                                   int64_t layers, int64_t dtype_bytes) {
+  int64_t mlp = 0;
+  for (int64_t i = 0; i < layers; ++i) {
+    const int64_t k = c.num_experts_per_tok, e = c.num_experts;
+    mlp = std::max(mlp, model::IsMoeLayer(c, i) ? 2 * k * s.h + e + (8 * e) / dtype_bytes +
+                                                      3 * k * c.moe_intermediate_size
+                                                : 4 * s.inter);
+  }
+  return mlp + s.q + 2 * s.kv + 4 * s.h;
+}
+
 size_t Add(WorkerPlan* w, std::string name, std::string what, int64_t bytes) {
   w->terms.push_back({std::move(name), std::move(what), bytes});
   return w->terms.size() - 1;
@@ -170,25 +210,26 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   // forward keeps the features and one layer's intermediates.
   WorkerPlan& tw = plan.target;
   tw.role = "target";
-  const int64_t target_layer =
-      LayerParams(s, target.qk_norm, target.attention_bias, target.mlp_bias);
+  const bool moe = target.num_experts > 0;
   const size_t weights =
       Add(&tw, "weights",
           absl::StrCat(spec.target.dtype, ", ", run_layers, " of ", target.num_hidden_layers,
-                       " layers + embed_tokens", s.tied ? "" : " + lm_head", " + final norm"),
-          (embed + run_layers * target_layer + s.h) * db);
+                       " layers", moe ? absl::StrCat(" (", target.num_experts, " experts)") : "",
+                       " + embed_tokens", s.tied ? "" : " + lm_head", " + final norm"),
+          (embed + TargetLayersParams(target, s, run_layers) + s.h) * db);
   const bool built_in = absl::StartsWith(spec.target.path, kBuiltin);
   const int64_t fused_layers = built_in ? run_layers : 1;
   const size_t fused =
       Add(&tw, "fused copies at load",
-          absl::StrCat("q/k/v and gate/up concatenated, ", fused_layers,
+          absl::StrCat("q/k/v and gate/up concatenated", moe ? ", experts stacked" : "", ", ",
+                       fused_layers,
                        built_in ? " layers (a built-in target holds every drawn tensor)"
                                 : " layer at a time (checkpoint)"),
-          fused_layers * (s.h * (s.q + 2 * s.kv) + 2 * s.h * s.inter) * db);
+          fused_layers * FusedLayerParams(target, s, run_layers) * db);
   const size_t forward =
       Add(&tw, "forward",
           absl::StrCat(t, " tokens: features (", k, " x ", s.h, ") + one layer's intermediates"),
-          t * (k * s.h + 4 * s.inter + s.q + 2 * s.kv + 4 * s.h) * db);
+          t * (k * s.h + LayerIntermediatesPerToken(target, s, run_layers, db)) * db);
   AddPhase(&tw, "loading the target", {weights, fused});
   AddPhase(&tw, "forward", {weights, forward});
   if (evaluates) {

@@ -3,6 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "nlohmann/json.hpp"
 #include "tests/checkpoint/test_files.h"
 
@@ -269,8 +274,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadField{"num_attention_heads_12", kQwen3_8B, "/num_attention_heads", "12",
                  "config.json: num_attention_heads: must be divisible by num_key_value_heads (8), "
                  "got 12"},
-        BadField{"model_type_mistral", kQwen3_8B, "/model_type", "\"mistral\"",
-                 "config.json: model_type: unsupported 'mistral' (supported: qwen3, llama)"},
+        BadField{
+            "model_type_mistral", kQwen3_8B, "/model_type", "\"mistral\"",
+            "config.json: model_type: unsupported 'mistral' (supported: qwen3, qwen3_moe, llama)"},
         BadField{"model_type_missing", kQwen3_8B, "/model_type", "",
                  "config.json: model_type: required"},
         BadField{"hidden_size_0", kQwen3_8B, "/hidden_size", "0",
@@ -419,6 +425,93 @@ TEST(DefaultTargetLayerIds, MatchesExactArithmetic) {
     }
   }
   EXPECT_TRUE(DefaultTargetLayerIds(36, 0).empty());
+}
+
+}  // namespace
+}  // namespace dflash::model
+
+namespace dflash::model {
+namespace {
+
+// Qwen/Qwen3-30B-A3B config.json as published (the fields dflash reads, and some it ignores).
+constexpr const char* kQwen3_30B_A3B = R"({
+  "architectures": ["Qwen3MoeForCausalLM"],
+  "attention_bias": false,
+  "decoder_sparse_step": 1,
+  "head_dim": 128,
+  "hidden_size": 2048,
+  "intermediate_size": 6144,
+  "max_position_embeddings": 40960,
+  "mlp_only_layers": [],
+  "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768,
+  "norm_topk_prob": true,
+  "num_attention_heads": 32,
+  "num_experts": 128,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 48,
+  "num_key_value_heads": 4,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "vocab_size": 151936
+})";
+
+TEST(HfConfig, Qwen3_30B_A3B) {
+  auto cfg = ParseHfConfig(kQwen3_30B_A3B, "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->model_type, "qwen3_moe");
+  EXPECT_TRUE(cfg->qk_norm);
+  EXPECT_EQ(cfg->num_experts, 128);
+  EXPECT_EQ(cfg->num_experts_per_tok, 8);
+  EXPECT_EQ(cfg->moe_intermediate_size, 768);
+  EXPECT_EQ(cfg->decoder_sparse_step, 1);
+  EXPECT_TRUE(cfg->norm_topk_prob);
+  EXPECT_TRUE(cfg->mlp_only_layers.empty());
+  for (int64_t i = 0; i < 48; ++i) EXPECT_TRUE(IsMoeLayer(*cfg, i)) << i;
+}
+
+TEST(HfConfig, MoeLayersFollowSparseStepAndMlpOnlyLayers) {
+  nlohmann::json j = nlohmann::json::parse(kQwen3_30B_A3B);
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  auto cfg = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_FALSE(IsMoeLayer(*cfg, 0));
+  EXPECT_TRUE(IsMoeLayer(*cfg, 1));
+  EXPECT_FALSE(IsMoeLayer(*cfg, 2));
+  EXPECT_FALSE(IsMoeLayer(*cfg, 3));  // mlp_only
+  EXPECT_TRUE(IsMoeLayer(*cfg, 5));
+  auto dense = ParseHfConfig(kQwen3_8B, "config.json");
+  ASSERT_TRUE(dense.ok());
+  EXPECT_FALSE(IsMoeLayer(*dense, 1));
+}
+
+TEST(HfConfig, MoeErrorsNameTheField) {
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& j) { j.erase("num_experts"); }, "config.json: num_experts: required"},
+      {[](nlohmann::json& j) { j["num_experts_per_tok"] = 129; },
+       "num_experts_per_tok: must be in 1..128, got 129"},
+      {[](nlohmann::json& j) { j["moe_intermediate_size"] = "768"; },
+       "moe_intermediate_size: must be an integer"},
+      {[](nlohmann::json& j) { j["mlp_only_layers"] = {48}; },
+       "mlp_only_layers: must hold layer ids in 0..47, got 48"},
+      {[](nlohmann::json& j) { j["shared_expert_intermediate_size"] = 512; },
+       "shared_expert_intermediate_size: shared experts are not supported"},
+      {[](nlohmann::json& j) { j["model_type"] = "qwen2_moe"; },
+       "unsupported 'qwen2_moe' (supported: qwen3, qwen3_moe, llama)"},
+  };
+  for (const auto& [mutate, want] : cases) {
+    nlohmann::json j = nlohmann::json::parse(kQwen3_30B_A3B);
+    mutate(j);
+    auto cfg = ParseHfConfig(j.dump(), "config.json");
+    ASSERT_FALSE(cfg.ok()) << want;
+    EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(want));
+  }
 }
 
 }  // namespace

@@ -115,6 +115,37 @@ TEST(MemoryPlanTest, ACheckpointTargetFusesOneLayerAtATime) {
   EXPECT_LT(checkpoint.target.allocator_peak, built_in.target.allocator_peak);
 }
 
+// A Qwen3-MoE target (issue 11) counts every expert: Qwen3-30B-A3B is 30,532,122,624 parameters
+// (48 layers x (128 experts x 3 x 2048 x 768 + router 128 x 2048 + attention and norms
+// 18,878,720) + embed_tokens and lm_head 2 x 151936 x 2048 + final norm), not the 2 B a dense
+// reading of intermediate_size would give; one layer's experts are stacked at load.
+TEST(MemoryPlanTest, AMoeTargetCountsEveryExpert) {
+  const std::string dir = ::testing::TempDir() + "/plan_qwen3_30b_a3b";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({
+    "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 151936,
+    "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+    "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+    "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+  config::RunSpec spec = Spec(8192, 512, 5);
+  spec.target.path = dir;
+  spec.eval.every_steps = 1000;  // the whole target
+  spec.eval.prompts = "builtin:tiny-chat";
+  const RunPlan p = Plan(spec);
+  EXPECT_EQ(TermBytes(p.target, "weights"), int64_t{30532122624} * 2);
+  EXPECT_EQ(TermBytes(p.target, "fused copies at load"),
+            (int64_t{2048} * (4096 + 2 * 512) + 3 * int64_t{128} * 2048 * 768) * 2);
+  // Per token: features 5 x 2048 and the sparse layer's 2 x 8 x 2048 copies, 128 logits, 128
+  // fp32 probabilities (4 bf16 each), 3 x 8 x 768 expert rows, attention 4096 + 2 x 512 + 4 x 2048.
+  EXPECT_EQ(TermBytes(p.target, "forward"),
+            int64_t{8192} *
+                (5 * 2048 + 2 * 8 * 2048 + 128 + 4 * 128 + 3 * 8 * 768 + 4096 + 1024 + 4 * 2048) *
+                2);
+}
+
 TEST(MemoryPlanTest, PredictsTheH200PeaksWithinTenPercent) {
   struct Measured {
     int64_t tokens, anchors, layers;
