@@ -28,6 +28,7 @@ struct RawLayer {
   at::Tensor post_norm, gate, up, down, gate_bias, up_bias, down_bias;
   at::Tensor router;                                            // a sparse (MoE) layer's
   std::vector<at::Tensor> expert_gate, expert_up, expert_down;  // per expert, in order
+  at::Tensor experts_gate_up, experts_down;  // or already stacked (transformers 5's layout)
 };
 
 struct TensorSpec {
@@ -37,8 +38,12 @@ struct TensorSpec {
   std::vector<at::Tensor> RawLayer::*list = nullptr;  // or the per-expert list it is appended to
 };
 
-// HF names and shapes of decoder layer `i` for this config.
-std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i) {
+// HF names and shapes of decoder layer `i` for this config. A sparse layer's experts are stored
+// one module per expert (mlp.experts.{e}.gate_proj.weight, ...; the published Qwen3-MoE
+// checkpoints) or, with `stacked_experts`, as two tensors (mlp.experts.gate_up_proj [E, 2I, H] and
+// mlp.experts.down_proj [E, H, I]; transformers 5).
+std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i,
+                                   bool stacked_experts) {
   const std::string p = absl::StrCat("model.layers.", i, ".");
   const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
@@ -53,7 +58,12 @@ std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i)
   if (model::IsMoeLayer(c, i)) {
     const int64_t mi = c.moe_intermediate_size;
     s.push_back({p + "mlp.gate.weight", {c.num_experts, h}, &RawLayer::router});
-    for (int64_t e = 0; e < c.num_experts; ++e) {
+    if (stacked_experts) {
+      s.push_back(
+          {p + "mlp.experts.gate_up_proj", {c.num_experts, 2 * mi, h}, &RawLayer::experts_gate_up});
+      s.push_back({p + "mlp.experts.down_proj", {c.num_experts, h, mi}, &RawLayer::experts_down});
+    }
+    for (int64_t e = 0; e < (stacked_experts ? 0 : c.num_experts); ++e) {
       const std::string x = absl::StrCat(p, "mlp.experts.", e, ".");
       s.push_back({x + "gate_proj.weight", {mi, h}, nullptr, &RawLayer::expert_gate});
       s.push_back({x + "up_proj.weight", {mi, h}, nullptr, &RawLayer::expert_up});
@@ -89,12 +99,24 @@ std::vector<TensorSpec> TopLevelSpecs(const model::TransformerConfig& c) {
   return s;
 }
 
+// Whether the checkpoint stores a sparse layer's experts stacked (transformers 5): decided by the
+// first sparse layer (a stacked tensor of the wrong shape is then reported by its check).
+bool StackedExperts(const model::TransformerConfig& c, const WeightSource& source) {
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    if (!model::IsMoeLayer(c, i)) continue;
+    const std::string name = absl::StrCat("model.layers.", i, ".mlp.experts.gate_up_proj");
+    return source.Check(name, {}).code() != absl::StatusCode::kNotFound;
+  }
+  return false;
+}
+
 // Every tensor of the full model, so that a damaged checkpoint is refused whole at load time.
 absl::Status CheckAllTensors(const model::TransformerConfig& c, const WeightReader& reader) {
+  const bool stacked = StackedExperts(c, reader);
   for (const TensorSpec& spec : TopLevelSpecs(c))
     RETURN_IF_ERROR(reader.Check(spec.name, spec.shape));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    for (const TensorSpec& spec : LayerSpecs(c, i)) {
+    for (const TensorSpec& spec : LayerSpecs(c, i, stacked)) {
       RETURN_IF_ERROR(reader.Check(spec.name, spec.shape));
     }
   }
@@ -123,8 +145,13 @@ TargetLayerWeights Fuse(RawLayer raw, const model::TransformerConfig& c) {
   w.down_bias = std::move(raw.down_bias);
   if (raw.router.defined()) {
     w.moe.router = std::move(raw.router);
-    w.moe.gate_up = at::cat({at::stack(raw.expert_gate), at::stack(raw.expert_up)}, 1);
-    w.moe.down = at::stack(raw.expert_down);
+    if (raw.experts_gate_up.defined()) {
+      w.moe.gate_up = std::move(raw.experts_gate_up);
+      w.moe.down = std::move(raw.experts_down);
+    } else {
+      w.moe.gate_up = at::cat({at::stack(raw.expert_gate), at::stack(raw.expert_up)}, 1);
+      w.moe.down = at::stack(raw.expert_down);
+    }
     w.moe.top_k = c.num_experts_per_tok;
     w.moe.norm_topk_prob = c.norm_topk_prob;
   }
@@ -247,9 +274,10 @@ absl::Status TargetModel::LoadWeights(const WeightSource& source) {
   if (full_) {
     ASSIGN_OR_RETURN(final_norm_, source.Read("model.norm.weight", {config_.hidden_size}));
   }
+  const bool stacked = StackedExperts(config_, source);
   for (size_t i = 0; i < num_layers; ++i) {
     RawLayer raw;
-    for (const TensorSpec& spec : LayerSpecs(config_, static_cast<int64_t>(i))) {
+    for (const TensorSpec& spec : LayerSpecs(config_, static_cast<int64_t>(i), stacked)) {
       ASSIGN_OR_RETURN(at::Tensor t, source.Read(spec.name, spec.shape));
       if (spec.field != nullptr) {
         raw.*spec.field = std::move(t);

@@ -71,6 +71,10 @@ TEST_F(TargetModelGpuTest, Bf16MatchesTransformers) {
 TEST_F(TargetModelGpuTest, Fp32MatchesTransformers) {
   ExpectParity("qwen3", at::kFloat, 1e-4);
   ExpectParity("llama", at::kFloat, 1e-4);
+  // Qwen3-MoE's grouped expert path on CUDA (fp32 only: in bf16 a token whose top-2 router
+  // probabilities nearly tie may pick another expert than HF's fp32 run, a legitimate difference
+  // far above 2e-2 for that token).
+  ExpectParity("qwen3_moe", at::kFloat, 1e-4);
 }
 
 }  // namespace

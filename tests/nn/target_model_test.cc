@@ -9,7 +9,9 @@
 #include <ATen/ops/equal.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -87,6 +89,46 @@ TEST_F(TargetModelTest, Qwen3MoeMatchesTransformers) {
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->config().num_experts, 8);
   EXPECT_TRUE((*model)->config().norm_topk_prob);
+}
+
+// transformers 5 stores a sparse layer's experts stacked (mlp.experts.gate_up_proj [E, 2I, H],
+// mlp.experts.down_proj [E, H, I]); the same weights in that layout give the same features.
+TEST_F(TargetModelTest, StackedExpertLayoutGivesTheSameModel) {
+  std::map<std::string, at::Tensor> tensors = ReadAll(Dir() / "qwen3_moe" / "model.safetensors");
+  ASSERT_FALSE(tensors.empty());
+  auto config = model::LoadHfConfig((Dir() / "qwen3_moe").string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (int64_t i : {0, 2, 3}) {  // the sparse layers
+    const std::string p = "model.layers." + std::to_string(i) + ".mlp.experts.";
+    std::vector<at::Tensor> gate, up, down;
+    for (int64_t e = 0; e < config->num_experts; ++e) {
+      const std::string x = p + std::to_string(e) + ".";
+      gate.push_back(tensors.at(x + "gate_proj.weight"));
+      up.push_back(tensors.at(x + "up_proj.weight"));
+      down.push_back(tensors.at(x + "down_proj.weight"));
+      for (const char* w : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
+        tensors.erase(x + w);
+      }
+    }
+    tensors[p + "gate_up_proj"] = at::cat({at::stack(gate), at::stack(up)}, 1);
+    tensors[p + "down_proj"] = at::stack(down);
+  }
+  auto refs = ReadAll(Dir() / "qwen3_moe_refs.safetensors");
+  auto loaded = TargetModel::Load((Dir() / "qwen3_moe").string(), Fp32({0, 1, 2, 3}));
+  auto stacked = TargetModel::FromTensors(*config, tensors, Fp32({0, 1, 2, 3}));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(stacked.ok()) << stacked.status();
+  auto a = (*loaded)->Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
+  auto b = (*stacked)->Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(at::equal(*a, *b));
+  // A stacked tensor of the wrong shape is named.
+  tensors["model.layers.2.mlp.experts.down_proj"] = at::zeros({8, 32, 64});
+  auto bad = TargetModel::FromTensors(*config, tensors, Fp32({0, 1, 2, 3}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("model.layers.2.mlp.experts.down_proj"),
+            std::string::npos)
+      << bad.status();
 }
 
 TEST_F(TargetModelTest, PackingOrderDoesNotChangeDocumentFeatures) {
