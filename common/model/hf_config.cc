@@ -253,7 +253,14 @@ absl::Status ParseDrafter(const Fields& f, TransformerConfig* cfg) {
 // qwen3_moe: the experts and the router (transformers' Qwen3MoeConfig names and defaults).
 absl::Status ParseMoe(const Fields& f, TransformerConfig* cfg) {
   constexpr int64_t kMaxExperts = 4096;
-  RETURN_IF_ERROR(f.Int("num_experts", true, 1, kMaxExperts, &cfg->num_experts));
+  // transformers 5 writes num_local_experts for the same number.
+  if (!f.Has("num_experts") && f.Has("num_local_experts")) {
+    RETURN_IF_ERROR(f.Int("num_local_experts", true, 1, kMaxExperts, &cfg->num_experts));
+  } else if (!f.Has("num_experts")) {
+    return f.Error("num_experts", "required (or num_local_experts)");
+  } else {
+    RETURN_IF_ERROR(f.Int("num_experts", true, 1, kMaxExperts, &cfg->num_experts));
+  }
   RETURN_IF_ERROR(
       f.Int("num_experts_per_tok", true, 1, cfg->num_experts, &cfg->num_experts_per_tok));
   RETURN_IF_ERROR(

@@ -1,8 +1,11 @@
 // The sparse mixture-of-experts MLP of Qwen3-MoE targets (issue 11): a router picks top-k experts
 // per token; each expert is a SwiGLU MLP. Computed grouped by expert: the (token, expert) pairs
-// are sorted by expert, each expert runs two GEMMs over its contiguous rows, and the weighted
-// outputs are summed back per token. No per-token loops; one host synchronisation per layer (the
-// per-expert row counts).
+// are sorted by expert, the experts' GEMMs run over their contiguous rows, and the weighted
+// outputs are summed back per token. No per-token loops. On CUDA in bf16 (H and I multiples of 8)
+// the experts' GEMMs are two grouped GEMMs (ATen's _grouped_mm, one launch for all experts, no
+// host synchronisation); elsewhere one GEMM pair per expert that received rows (one host
+// synchronisation per layer for the per-expert row counts), which is also the reference the GPU
+// test compares the grouped path with.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,6 +26,7 @@ struct MoeWeights {
 // x [T, H] -> [T, H], as transformers' Qwen3MoeSparseMoeBlock: router logits in the model's dtype,
 // softmax over experts in fp32, top-k (renormalized to sum 1 when norm_topk_prob), weights cast
 // to the model's dtype, sum over the chosen experts of weight * down(silu(gate) * up).
-at::Tensor MoeMlp(const at::Tensor& x, const MoeWeights& w);
+// `grouped_gemm` false forces the per-expert loop.
+at::Tensor MoeMlp(const at::Tensor& x, const MoeWeights& w, bool grouped_gemm = true);
 
 }  // namespace dflash::nn

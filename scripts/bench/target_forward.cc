@@ -8,7 +8,13 @@
 // forward followed by a device synchronize). Peak memory is the CUDA caching allocator's peak of
 // allocated bytes, reset before each case; "above weights" subtracts what was allocated before it.
 // Prints a markdown table, then a breakdown of each case's time into GEMMs, attention and
-// elementwise work. Usage: target_forward [--runs N] [--tokens T]
+// elementwise work. Usage: target_forward [--runs N] [--tokens T] [--model qwen3-8b|qwen3-30b-a3b]
+//
+// --model qwen3-30b-a3b (issue 11): Qwen/Qwen3-30B-A3B's shape (48 layers, H=2048, 32/4 heads,
+// 128 experts of I=768, top 8 renormalized; layer ids [1, 12, 23, 34, 45], so layers 0..45 run)
+// with random bf16 weights, the experts drawn stacked (transformers 5's layout, loaded without a
+// copy). Model TFLOP/s then counts the active parameters: attention, the router and the 8 chosen
+// experts per token. No breakdown.
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
@@ -51,6 +57,15 @@ constexpr const char* kQwen3_8B = R"({"model_type": "qwen3", "architectures": ["
   "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-6,
   "rope_theta": 1000000, "tie_word_embeddings": false, "max_position_embeddings": 40960})";
 
+// Qwen/Qwen3-30B-A3B's config.json, less the fields dflash ignores.
+constexpr const char* kQwen3_30B_A3B = R"({"model_type": "qwen3_moe",
+  "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 151936, "hidden_size": 2048,
+  "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+  "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+  "moe_intermediate_size": 768, "norm_topk_prob": true, "decoder_sparse_step": 1,
+  "mlp_only_layers": [], "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+  "tie_word_embeddings": false, "max_position_embeddings": 40960})";
+
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // splitmix64, so that target_forward_hf.py draws the same document lengths.
@@ -84,13 +99,50 @@ std::map<std::string, at::Tensor> RandomWeights(const model::TransformerConfig& 
       std::sqrt(static_cast<double>(c.hidden_size)));
 }
 
-// Model FLOPs of one forward: 2 per multiply-add of the four GEMMs of each run layer, plus causal
-// attention (q k^T and p v over n^2/2 pairs per document: 2 * n^2 * D * Hq per layer).
+// A Qwen3-MoE target's random weights (stacked experts), as RandomWeights draws a dense one.
+std::map<std::string, at::Tensor> RandomMoeWeights(const model::TransformerConfig& c,
+                                                   int64_t num_layers) {
+  const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  const int64_t h = c.hidden_size, d = c.head_dim, e = c.num_experts;
+  const int64_t mi = c.moe_intermediate_size;
+  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
+  auto matrix = [&](std::vector<int64_t> shape) {
+    const double in = static_cast<double>(shape.back());
+    return at::randn(shape, opt).div_(std::sqrt(in));
+  };
+  std::map<std::string, at::Tensor> w;
+  w["model.embed_tokens.weight"] = at::randn({c.vocab_size, h}, opt);
+  w["lm_head.weight"] = matrix({c.vocab_size, h});
+  w["model.norm.weight"] = at::ones({h}, opt);
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    w[p + "input_layernorm.weight"] = at::ones({h}, opt);
+    w[p + "post_attention_layernorm.weight"] = at::ones({h}, opt);
+    w[p + "self_attn.q_norm.weight"] = at::ones({d}, opt);
+    w[p + "self_attn.k_norm.weight"] = at::ones({d}, opt);
+    w[p + "self_attn.q_proj.weight"] = matrix({q, h});
+    w[p + "self_attn.k_proj.weight"] = matrix({kv, h});
+    w[p + "self_attn.v_proj.weight"] = matrix({kv, h});
+    w[p + "self_attn.o_proj.weight"] = matrix({h, q});
+    w[p + "mlp.gate.weight"] = matrix({e, h});
+    w[p + "mlp.experts.gate_up_proj"] = matrix({e, 2 * mi, h});
+    w[p + "mlp.experts.down_proj"] = matrix({e, h, mi});
+  }
+  return w;
+}
+
+// Model FLOPs of one forward: 2 per multiply-add of the four GEMMs of each run layer (for a MoE
+// layer: the router and the chosen experts' three), plus causal attention (q k^T and p v over
+// n^2/2 pairs per document: 2 * n^2 * D * Hq per layer).
 double ForwardFlops(const model::TransformerConfig& c, int64_t layers,
                     const std::vector<int64_t>& lengths) {
   const double h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const double hq = c.num_attention_heads, hkv = c.num_key_value_heads;
-  const double gemm_params = h * (hq + 2 * hkv) * d + hq * d * h + 3 * h * inter;
+  const double mlp_params =
+      c.num_experts > 0
+          ? h * c.num_experts + 3.0 * h * c.moe_intermediate_size * c.num_experts_per_tok
+          : 3 * h * inter;
+  const double gemm_params = h * (hq + 2 * hkv) * d + hq * d * h + mlp_params;
   double tokens = 0, pairs = 0;
   for (int64_t n : lengths) {
     tokens += n;
@@ -226,28 +278,41 @@ void Breakdown(const model::TransformerConfig& c, int64_t layers, const Case& cs
 int Main(int argc, char** argv) {
   int runs = 7;
   int64_t tokens = 8192;
+  std::string model_name = "qwen3-8b";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--runs") == 0) runs = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--model") == 0) model_name = argv[i + 1];
   }
+  if (model_name != "qwen3-8b" && model_name != "qwen3-30b-a3b") {
+    std::fprintf(stderr, "target_forward: --model must be qwen3-8b or qwen3-30b-a3b\n");
+    return 2;
+  }
+  const bool moe = model_name == "qwen3-30b-a3b";
   if (at::getNumGPUs() == 0) {
     std::fprintf(stderr, "target_forward: no CUDA device\n");
     return 1;
   }
-  auto config = model::ParseHfConfig(kQwen3_8B, "Qwen3-8B");
+  auto config = moe ? model::ParseHfConfig(kQwen3_30B_A3B, "Qwen3-30B-A3B")
+                    : model::ParseHfConfig(kQwen3_8B, "Qwen3-8B");
   if (!config.ok()) return std::fprintf(stderr, "%s\n", config.status().ToString().c_str()), 1;
   TargetModelOptions options;
-  options.layer_ids = {1, 9, 17, 25, 33};
+  options.layer_ids =
+      moe ? std::vector<int64_t>{1, 12, 23, 34, 45} : std::vector<int64_t>{1, 9, 17, 25, 33};
   options.device = c10::Device(c10::kCUDA, 0);
   absl::StatusOr<std::unique_ptr<TargetModel>> model;
   {
     at::manual_seed(0);
-    const std::map<std::string, at::Tensor> weights = RandomWeights(*config, 34);
+    const int64_t run_layers = options.layer_ids.back() + 1;
+    const std::map<std::string, at::Tensor> weights =
+        moe ? RandomMoeWeights(*config, run_layers) : RandomWeights(*config, run_layers);
     model = TargetModel::FromTensors(*config, weights, options);
   }  // the unfused q/k/v and gate/up copies go with `weights`
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().ToString().c_str()), 1;
 
   const std::vector<int64_t> mix = MixLengths(tokens, 1234);
+  std::printf("model: %s, layers 0..%ld\n", model_name.c_str(),
+              static_cast<long>(options.layer_ids.back()));
   std::printf("mix lengths: %s\n", absl::StrJoin(mix, " ").c_str());
   std::printf("weights: %.2f GiB allocated\n\n", AllocatedBytes(false) / kGiB);
   std::printf(
@@ -261,6 +326,7 @@ int Main(int argc, char** argv) {
     if (!RunCase(**model, c, runs)) return 1;
   }
   const int64_t layers = options.layer_ids.back() + 1;
+  if (moe) return 0;  // the breakdown times the dense layer's operations
   std::printf(
       "\nbreakdown, ms per forward (%ld layers of the same operations on random tensors)"
       "\n\n| case | GEMMs | attention | norms, rope, elementwise | sum |\n"

@@ -473,6 +473,13 @@ TEST(HfConfig, Qwen3_30B_A3B) {
   EXPECT_TRUE(cfg->norm_topk_prob);
   EXPECT_TRUE(cfg->mlp_only_layers.empty());
   for (int64_t i = 0; i < 48; ++i) EXPECT_TRUE(IsMoeLayer(*cfg, i)) << i;
+  // transformers 5 writes the expert count as num_local_experts.
+  nlohmann::json v5 = nlohmann::json::parse(kQwen3_30B_A3B);
+  v5.erase("num_experts");
+  v5["num_local_experts"] = 128;
+  auto five = ParseHfConfig(v5.dump(), "config.json");
+  ASSERT_TRUE(five.ok()) << five.status();
+  EXPECT_EQ(five->num_experts, 128);
 }
 
 TEST(HfConfig, MoeLayersFollowSparseStepAndMlpOnlyLayers) {
@@ -493,7 +500,8 @@ TEST(HfConfig, MoeLayersFollowSparseStepAndMlpOnlyLayers) {
 
 TEST(HfConfig, MoeErrorsNameTheField) {
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
-      {[](nlohmann::json& j) { j.erase("num_experts"); }, "config.json: num_experts: required"},
+      {[](nlohmann::json& j) { j.erase("num_experts"); },
+       "config.json: num_experts: required (or num_local_experts)"},
       {[](nlohmann::json& j) { j["num_experts_per_tok"] = 129; },
        "num_experts_per_tok: must be in 1..128, got 129"},
       {[](nlohmann::json& j) { j["moe_intermediate_size"] = "768"; },
