@@ -343,7 +343,25 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
 
 absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::WorkerInfo& worker) {
   std::lock_guard<std::mutex> lock(mu_);
+  std::optional<v1::WorkerInfo> before;  // the same name's previous registration
+  for (const v1::WorkerInfo& w : registry_.List()) {
+    if (w.name() == worker.name()) before = w;
+  }
   ASSIGN_OR_RETURN(std::string id, registry_.Register(worker));
+  if (before && !before->run_id().empty()) {
+    // A worker that registers again while holding a run was restarted (its new process holds no
+    // run): the run is paused now rather than when a call to the old process fails or its
+    // heartbeats time out, and the calls still in flight to the old process are ended.
+    workers_->CancelCalls(*before);
+    auto run = store_->GetRun(before->run_id());
+    if (run.ok() &&
+        (run->state() == v1::RUN_STATE_RUNNING || run->state() == v1::RUN_STATE_STARTING)) {
+      TransitionLocked(before->run_id(), run->state(), v1::RUN_STATE_PAUSED,
+                       absl::StrCat(RoleName(worker.role()), " worker ", id, " (", worker.name(),
+                                    ") restarted: it registered again"))
+          .IgnoreError();
+    }
+  }
   UpdateGaugesLocked();
   v1::RegisterResponse resp;
   resp.set_worker_id(id);

@@ -41,14 +41,6 @@ class TrainingCluster : public ::testing::Test {
     metrics_port_ = ReadReadyPort(ready, "metrics_port", std::chrono::milliseconds(1000));
   }
 
-  // Crashes the coordinator (SIGKILL) and starts it again on the same port and state, as systemd
-  // or compose would; the workers find it again and re-register.
-  void CrashAndRestartCoordinator() {
-    coordinator_->Signal(SIGKILL);
-    coordinator_->Wait();
-    StartCoordinator(address_);
-  }
-
   // A run.yaml in the test's directory.
   std::string WriteRunYaml(const std::string& name, const std::string& text) {
     const std::string path = dir_ + "/" + name;

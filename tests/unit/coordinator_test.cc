@@ -517,6 +517,32 @@ TEST_F(CoordinatorTest, WorkerLostWhileStartingPausesTheRun) {
   for (const auto& w : coordinator_->ListWorkers()) EXPECT_EQ(w.run_id(), "");
 }
 
+// A worker that registers again under its name while its run starts was restarted: its new
+// process holds no run, so the run is paused at once (not at the next failed call or the
+// heartbeat timeout) and the calls in flight to the old process are cancelled.
+TEST_F(CoordinatorTest, AWorkerRegisteringAgainMidRunPausesTheRun) {
+  std::string t = AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  workers_.on_prepare = [&](const v1::WorkerInfo& w) {
+    if (w.worker_id() != d) return;
+    EXPECT_EQ(AddWorker("t0", v1::WORKER_ROLE_TARGET), t);  // same name, same id
+  };
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_PAUSED);
+  bool terminal;
+  auto events =
+      *coordinator_->WaitForEvents(run.run_id(), 0, std::chrono::milliseconds(0), &terminal);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].to_state(), v1::RUN_STATE_PAUSED);
+  EXPECT_THAT(events[2].message(), HasSubstr("target worker " + t + " (t0) restarted"));
+  EXPECT_THAT(workers_.cancelled, ::testing::Contains(t));
+  // The next tick queues it again and places it on the restarted worker: it trains to its end.
+  workers_.on_prepare = nullptr;
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetRun(run.run_id())->state(), v1::RUN_STATE_DONE);
+}
+
 TEST_F(CoordinatorTest, CancelIsFinalAndRecorded) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   auto cancelled = coordinator_->CancelRun(run.run_id());

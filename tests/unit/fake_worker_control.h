@@ -92,7 +92,13 @@ class FakeWorkerControl : public WorkerControl {
     return resp;
   }
 
+  void CancelCalls(const v1::WorkerInfo& worker) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled.push_back(worker.worker_id());
+  }
+
   std::mutex mu_;
+  std::vector<std::string> cancelled;  // worker ids, in CancelCalls order
   std::vector<v1::GenerateRequest> generate_requests;
   std::vector<v1::EvaluateRequest> eval_requests;
   int64_t eval_accepted = 2;
