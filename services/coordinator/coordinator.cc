@@ -344,10 +344,7 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
 absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::WorkerInfo& worker) {
   std::lock_guard<std::mutex> lock(mu_);
   std::optional<v1::WorkerInfo> before;  // the same name's previous registration
-  for (const v1::WorkerInfo& w : registry_.List()) {
-    if (w.name() == worker.name()) before = w;
-  }
-  ASSIGN_OR_RETURN(std::string id, registry_.Register(worker));
+  ASSIGN_OR_RETURN(std::string id, registry_.Register(worker, &before));
   if (before && !before->run_id().empty()) {
     // A worker that registers again while holding a run was restarted (its new process holds no
     // run): the run is paused now rather than when a call to the old process fails or its

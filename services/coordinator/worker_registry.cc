@@ -5,7 +5,8 @@
 
 namespace dflash::coordinator {
 
-absl::StatusOr<std::string> WorkerRegistry::Register(const v1::WorkerInfo& info) {
+absl::StatusOr<std::string> WorkerRegistry::Register(const v1::WorkerInfo& info,
+                                                     std::optional<v1::WorkerInfo>* replaced) {
   if (info.name().empty()) return absl::InvalidArgumentError("worker.name: must not be empty");
   if (info.role() != v1::WORKER_ROLE_TARGET && info.role() != v1::WORKER_ROLE_DRAFTER) {
     return absl::InvalidArgumentError("worker.role: must be target or drafter");
@@ -27,6 +28,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::WorkerInfo& info)
     order_.push_back(id);
   }
   v1::WorkerInfo& w = workers_[id];
+  if (replaced != nullptr && !w.worker_id().empty()) *replaced = w;
   const std::string previous_run = w.run_id();
   w = info;
   w.set_worker_id(id);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,9 @@ class WorkerRegistry {
 
   // Registers a worker. A worker that registers again under the same name (it restarted) keeps
   // its id; its old assignment is dropped, since the new process holds no run state.
-  absl::StatusOr<std::string> Register(const v1::WorkerInfo& info);
+  // `replaced`, when given, receives the registration this one replaces (same name), if any.
+  absl::StatusOr<std::string> Register(const v1::WorkerInfo& info,
+                                       std::optional<v1::WorkerInfo>* replaced = nullptr);
 
   // Records a heartbeat; NOT_FOUND for an unknown id. A down worker that heartbeats is up again.
   absl::Status Heartbeat(const std::string& worker_id, const v1::DeviceInfo& device);
