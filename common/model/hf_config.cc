@@ -159,13 +159,13 @@ absl::Status ParseRope(const Fields& f, TransformerConfig* cfg) {
 
 // Attention that dflash does not implement yet is refused rather than silently run as full
 // attention (method.md §2: sliding-window layers come after full attention works).
-absl::Status CheckFullAttention(const Fields& f) {
+absl::Status CheckFullAttention(const Fields& f, bool hybrid) {
   bool sliding = false;
   RETURN_IF_ERROR(f.Bool("use_sliding_window", &sliding));
   if (sliding) return f.Error("use_sliding_window", "sliding-window attention is not supported");
   std::vector<std::string> layer_types;
   RETURN_IF_ERROR(f.StringList("layer_types", &layer_types));
-  for (size_t i = 0; i < layer_types.size(); ++i) {
+  for (size_t i = 0; i < layer_types.size() && !hybrid; ++i) {  // hybrids: ParseLinearAttention
     if (layer_types[i] != "full_attention") {
       return f.Error("layer_types", absl::StrCat("layer ", i, " is '", layer_types[i],
                                                  "'; only full_attention is supported"));
@@ -251,7 +251,7 @@ absl::Status ParseDrafter(const Fields& f, TransformerConfig* cfg) {
 }
 
 // qwen3_moe: the experts and the router (transformers' Qwen3MoeConfig names and defaults).
-absl::Status ParseMoe(const Fields& f, TransformerConfig* cfg) {
+absl::Status ParseMoe(const Fields& f, bool shared_expert, TransformerConfig* cfg) {
   constexpr int64_t kMaxExperts = 4096;
   // transformers 5 writes num_local_experts for the same number.
   if (!f.Has("num_experts") && f.Has("num_local_experts")) {
@@ -265,6 +265,13 @@ absl::Status ParseMoe(const Fields& f, TransformerConfig* cfg) {
       f.Int("num_experts_per_tok", true, 1, cfg->num_experts, &cfg->num_experts_per_tok));
   RETURN_IF_ERROR(
       f.Int("moe_intermediate_size", true, 1, kMaxIntermediate, &cfg->moe_intermediate_size));
+  if (cfg->model_type == "qwen3_5_moe" || cfg->model_type == "qwen3_5_moe_text") {
+    // Every layer is sparse and the router always renormalizes its top k (transformers'
+    // Qwen3_5MoeTopKRouter); the qwen3_moe keys for other layouts do not apply.
+    cfg->norm_topk_prob = true;
+    return f.Int("shared_expert_intermediate_size", true, 1, kMaxIntermediate,
+                 &cfg->shared_expert_intermediate_size);
+  }
   RETURN_IF_ERROR(f.Int("decoder_sparse_step", false, 1, kMaxLayers, &cfg->decoder_sparse_step));
   RETURN_IF_ERROR(f.Bool("norm_topk_prob", &cfg->norm_topk_prob));
   if (f.Has("mlp_only_layers")) {
@@ -283,8 +290,12 @@ absl::Status ParseMoe(const Fields& f, TransformerConfig* cfg) {
       cfg->mlp_only_layers.push_back(e.get<int64_t>());
     }
   }
-  // Models with a shared expert (Qwen2-MoE, Qwen3-Next) carry these keys: refused by name rather
-  // than run without it.
+  if (shared_expert) {
+    return f.Int("shared_expert_intermediate_size", true, 1, kMaxIntermediate,
+                 &cfg->shared_expert_intermediate_size);
+  }
+  // Other models with a shared expert (Qwen2-MoE) carry these keys: refused by name rather than
+  // run without it.
   for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts"}) {
     if (f.Has(key) && !(f.At(key).is_number_integer() && f.At(key).get<int64_t>() == 0)) {
       return f.Error(key, "shared experts are not supported by the qwen3_moe target");
@@ -293,41 +304,134 @@ absl::Status ParseMoe(const Fields& f, TransformerConfig* cfg) {
   return absl::OkStatus();
 }
 
+// The gated delta-rule layers of hybrid models and their attention layers' partial RoPE
+// (transformers' Qwen3NextConfig / Qwen3_5TextConfig names and defaults).
+absl::Status ParseLinearAttention(const Fields& f, TransformerConfig* cfg) {
+  cfg->attn_output_gate = true;
+  cfg->zero_centered_norm = true;
+  cfg->fused_linear_projections = cfg->model_type == "qwen3_next";
+  cfg->linear_conv_kernel_dim = 4;
+  cfg->linear_key_head_dim = 128;
+  cfg->linear_value_head_dim = 128;
+  cfg->linear_num_key_heads = 16;
+  cfg->linear_num_value_heads = 32;
+  RETURN_IF_ERROR(f.Int("linear_conv_kernel_dim", false, 1, 64, &cfg->linear_conv_kernel_dim));
+  RETURN_IF_ERROR(f.Int("linear_key_head_dim", false, 1, kMaxHeadDim, &cfg->linear_key_head_dim));
+  RETURN_IF_ERROR(
+      f.Int("linear_value_head_dim", false, 1, kMaxHeadDim, &cfg->linear_value_head_dim));
+  RETURN_IF_ERROR(f.Int("linear_num_key_heads", false, 1, kMaxHeads, &cfg->linear_num_key_heads));
+  RETURN_IF_ERROR(
+      f.Int("linear_num_value_heads", false, 1, kMaxHeads, &cfg->linear_num_value_heads));
+  if (cfg->linear_num_value_heads % cfg->linear_num_key_heads != 0) {
+    return f.Error("linear_num_value_heads",
+                   absl::StrCat("must be a multiple of linear_num_key_heads (",
+                                cfg->linear_num_key_heads, "), got ", cfg->linear_num_value_heads));
+  }
+  // transformers 5 keeps partial_rotary_factor inside rope_parameters; 4.x at the top level.
+  cfg->partial_rotary_factor = 0.25;
+  RETURN_IF_ERROR(f.Positive("partial_rotary_factor", false, &cfg->partial_rotary_factor));
+  if (f.Has("rope_parameters") && f.At("rope_parameters").is_object()) {
+    Fields r(f.At("rope_parameters"), f.source(), "rope_parameters.");
+    RETURN_IF_ERROR(r.Positive("partial_rotary_factor", false, &cfg->partial_rotary_factor));
+  }
+  const int64_t rotary = RotaryDim(*cfg);
+  if (cfg->partial_rotary_factor > 1.0 || rotary < 2 || rotary % 2 != 0) {
+    return f.Error("partial_rotary_factor",
+                   absl::StrCat("must give an even number of rotated dimensions in 2..head_dim (",
+                                cfg->head_dim, "), got ", cfg->partial_rotary_factor));
+  }
+  if (f.Has("layer_types")) {
+    RETURN_IF_ERROR(f.StringList("layer_types", &cfg->layer_types));
+    if (static_cast<int64_t>(cfg->layer_types.size()) != cfg->num_hidden_layers) {
+      return f.Error("layer_types",
+                     absl::StrCat("lists ", cfg->layer_types.size(),
+                                  " layers; num_hidden_layers is ", cfg->num_hidden_layers));
+    }
+    for (size_t i = 0; i < cfg->layer_types.size(); ++i) {
+      if (cfg->layer_types[i] != "linear_attention" && cfg->layer_types[i] != "full_attention") {
+        return f.Error("layer_types",
+                       absl::StrCat("layer ", i, " is '", cfg->layer_types[i],
+                                    "'; expected linear_attention or full_attention"));
+      }
+    }
+  } else {
+    int64_t interval = 4;
+    RETURN_IF_ERROR(f.Int("full_attention_interval", false, 1, kMaxLayers, &interval));
+    for (int64_t i = 0; i < cfg->num_hidden_layers; ++i) {
+      cfg->layer_types.push_back((i + 1) % interval != 0 ? "linear_attention" : "full_attention");
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool IsHybridType(const std::string& t) {
+  return t == "qwen3_next" || t == "qwen3_5" || t == "qwen3_5_text" || t == "qwen3_5_moe" ||
+         t == "qwen3_5_moe_text";
+}
+
+// The fields of one decoder config: the whole config.json, or a multimodal one's text_config.
+absl::Status ParseDecoder(const Fields& f, TransformerConfig* cfg) {
+  const std::string& type = cfg->model_type;
+  const bool hybrid = IsHybridType(type);
+  const bool moe = type == "qwen3_moe" || type == "qwen3_next" || type == "qwen3_5_moe" ||
+                   type == "qwen3_5_moe_text";
+  cfg->qk_norm = type != "llama";
+  cfg->max_position_embeddings = type == "llama" ? 2048 : 32768;  // transformers' defaults
+  if (type == "qwen3_next") cfg->norm_topk_prob = true;           // Qwen3NextConfig's default
+  RETURN_IF_ERROR(f.Int("vocab_size", true, 1, kMaxVocab, &cfg->vocab_size));
+  RETURN_IF_ERROR(f.Int("hidden_size", true, 1, kMaxHidden, &cfg->hidden_size));
+  // Qwen3.5-MoE has no dense MLP layer and no intermediate_size.
+  const bool dense_mlp = type != "qwen3_5_moe" && type != "qwen3_5_moe_text";
+  RETURN_IF_ERROR(
+      f.Int("intermediate_size", dense_mlp, 1, kMaxIntermediate, &cfg->intermediate_size));
+  RETURN_IF_ERROR(f.Int("num_hidden_layers", true, 1, kMaxLayers, &cfg->num_hidden_layers));
+  RETURN_IF_ERROR(
+      f.Int("max_position_embeddings", false, 1, kMaxPositions, &cfg->max_position_embeddings));
+  RETURN_IF_ERROR(ParseAttention(f, cfg));
+  RETURN_IF_ERROR(CheckFullAttention(f, hybrid));
+  RETURN_IF_ERROR(f.Positive("rms_norm_eps", false, &cfg->rms_norm_eps));
+  RETURN_IF_ERROR(ParseRope(f, cfg));
+  RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &cfg->tie_word_embeddings));
+  // transformers >= 4.56 writes "dtype"; older releases "torch_dtype".
+  RETURN_IF_ERROR(
+      f.String(f.Has("torch_dtype") ? "torch_dtype" : "dtype", false, &cfg->torch_dtype));
+  if (hybrid) RETURN_IF_ERROR(ParseLinearAttention(f, cfg));
+  if (moe) RETURN_IF_ERROR(ParseMoe(f, /*shared_expert=*/type != "qwen3_moe", cfg));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TransformerConfig> ParseObject(const json& root, const std::string& source) {
   if (!root.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": must be a JSON object, got ", root.type_name()));
   }
-  Fields f(root, source);
+  Fields top(root, source);
   TransformerConfig cfg;
-  RETURN_IF_ERROR(f.String("model_type", true, &cfg.model_type));
-  if (cfg.model_type == "qwen3" || cfg.model_type == "qwen3_moe") {
-    cfg.qk_norm = true;
-    cfg.max_position_embeddings = 32768;  // transformers' Qwen3Config default
-  } else if (cfg.model_type == "llama") {
-    cfg.qk_norm = false;
-    cfg.max_position_embeddings = 2048;  // transformers' LlamaConfig default
-  } else {
-    return f.Error("model_type", absl::StrCat("unsupported '", cfg.model_type,
-                                              "' (supported: qwen3, qwen3_moe, llama)"));
+  RETURN_IF_ERROR(top.String("model_type", true, &cfg.model_type));
+  const std::string& type = cfg.model_type;
+  if (type != "qwen3" && type != "qwen3_moe" && type != "llama" && !IsHybridType(type)) {
+    return top.Error("model_type",
+                     absl::StrCat("unsupported '", type,
+                                  "' (supported: qwen3, qwen3_moe, llama, qwen3_next, qwen3_5, "
+                                  "qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)"));
   }
-  RETURN_IF_ERROR(f.StringList("architectures", &cfg.architectures));
-  RETURN_IF_ERROR(f.Int("vocab_size", true, 1, kMaxVocab, &cfg.vocab_size));
-  RETURN_IF_ERROR(f.Int("hidden_size", true, 1, kMaxHidden, &cfg.hidden_size));
-  RETURN_IF_ERROR(f.Int("intermediate_size", true, 1, kMaxIntermediate, &cfg.intermediate_size));
-  RETURN_IF_ERROR(f.Int("num_hidden_layers", true, 1, kMaxLayers, &cfg.num_hidden_layers));
-  RETURN_IF_ERROR(
-      f.Int("max_position_embeddings", false, 1, kMaxPositions, &cfg.max_position_embeddings));
-  RETURN_IF_ERROR(ParseAttention(f, &cfg));
-  RETURN_IF_ERROR(CheckFullAttention(f));
-  RETURN_IF_ERROR(f.Positive("rms_norm_eps", false, &cfg.rms_norm_eps));
-  RETURN_IF_ERROR(ParseRope(f, &cfg));
-  RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &cfg.tie_word_embeddings));
-  // transformers >= 4.56 writes "dtype"; older releases "torch_dtype".
-  RETURN_IF_ERROR(
-      f.String(f.Has("torch_dtype") ? "torch_dtype" : "dtype", false, &cfg.torch_dtype));
-  RETURN_IF_ERROR(ParseDrafter(f, &cfg));
-  if (cfg.model_type == "qwen3_moe") RETURN_IF_ERROR(ParseMoe(f, &cfg));
+  RETURN_IF_ERROR(top.StringList("architectures", &cfg.architectures));
+  if (type == "qwen3_5" || type == "qwen3_5_moe") {
+    // A vision-language checkpoint: dflash runs its text backbone (model.language_model.*).
+    if (!top.Has("text_config") || !top.At("text_config").is_object()) {
+      return top.Error("text_config", absl::StrCat("required: the language model's config of a ",
+                                                   type, " checkpoint"));
+    }
+    Fields text(top.At("text_config"), source, "text_config.");
+    RETURN_IF_ERROR(ParseDecoder(text, &cfg));
+    RETURN_IF_ERROR(top.Bool("tie_word_embeddings", &cfg.tie_word_embeddings));
+    RETURN_IF_ERROR(
+        top.String(top.Has("torch_dtype") ? "torch_dtype" : "dtype", false, &cfg.torch_dtype));
+    cfg.weight_prefix = "model.language_model.";
+    return cfg;
+  }
+  RETURN_IF_ERROR(ParseDecoder(top, &cfg));
+  RETURN_IF_ERROR(ParseDrafter(top, &cfg));
   return cfg;
 }
 
@@ -368,6 +472,22 @@ bool IsMoeLayer(const TransformerConfig& c, int64_t layer) {
     if (id == layer) return false;
   }
   return (layer + 1) % c.decoder_sparse_step == 0;
+}
+
+bool IsLinearAttentionLayer(const TransformerConfig& c, int64_t layer) {
+  return layer >= 0 && layer < static_cast<int64_t>(c.layer_types.size()) &&
+         c.layer_types[static_cast<size_t>(layer)] == "linear_attention";
+}
+
+bool IsHybrid(const TransformerConfig& c) {
+  for (const std::string& t : c.layer_types) {
+    if (t == "linear_attention") return true;
+  }
+  return false;
+}
+
+int64_t RotaryDim(const TransformerConfig& c) {
+  return static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
 }
 
 std::vector<int64_t> DefaultTargetLayerIds(int64_t num_target_layers, int64_t k) {

@@ -23,7 +23,10 @@ struct RopeScaling {
 };
 
 struct TransformerConfig {
-  std::string model_type;  // "qwen3" | "qwen3_moe" | "llama" ("qwen3" for DFlash drafters)
+  // "qwen3" | "qwen3_moe" | "llama" | "qwen3_next" | "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" |
+  // "qwen3_5_moe_text" ("qwen3" for DFlash drafters). The multimodal qwen3_5 and qwen3_5_moe
+  // configs are read from their text_config.
+  std::string model_type;
   std::vector<std::string> architectures;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -51,6 +54,32 @@ struct TransformerConfig {
   int64_t decoder_sparse_step = 1;
   bool norm_topk_prob = false;  // transformers' Qwen3MoeConfig default
   std::vector<int64_t> mlp_only_layers;
+  // A shared expert beside the routed ones (Qwen3-Next, Qwen3.5-MoE): a SwiGLU MLP of this width
+  // on every token of a sparse layer, scaled by sigmoid(shared_expert_gate x). 0: none.
+  int64_t shared_expert_intermediate_size = 0;
+  // Hybrid linear-attention models (qwen3_next, qwen3_5, qwen3_5_moe and their *_text forms):
+  // layer_types[i] is "linear_attention" (a gated delta-rule layer) or "full_attention"; empty
+  // means every layer is full attention. Their full-attention layers gate their output per head
+  // (q_proj emits [query, gate] per head) and rotate only the first head_dim *
+  // partial_rotary_factor dimensions; every RMSNorm except the delta rule's gated one scales by
+  // (1 + weight) computed in fp32 (zero_centered_norm).
+  std::vector<std::string> layer_types;
+  bool attn_output_gate = false;
+  bool zero_centered_norm = false;
+  double partial_rotary_factor = 1.0;
+  int64_t linear_conv_kernel_dim = 0;
+  int64_t linear_key_head_dim = 0;
+  int64_t linear_value_head_dim = 0;
+  int64_t linear_num_key_heads = 0;
+  int64_t linear_num_value_heads = 0;
+  // qwen3_next stores a delta-rule layer's input projections fused and grouped per key head
+  // (in_proj_qkvz, in_proj_ba); Qwen3.5 as four matrices (in_proj_qkv, in_proj_z, in_proj_b,
+  // in_proj_a).
+  bool fused_linear_projections = false;
+  // Where the decoder's tensors live: "model." ("model.embed_tokens.weight", "model.layers.0...");
+  // "model.language_model." for the text backbone of a multimodal checkpoint (qwen3_5,
+  // qwen3_5_moe), whose vision tower dflash does not load. lm_head.weight is always top-level.
+  std::string weight_prefix = "model.";
   // DFlash drafter fields (DFlashDraftModel): absent for targets.
   int64_t block_size = 0;
   int64_t num_target_layers = 0;
@@ -60,6 +89,11 @@ struct TransformerConfig {
 
 // Whether decoder layer `layer` has a mixture-of-experts MLP (see num_experts above).
 bool IsMoeLayer(const TransformerConfig& c, int64_t layer);
+// Whether decoder layer `layer` is a gated delta-rule (linear attention) layer.
+bool IsLinearAttentionLayer(const TransformerConfig& c, int64_t layer);
+bool IsHybrid(const TransformerConfig& c);  // any linear-attention layer
+// The dimensions of each head that RoPE rotates: int(head_dim * partial_rotary_factor), as HF.
+int64_t RotaryDim(const TransformerConfig& c);
 
 // Parses config.json text; `source` names the file in errors.
 absl::StatusOr<TransformerConfig> ParseHfConfig(const std::string& json_text,

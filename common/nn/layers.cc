@@ -24,6 +24,12 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * h.to(x.scalar_type());
 }
 
+at::Tensor RmsNormFp32Scale(const at::Tensor& x, const at::Tensor& scale, double eps) {
+  at::Tensor h = x.to(at::kFloat);
+  h = h * (h.pow(2).mean(-1, /*keepdim=*/true) + eps).rsqrt();
+  return (h * scale).to(x.scalar_type());
+}
+
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (bias.defined()) return at::linear(x, weight, bias);
   return at::linear(x, weight);
@@ -49,8 +55,8 @@ at::Tensor Llama3Scale(const at::Tensor& inv_freq, const model::RopeScaling& s) 
 
 }  // namespace
 
-at::Tensor RopeInvFreq(const model::TransformerConfig& config) {
-  const int64_t dim = config.head_dim;
+at::Tensor RopeInvFreq(const model::TransformerConfig& config, int64_t dim) {
+  if (dim == 0) dim = config.head_dim;
   at::Tensor exponent = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
   // [dim / 2] fp32; HF writes 1.0 / (base ** exponent), i.e. reciprocal() * 1.
   at::Tensor inv_freq = at::pow(config.rope_theta, exponent).reciprocal();
@@ -67,6 +73,12 @@ RopeTables MakeRopeTables(const at::Tensor& positions, const at::Tensor& inv_fre
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables) {
+  const int64_t rotary = tables.cos.size(-1);
+  if (rotary < x.size(-1)) {
+    return at::cat(
+        {ApplyRope(x.narrow(-1, 0, rotary), tables), x.narrow(-1, rotary, x.size(-1) - rotary)},
+        -1);
+  }
   const int64_t half = x.size(-1) / 2;
   at::Tensor x1 = x.narrow(-1, 0, half);
   at::Tensor x2 = x.narrow(-1, half, half);

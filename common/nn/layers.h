@@ -16,13 +16,18 @@ namespace dflash::nn {
 // x [..., N], weight [N] -> [..., N].
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// Qwen3-Next / Qwen3.5 RMSNorm: normalizes and scales in fp32, then casts to x's dtype once.
+// `scale` [N] fp32 is (1 + weight) of the zero-centered checkpoint weight.
+at::Tensor RmsNormFp32Scale(const at::Tensor& x, const at::Tensor& scale, double eps);
+
 // y = x W^T (+ b). x [..., In], weight [Out, In], bias [Out] or undefined -> [..., Out].
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
-// Inverse frequencies [head_dim / 2] fp32 on the CPU: theta^(-2i/head_dim), then, when the config
-// has rope_scaling of type llama3, HF's _compute_llama3_parameters (low frequencies divided by
-// `factor`, a smooth blend between the two wavelength thresholds).
-at::Tensor RopeInvFreq(const model::TransformerConfig& config);
+// Inverse frequencies [dim / 2] fp32 on the CPU: theta^(-2i/dim), then, when the config has
+// rope_scaling of type llama3, HF's _compute_llama3_parameters (low frequencies divided by
+// `factor`, a smooth blend between the two wavelength thresholds). dim 0 means head_dim; partial
+// RoPE (Qwen3.5) passes model::RotaryDim.
+at::Tensor RopeInvFreq(const model::TransformerConfig& config, int64_t dim = 0);
 
 // cos and sin tables for the given positions: positions [T] int64, inv_freq [D/2] fp32 (same
 // device)
@@ -35,7 +40,8 @@ RopeTables MakeRopeTables(const at::Tensor& positions, const at::Tensor& inv_fre
                           c10::ScalarType dtype);
 
 // x [T, H, D] rotated by the tables of its rows: x*cos + rotate_half(x)*sin, rotate_half(x) =
-// [-x2, x1] for the halves x1, x2 of the last dimension. Returns a new [T, H, D] tensor.
+// [-x2, x1] for the halves x1, x2 of the last dimension. Returns a new [T, H, D] tensor. Tables
+// narrower than D (partial RoPE) rotate the first columns and pass the rest through.
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables);
 
 }  // namespace dflash::nn

@@ -18,7 +18,10 @@
 
 namespace dflash::nn {
 
-at::Tensor MoeMlp(const at::Tensor& x, const MoeWeights& w, bool grouped_gemm) {
+namespace {
+
+// The routed experts' sum, [T, H].
+at::Tensor RoutedExperts(const at::Tensor& x, const MoeWeights& w, bool grouped_gemm) {
   const int64_t experts = w.router.size(0), inter = w.down.size(2), k = w.top_k;
   at::Tensor probs = at::softmax(at::mm(x, w.router.t()), 1, at::kFloat);  // [T, E] fp32
   auto [weights, chosen] = at::topk(probs, k, 1);                          // [T, K] each
@@ -58,6 +61,18 @@ at::Tensor MoeMlp(const at::Tensor& x, const MoeWeights& w, bool grouped_gemm) {
   }
   out.mul_(pair_weight.unsqueeze(1));
   return at::zeros_like(x).index_add_(0, token, out);
+}
+
+}  // namespace
+
+at::Tensor MoeMlp(const at::Tensor& x, const MoeWeights& w, bool grouped_gemm) {
+  at::Tensor out = RoutedExperts(x, w, grouped_gemm);
+  if (!w.shared_gate_up.defined()) return out;
+  // transformers' Qwen3NextSparseMoeBlock: + sigmoid(shared_expert_gate(x)) * shared_expert(x).
+  const int64_t inter = w.shared_down.size(1);
+  at::Tensor gate_up = at::mm(x, w.shared_gate_up.t());  // [T, 2Is]
+  at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+  return out + at::mm(x, w.shared_gate.t()).sigmoid() * at::mm(act, w.shared_down.t());
 }
 
 }  // namespace dflash::nn

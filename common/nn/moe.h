@@ -18,6 +18,11 @@ struct MoeWeights {
   at::Tensor router;   // [E, H]: mlp.gate.weight
   at::Tensor gate_up;  // [E, 2*I, H]: each expert's gate_proj rows, then its up_proj rows
   at::Tensor down;     // [E, H, I]
+  // A shared expert (Qwen3-Next, Qwen3.5-MoE), else undefined: every token also passes through
+  // it, scaled by sigmoid(x shared_gate^T).
+  at::Tensor shared_gate_up;  // [2*Is, H]: gate_proj rows, then up_proj rows
+  at::Tensor shared_down;     // [H, Is]
+  at::Tensor shared_gate;     // [1, H]: shared_expert_gate.weight
   int64_t top_k = 0;
   bool norm_topk_prob = false;
   bool defined() const { return router.defined(); }
@@ -25,7 +30,8 @@ struct MoeWeights {
 
 // x [T, H] -> [T, H], as transformers' Qwen3MoeSparseMoeBlock: router logits in the model's dtype,
 // softmax over experts in fp32, top-k (renormalized to sum 1 when norm_topk_prob), weights cast
-// to the model's dtype, sum over the chosen experts of weight * down(silu(gate) * up).
+// to the model's dtype, sum over the chosen experts of weight * down(silu(gate) * up); plus the
+// gated shared expert when there is one.
 // `grouped_gemm` false forces the per-expert loop.
 at::Tensor MoeMlp(const at::Tensor& x, const MoeWeights& w, bool grouped_gemm = true);
 

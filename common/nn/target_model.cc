@@ -29,6 +29,10 @@ struct RawLayer {
   at::Tensor router;                                            // a sparse (MoE) layer's
   std::vector<at::Tensor> expert_gate, expert_up, expert_down;  // per expert, in order
   at::Tensor experts_gate_up, experts_down;  // or already stacked (transformers 5's layout)
+  at::Tensor shared_gate, shared_up, shared_down, shared_expert_gate;  // a shared expert
+  // A linear-attention layer's: Qwen3.5's four input projections or Qwen3-Next's two fused ones.
+  at::Tensor in_qkv, in_z, in_b, in_a, in_qkvz, in_ba;
+  at::Tensor conv, dt_bias, a_log, linear_norm, out_proj;
 };
 
 struct TensorSpec {
@@ -42,19 +46,54 @@ struct TensorSpec {
 // one module per expert (mlp.experts.{e}.gate_proj.weight, ...; the published Qwen3-MoE
 // checkpoints) or, with `stacked_experts`, as two tensors (mlp.experts.gate_up_proj [E, 2I, H] and
 // mlp.experts.down_proj [E, H, I]; transformers 5).
+// A gated delta-rule layer's tensors (linear_attn.*).
+void AddLinearAttentionSpecs(const model::TransformerConfig& c, const std::string& layer,
+                             std::vector<TensorSpec>* s) {
+  const GatedDeltaDims d = GatedDeltaDims::Of(c);
+  const int64_t h = c.hidden_size, hv = d.num_v_heads, vd = d.value_dim(), cd = d.conv_dim();
+  const std::string p = layer + "linear_attn.";
+  if (c.fused_linear_projections) {
+    s->push_back({p + "in_proj_qkvz.weight", {cd + vd, h}, &RawLayer::in_qkvz});
+    s->push_back({p + "in_proj_ba.weight", {2 * hv, h}, &RawLayer::in_ba});
+  } else {
+    s->push_back({p + "in_proj_qkv.weight", {cd, h}, &RawLayer::in_qkv});
+    s->push_back({p + "in_proj_z.weight", {vd, h}, &RawLayer::in_z});
+    s->push_back({p + "in_proj_b.weight", {hv, h}, &RawLayer::in_b});
+    s->push_back({p + "in_proj_a.weight", {hv, h}, &RawLayer::in_a});
+  }
+  s->push_back({p + "conv1d.weight", {cd, 1, d.conv_kernel}, &RawLayer::conv});
+  s->push_back({p + "dt_bias", {hv}, &RawLayer::dt_bias});
+  s->push_back({p + "A_log", {hv}, &RawLayer::a_log});
+  s->push_back({p + "norm.weight", {d.v_head_dim}, &RawLayer::linear_norm});
+  s->push_back({p + "out_proj.weight", {h, vd}, &RawLayer::out_proj});
+}
+
 std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i,
                                    bool stacked_experts) {
-  const std::string p = absl::StrCat("model.layers.", i, ".");
+  const std::string p = absl::StrCat(c.weight_prefix, "layers.", i, ".");
   const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
+  const bool linear = model::IsLinearAttentionLayer(c, i);
   std::vector<TensorSpec> s = {
       {p + "input_layernorm.weight", {h}, &RawLayer::input_norm},
-      {p + "self_attn.q_proj.weight", {q, h}, &RawLayer::q},
-      {p + "self_attn.k_proj.weight", {kv, h}, &RawLayer::k},
-      {p + "self_attn.v_proj.weight", {kv, h}, &RawLayer::v},
-      {p + "self_attn.o_proj.weight", {h, q}, &RawLayer::o},
       {p + "post_attention_layernorm.weight", {h}, &RawLayer::post_norm},
   };
+  if (linear) {
+    AddLinearAttentionSpecs(c, p, &s);
+  } else {
+    const int64_t q_rows = c.attn_output_gate ? 2 * q : q;  // [query; gate] per head
+    s.push_back({p + "self_attn.q_proj.weight", {q_rows, h}, &RawLayer::q});
+    s.push_back({p + "self_attn.k_proj.weight", {kv, h}, &RawLayer::k});
+    s.push_back({p + "self_attn.v_proj.weight", {kv, h}, &RawLayer::v});
+    s.push_back({p + "self_attn.o_proj.weight", {h, q}, &RawLayer::o});
+  }
+  if (model::IsMoeLayer(c, i) && c.shared_expert_intermediate_size > 0) {
+    const int64_t si = c.shared_expert_intermediate_size;
+    s.push_back({p + "mlp.shared_expert.gate_proj.weight", {si, h}, &RawLayer::shared_gate});
+    s.push_back({p + "mlp.shared_expert.up_proj.weight", {si, h}, &RawLayer::shared_up});
+    s.push_back({p + "mlp.shared_expert.down_proj.weight", {h, si}, &RawLayer::shared_down});
+    s.push_back({p + "mlp.shared_expert_gate.weight", {1, h}, &RawLayer::shared_expert_gate});
+  }
   if (model::IsMoeLayer(c, i)) {
     const int64_t mi = c.moe_intermediate_size;
     s.push_back({p + "mlp.gate.weight", {c.num_experts, h}, &RawLayer::router});
@@ -74,13 +113,13 @@ std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i,
     s.push_back({p + "mlp.up_proj.weight", {inter, h}, &RawLayer::up});
     s.push_back({p + "mlp.down_proj.weight", {h, inter}, &RawLayer::down});
   }
-  if (c.attention_bias) {
+  if (c.attention_bias && !linear) {
     s.push_back({p + "self_attn.q_proj.bias", {q}, &RawLayer::q_bias});
     s.push_back({p + "self_attn.k_proj.bias", {kv}, &RawLayer::k_bias});
     s.push_back({p + "self_attn.v_proj.bias", {kv}, &RawLayer::v_bias});
     s.push_back({p + "self_attn.o_proj.bias", {h}, &RawLayer::o_bias});
   }
-  if (c.qk_norm) {
+  if (c.qk_norm && !linear) {
     s.push_back({p + "self_attn.q_norm.weight", {d}, &RawLayer::q_norm});
     s.push_back({p + "self_attn.k_norm.weight", {d}, &RawLayer::k_norm});
   }
@@ -93,8 +132,9 @@ std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i,
 }
 
 std::vector<TensorSpec> TopLevelSpecs(const model::TransformerConfig& c) {
-  std::vector<TensorSpec> s = {{"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}},
-                               {"model.norm.weight", {c.hidden_size}}};
+  std::vector<TensorSpec> s = {
+      {c.weight_prefix + "embed_tokens.weight", {c.vocab_size, c.hidden_size}},
+      {c.weight_prefix + "norm.weight", {c.hidden_size}}};
   if (!c.tie_word_embeddings) s.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
   return s;
 }
@@ -104,7 +144,8 @@ std::vector<TensorSpec> TopLevelSpecs(const model::TransformerConfig& c) {
 bool StackedExperts(const model::TransformerConfig& c, const WeightSource& source) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     if (!model::IsMoeLayer(c, i)) continue;
-    const std::string name = absl::StrCat("model.layers.", i, ".mlp.experts.gate_up_proj");
+    const std::string name =
+        absl::StrCat(c.weight_prefix, "layers.", i, ".mlp.experts.gate_up_proj");
     return source.Check(name, {}).code() != absl::StatusCode::kNotFound;
   }
   return false;
@@ -129,16 +170,49 @@ at::Tensor CatRows(std::vector<at::Tensor> parts) {
   return at::cat(parts, 0);
 }
 
+// A zero-centered norm weight as the scale it stands for: 1 + weight, in fp32 (HF computes
+// output * (1.0 + weight.float()) before casting).
+at::Tensor NormWeight(const at::Tensor& w, const model::TransformerConfig& c) {
+  if (!w.defined() || !c.zero_centered_norm) return w;
+  return w.to(at::kFloat) + 1.0;
+}
+
+// The input projections of a linear-attention layer as one [q; k; v; z; b; a] matrix. Qwen3-Next
+// stores in_proj_qkvz grouped per key head ([q_i; k_i; v_i; z_i] with the r = Hv/Hk value heads
+// of key head i in v_i and z_i) and in_proj_ba as [b_i; a_i] per key head: regrouped here.
+at::Tensor LinearInProj(const RawLayer& raw, const GatedDeltaDims& d) {
+  if (!raw.in_qkvz.defined()) return at::cat({raw.in_qkv, raw.in_z, raw.in_b, raw.in_a}, 0);
+  const int64_t hk = d.num_k_heads, r = d.num_v_heads / d.num_k_heads, h = raw.in_qkvz.size(1);
+  const int64_t dk = d.k_head_dim, rv = r * d.v_head_dim;
+  at::Tensor g = raw.in_qkvz.view({hk, 2 * dk + 2 * rv, h});
+  at::Tensor ba = raw.in_ba.view({hk, 2 * r, h});
+  auto part = [h](const at::Tensor& t, int64_t begin, int64_t n) {
+    return t.narrow(1, begin, n).reshape({-1, h});
+  };
+  return at::cat({part(g, 0, dk), part(g, dk, dk), part(g, 2 * dk, rv), part(g, 2 * dk + rv, rv),
+                  part(ba, 0, r), part(ba, r, r)},
+                 0);
+}
+
 TargetLayerWeights Fuse(RawLayer raw, const model::TransformerConfig& c) {
   TargetLayerWeights w;
-  w.input_norm = std::move(raw.input_norm);
-  w.qkv = CatRows({raw.q, raw.k, raw.v});
-  w.qkv_bias = CatRows({raw.q_bias, raw.k_bias, raw.v_bias});
-  w.q_norm = std::move(raw.q_norm);
-  w.k_norm = std::move(raw.k_norm);
-  w.o_proj = std::move(raw.o);
-  w.o_bias = std::move(raw.o_bias);
-  w.post_norm = std::move(raw.post_norm);
+  w.input_norm = NormWeight(raw.input_norm, c);
+  w.post_norm = NormWeight(raw.post_norm, c);
+  if (raw.conv.defined()) {
+    w.linear.in_proj = LinearInProj(raw, GatedDeltaDims::Of(c));
+    w.linear.conv = raw.conv.squeeze(1);
+    w.linear.dt_bias = std::move(raw.dt_bias);
+    w.linear.a_log = std::move(raw.a_log);
+    w.linear.norm = std::move(raw.linear_norm);
+    w.linear.out_proj = std::move(raw.out_proj);
+  } else {
+    w.qkv = CatRows({raw.q, raw.k, raw.v});
+    w.qkv_bias = CatRows({raw.q_bias, raw.k_bias, raw.v_bias});
+    w.q_norm = NormWeight(raw.q_norm, c);
+    w.k_norm = NormWeight(raw.k_norm, c);
+    w.o_proj = std::move(raw.o);
+    w.o_bias = std::move(raw.o_bias);
+  }
   w.gate_up = CatRows({raw.gate, raw.up});
   w.gate_up_bias = CatRows({raw.gate_bias, raw.up_bias});
   w.down = std::move(raw.down);
@@ -152,6 +226,11 @@ TargetLayerWeights Fuse(RawLayer raw, const model::TransformerConfig& c) {
       w.moe.gate_up = at::cat({at::stack(raw.expert_gate), at::stack(raw.expert_up)}, 1);
       w.moe.down = at::stack(raw.expert_down);
     }
+    if (raw.shared_gate.defined()) {
+      w.moe.shared_gate_up = at::cat({raw.shared_gate, raw.shared_up}, 0);
+      w.moe.shared_down = std::move(raw.shared_down);
+      w.moe.shared_gate = std::move(raw.shared_expert_gate);
+    }
     w.moe.top_k = c.num_experts_per_tok;
     w.moe.norm_topk_prob = c.norm_topk_prob;
   }
@@ -159,9 +238,13 @@ TargetLayerWeights Fuse(RawLayer raw, const model::TransformerConfig& c) {
 }
 
 absl::Status ValidateConfig(const model::TransformerConfig& c) {
-  if (c.model_type != "qwen3" && c.model_type != "qwen3_moe" && c.model_type != "llama") {
-    return absl::UnimplementedError(absl::StrCat(
-        "model_type \"", c.model_type, "\": the target model supports qwen3, qwen3_moe and llama"));
+  static const char* const kTypes[] = {"qwen3",       "qwen3_moe",       "llama",
+                                       "qwen3_next",  "qwen3_5",         "qwen3_5_text",
+                                       "qwen3_5_moe", "qwen3_5_moe_text"};
+  if (std::find(std::begin(kTypes), std::end(kTypes), c.model_type) == std::end(kTypes)) {
+    return absl::UnimplementedError(absl::StrCat("model_type \"", c.model_type,
+                                                 "\": the target model supports ",
+                                                 absl::StrJoin(kTypes, ", ")));
   }
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("head_dim ", c.head_dim, " must be even"));
@@ -219,6 +302,12 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Create(
     model::TransformerConfig config, const TargetModelOptions& options) {
   RETURN_IF_ERROR(ValidateConfig(config));
   ASSIGN_OR_RETURN(std::vector<int64_t> ids, ResolveLayerIds(config, options));
+  if (options.full && (config.zero_centered_norm || model::IsHybrid(config))) {
+    return absl::UnimplementedError(absl::StrCat(
+        "generating with a ", config.model_type,
+        " target (regen, eval, speculative decoding) is not implemented: its linear-attention "
+        "layers need a recurrent-state cache; feature extraction for training works"));
+  }
   if (!c10::isFloatingType(options.dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("target model dtype ", ScalarName(options.dtype), " is not floating-point"));
@@ -261,18 +350,19 @@ absl::Status TargetModel::LoadWeights(const WeightSource& source) {
   // Plain tensors, not inference tensors: the drafter's autograd graph uses embed and lm_head.
   at::NoGradGuard no_grad;
   const std::vector<int64_t> vh = {config_.vocab_size, config_.hidden_size};
-  ASSIGN_OR_RETURN(embed_tokens_, source.Read("model.embed_tokens.weight", vh));
+  ASSIGN_OR_RETURN(embed_tokens_, source.Read(config_.weight_prefix + "embed_tokens.weight", vh));
   if (config_.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
     ASSIGN_OR_RETURN(lm_head_, source.Read("lm_head.weight", vh));
   }
-  inv_freq_ = RopeInvFreq(config_).to(device_);
+  inv_freq_ = RopeInvFreq(config_, model::RotaryDim(config_)).to(device_);
   layers_.clear();
   const size_t num_layers =
       full_ ? static_cast<size_t>(config_.num_hidden_layers) : slots_of_layer_.size();
   if (full_) {
-    ASSIGN_OR_RETURN(final_norm_, source.Read("model.norm.weight", {config_.hidden_size}));
+    ASSIGN_OR_RETURN(final_norm_,
+                     source.Read(config_.weight_prefix + "norm.weight", {config_.hidden_size}));
   }
   const bool stacked = StackedExperts(config_, source);
   for (size_t i = 0; i < num_layers; ++i) {
@@ -382,20 +472,31 @@ double TargetModel::AttentionScale() const {
   return std::pow(static_cast<double>(config_.head_dim), -0.5);
 }
 
+at::Tensor TargetModel::Norm(const at::Tensor& x, const at::Tensor& weight) const {
+  if (config_.zero_centered_norm) return RmsNormFp32Scale(x, weight, config_.rms_norm_eps);
+  return RmsNorm(x, weight, config_.rms_norm_eps);
+}
+
 TargetModel::Qkv TargetModel::Project(const TargetLayerWeights& w, const at::Tensor& x,
                                       const RopeTables& rope) const {
   const int64_t t = x.size(0), d = config_.head_dim;
   const int64_t hq = config_.num_attention_heads, hkv = config_.num_key_value_heads;
-  const double eps = config_.rms_norm_eps;
-  at::Tensor h = RmsNorm(x, w.input_norm, eps);
-  at::Tensor qkv = Linear(h, w.qkv, w.qkv_bias);  // [T, (Hq + 2*Hkv) * D]
+  at::Tensor h = Norm(x, w.input_norm);
+  at::Tensor qkv = Linear(h, w.qkv, w.qkv_bias);  // [T, (Hq + 2*Hkv) * D], or (2Hq + 2Hkv) * D
   Qkv out;
-  out.q = qkv.narrow(1, 0, hq * d).reshape({t, hq, d});
-  out.k = qkv.narrow(1, hq * d, hkv * d).reshape({t, hkv, d});
-  out.v = qkv.narrow(1, (hq + hkv) * d, hkv * d).reshape({t, hkv, d});
+  const int64_t qr = config_.attn_output_gate ? 2 * hq * d : hq * d;  // q_proj's rows
+  if (config_.attn_output_gate) {                                     // per head [query; gate]
+    at::Tensor qg = qkv.narrow(1, 0, qr).view({t, hq, 2 * d});
+    out.q = qg.narrow(2, 0, d);
+    out.gate = qg.narrow(2, d, d).reshape({t, hq * d});
+  } else {
+    out.q = qkv.narrow(1, 0, qr).reshape({t, hq, d});
+  }
+  out.k = qkv.narrow(1, qr, hkv * d).reshape({t, hkv, d});
+  out.v = qkv.narrow(1, qr + hkv * d, hkv * d).reshape({t, hkv, d});
   if (w.q_norm.defined()) {  // Qwen3: per-head RMSNorm over D, before RoPE
-    out.q = RmsNorm(out.q, w.q_norm, eps);
-    out.k = RmsNorm(out.k, w.k_norm, eps);
+    out.q = Norm(out.q, w.q_norm);
+    out.k = Norm(out.k, w.k_norm);
   }
   out.q = ApplyRope(out.q, rope);
   out.k = ApplyRope(out.k, rope);
@@ -404,9 +505,13 @@ TargetModel::Qkv TargetModel::Project(const TargetLayerWeights& w, const at::Ten
 
 at::Tensor TargetModel::Finish(const TargetLayerWeights& w, const at::Tensor& x,
                                const at::Tensor& attn) const {
-  const int64_t t = x.size(0), inter = config_.intermediate_size;
-  at::Tensor y = x + Linear(attn.reshape({t, -1}), w.o_proj, w.o_bias);  // [T, H]
-  at::Tensor h = RmsNorm(y, w.post_norm, config_.rms_norm_eps);
+  const int64_t t = x.size(0);
+  return Mlp(w, x + Linear(attn.reshape({t, -1}), w.o_proj, w.o_bias));  // [T, H]
+}
+
+at::Tensor TargetModel::Mlp(const TargetLayerWeights& w, const at::Tensor& y) const {
+  const int64_t inter = config_.intermediate_size;
+  at::Tensor h = Norm(y, w.post_norm);
   if (w.moe.defined()) return y + MoeMlp(h, w.moe);
   at::Tensor gate_up = Linear(h, w.gate_up, w.gate_up_bias);  // [T, 2I]
   at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
@@ -415,8 +520,14 @@ at::Tensor TargetModel::Finish(const TargetLayerWeights& w, const at::Tensor& x,
 
 at::Tensor TargetModel::RunLayer(const TargetLayerWeights& w, const at::Tensor& x,
                                  const RopeTables& rope, const VarlenDocs& docs) const {
+  if (w.linear.defined()) {
+    const at::Tensor h = Norm(x, w.input_norm);
+    return Mlp(w, x + GatedDeltaNet(h, w.linear, GatedDeltaDims::Of(config_), docs));
+  }
   Qkv qkv = Project(w, x, rope);
-  return Finish(w, x, VarlenCausalAttention(qkv.q, qkv.k, qkv.v, docs, AttentionScale()));
+  at::Tensor attn = VarlenCausalAttention(qkv.q, qkv.k, qkv.v, docs, AttentionScale());
+  if (qkv.gate.defined()) attn = attn.reshape({x.size(0), -1}) * qkv.gate.sigmoid();
+  return Finish(w, x, attn);
 }
 
 }  // namespace dflash::nn

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "common/model/hf_config.h"
 #include "common/nn/attention.h"
+#include "common/nn/gated_delta.h"
 #include "common/nn/layers.h"
 #include "common/nn/moe.h"
 
@@ -73,21 +74,25 @@ struct ExtendOutput {
   at::Tensor features;  // [N, K*H]: the feature layers, as Forward; undefined unless asked
 };
 
-// One decoder layer, with q/k/v and gate/up fused into single GEMMs at load time.
+// One decoder layer, with q/k/v and gate/up fused into single GEMMs at load time. Norm weights of
+// zero-centered models (config.zero_centered_norm) are held as (1 + weight) in fp32.
 struct TargetLayerWeights {
-  at::Tensor input_norm;    // [H]
-  at::Tensor qkv;           // [(Hq + 2*Hkv) * D, H]: q_proj, k_proj, v_proj rows
-  at::Tensor qkv_bias;      // [(Hq + 2*Hkv) * D] when attention_bias, else undefined
-  at::Tensor q_norm;        // [D] when qk_norm (Qwen3), else undefined
-  at::Tensor k_norm;        // [D]
-  at::Tensor o_proj;        // [H, Hq * D]
-  at::Tensor o_bias;        // [H] when attention_bias
-  at::Tensor post_norm;     // [H]
-  at::Tensor gate_up;       // [2 * I, H]: gate_proj rows, then up_proj rows
-  at::Tensor gate_up_bias;  // [2 * I] when mlp_bias
-  at::Tensor down;          // [H, I]
-  at::Tensor down_bias;     // [H] when mlp_bias
-  MoeWeights moe;           // a Qwen3-MoE sparse layer: instead of gate_up and down
+  at::Tensor input_norm;  // [H]
+  // [(Hq + 2*Hkv) * D, H]: q_proj, k_proj, v_proj rows. With config.attn_output_gate q_proj has
+  // 2 * Hq * D rows: per head D query rows, then D rows of the output gate.
+  at::Tensor qkv;
+  at::Tensor qkv_bias;       // [(Hq + 2*Hkv) * D] when attention_bias, else undefined
+  at::Tensor q_norm;         // [D] when qk_norm (Qwen3), else undefined
+  at::Tensor k_norm;         // [D]
+  at::Tensor o_proj;         // [H, Hq * D]
+  at::Tensor o_bias;         // [H] when attention_bias
+  at::Tensor post_norm;      // [H]
+  at::Tensor gate_up;        // [2 * I, H]: gate_proj rows, then up_proj rows
+  at::Tensor gate_up_bias;   // [2 * I] when mlp_bias
+  at::Tensor down;           // [H, I]
+  at::Tensor down_bias;      // [H] when mlp_bias
+  MoeWeights moe;            // a Qwen3-MoE sparse layer: instead of gate_up and down
+  GatedDeltaWeights linear;  // a linear-attention layer (hybrids): instead of qkv, norms, o_proj
 };
 
 class TargetModel {
@@ -127,9 +132,10 @@ class TargetModel {
   // lm_head(hidden): [N, V] fp32 logits of Extend's hidden rows (options.full only).
   absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden) const;
   bool full() const { return full_; }
-  // A layer's attention inputs: q [T, Hq, D], k and v [T, Hkv, D], normed and rotated.
+  // A layer's attention inputs: q [T, Hq, D], k and v [T, Hkv, D], normed and rotated; with
+  // config.attn_output_gate also the output gate [T, Hq * D] (before its sigmoid).
   struct Qkv {
-    at::Tensor q, k, v;
+    at::Tensor q, k, v, gate;
   };
 
   const model::TransformerConfig& config() const { return config_; }
@@ -162,9 +168,13 @@ class TargetModel {
                       const VarlenDocs& docs) const;
   // HF: head_dim ** -0.5.
   double AttentionScale() const;
+  // The model's RMSNorm: RmsNorm, or RmsNormFp32Scale for zero-centered models.
+  at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
   Qkv Project(const TargetLayerWeights& w, const at::Tensor& x, const RopeTables& rope) const;
   // The rest of the layer after attention: o_proj, residual, MLP.
   at::Tensor Finish(const TargetLayerWeights& w, const at::Tensor& x, const at::Tensor& attn) const;
+  // y [T, H] -> y + MLP(post_norm(y)).
+  at::Tensor Mlp(const TargetLayerWeights& w, const at::Tensor& y) const;
   absl::Status CheckExtend(const std::vector<int64_t>& sequences,
                            const std::vector<std::vector<int64_t>>& tokens,
                            const KvCache& cache) const;

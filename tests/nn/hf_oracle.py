@@ -31,6 +31,7 @@ import torch
 from safetensors.torch import load_file, save_file
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3NextConfig, Qwen3NextForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 # Runs under transformers 4.57 (CPU machines) and 5.x (GPU machine). 5.x renames the config's
@@ -84,27 +85,33 @@ def randomize(model):
                 p.normal_(0.0, 1.0 / math.sqrt(p.shape[1]))
 
 
+def decoder_layers(model):
+    """The decoder layers; a vision-language model's are those of its language model."""
+    inner = model.model
+    return inner.language_model.layers if hasattr(inner, "language_model") else inner.layers
+
+
 def capture_layers(model, doc, layer_ids):
     """Outputs of the decoder layers [n, H] each, for one document (positions 0..n-1)."""
     captured = {}
     hooks = []
+    layers = decoder_layers(model)
     for i in sorted(set(layer_ids)):
         def hook(module, args, output, i=i):
             captured[i] = (output[0] if isinstance(output, tuple) else output)[0].clone()
-        hooks.append(model.model.layers[i].register_forward_hook(hook))
+        hooks.append(layers[i].register_forward_hook(hook))
     with torch.no_grad():
         out = model(input_ids=doc[None], output_hidden_states=True)
     for h in hooks:
         h.remove()
-    num_layers = len(model.model.layers)
     for i, t in captured.items():
-        if i + 1 < num_layers:  # the last entry of hidden_states is after the final norm
+        if i + 1 < len(layers):  # the last entry of hidden_states is after the final norm
             torch.testing.assert_close(t, out.hidden_states[i + 1][0], rtol=0, atol=0)
     return torch.cat([captured[i] for i in layer_ids], dim=-1)
 
 
-def write_refs(model, layer_ids, path, generator):
-    docs = [torch.randint(0, VOCAB, (n,), generator=generator) for n in DOC_LENGTHS]
+def write_refs(model, layer_ids, path, generator, doc_lengths=DOC_LENGTHS):
+    docs = [torch.randint(0, VOCAB, (n,), generator=generator) for n in doc_lengths]
     offsets = [0]
     for d in docs:
         offsets.append(offsets[-1] + len(d))
@@ -119,6 +126,45 @@ def write_refs(model, layer_ids, path, generator):
         },
         path,
     )
+
+
+# Hybrid linear-attention models (Qwen3-Next, Qwen3.5): documents longer than the 64-token chunks
+# of the chunked delta rule, one of exactly one chunk, and single tokens.
+HYBRID_DOC_LENGTHS = [70, 5, 150, 1, 64, 20]
+
+
+def hybrid_text_config(layer_types):
+    """Tiny Qwen3-Next / Qwen3.5 text fields: 2 key heads serving 4 value heads in the delta-rule
+    layers, head_dim 32 with a quarter of it rotated in the gated full-attention layers."""
+    config = common_config()
+    config.update(head_dim=32, num_hidden_layers=len(layer_types), layer_types=layer_types,
+                  linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                  linear_num_key_heads=2, linear_num_value_heads=4, tie_word_embeddings=False)
+    return config
+
+
+def randomize_hybrid(model):
+    """As randomize, for the parameters hybrid models add: zero-centered norms (scale 1 + w) near
+    0, the delta rule's gated norm near 1, decays A = exp(A_log) in [0.05, 2.7], dt_bias, the
+    depthwise convolution."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("linear_attn.norm.weight"):
+                p.uniform_(0.5, 1.5)
+            elif "norm" in name:
+                p.uniform_(-0.5, 0.5)
+            elif name.endswith("A_log"):
+                p.uniform_(-3.0, 1.0)
+            elif name.endswith("dt_bias"):
+                p.normal_(0.0, 0.5)
+            elif "conv1d" in name:
+                p.normal_(0.0, 0.5)
+            elif "embed_tokens" in name:
+                p.normal_(0.0, 1.0)
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+            else:
+                p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]))
 
 
 def write_generations(model, path, generator):
@@ -191,6 +237,19 @@ def main():
     randomize(moe)
     moe.save_pretrained(os.path.join(args.out, "qwen3_moe"))
     write_refs(moe, [0, 1, 2, 3], os.path.join(args.out, "qwen3_moe_refs.safetensors"), generator)
+
+    # Qwen3-Next: fused per-key-head input projections, MoE with a shared expert, one dense layer.
+    # transformers 4.x stores the experts one module each; 5.x stacked.
+    nxt = Qwen3NextForCausalLM(Qwen3NextConfig(
+        rope_theta=10000.0, partial_rotary_factor=0.25, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
+        decoder_sparse_step=1, mlp_only_layers=[1],
+        **hybrid_text_config(["linear_attention", "linear_attention", "full_attention",
+                              "linear_attention", "full_attention"]))).eval()
+    randomize_hybrid(nxt)
+    nxt.save_pretrained(os.path.join(args.out, "qwen3_next"))
+    write_refs(nxt, [0, 1, 2, 3, 4], os.path.join(args.out, "qwen3_next_refs.safetensors"),
+               generator, HYBRID_DOC_LENGTHS)
 
     gen_generator = torch.Generator().manual_seed(7)
     write_generations(qwen, os.path.join(args.out, "qwen3_generate.safetensors"), gen_generator)

@@ -93,6 +93,13 @@ TEST_F(TargetModelTest, Qwen3MoeMatchesTransformers) {
 
 // transformers 5 stores a sparse layer's experts stacked (mlp.experts.gate_up_proj [E, 2I, H],
 // mlp.experts.down_proj [E, H, I]); the same weights in that layout give the same features.
+// Hybrid: gated delta-rule layers (fused per-key-head projections), gated full attention with
+// partial RoPE, zero-centered norms, MoE with a shared expert and one dense layer; documents of
+// 1..150 tokens (several 64-token chunks).
+TEST_F(TargetModelTest, Qwen3NextMatchesTransformers) {
+  ExpectParity("qwen3_next", {0, 1, 2, 3, 4});
+}
+
 TEST_F(TargetModelTest, StackedExpertLayoutGivesTheSameModel) {
   std::map<std::string, at::Tensor> tensors = ReadAll(Dir() / "qwen3_moe" / "model.safetensors");
   ASSERT_FALSE(tensors.empty());

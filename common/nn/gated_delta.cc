@@ -1,0 +1,209 @@
+#include "common/nn/gated_delta.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linalg_solve_triangular.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/softplus.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/nn/layers.h"
+
+namespace dflash::nn {
+namespace {
+
+// Host vector -> int64 tensor on `device`.
+at::Tensor LongTensor(const std::vector<int64_t>& v, c10::Device device) {
+  at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kLong);
+  if (!v.empty()) std::memcpy(t.data_ptr<int64_t>(), v.data(), v.size() * sizeof(int64_t));
+  return t.to(device);
+}
+
+// Each row's index inside its document: [T] int64.
+at::Tensor InDocumentIndex(const VarlenDocs& docs, int64_t t, c10::Device device) {
+  std::vector<int64_t> idx(static_cast<size_t>(t));
+  for (size_t d = 0; d + 1 < docs.offsets.size(); ++d) {
+    for (int64_t r = docs.offsets[d]; r < docs.offsets[d + 1]; ++r) idx[r] = r - docs.offsets[d];
+  }
+  return LongTensor(idx, device);
+}
+
+// transformers' l2norm (the FLA library's): x * rsqrt(sum(x^2) + eps) over the last dimension.
+at::Tensor L2Norm(const at::Tensor& x) {
+  return x * ((x * x).sum(-1, /*keepdim=*/true) + 1e-6).rsqrt();
+}
+
+// transformers' Qwen3_5RMSNormGated: fp32 statistics, scaled by the weight in the input's dtype,
+// then by silu(gate) in fp32. x, gate [..., dv], weight [dv].
+at::Tensor GatedRmsNorm(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& weight,
+                        double eps) {
+  at::Tensor h = x.to(at::kFloat);
+  h = h * (h.pow(2).mean(-1, /*keepdim=*/true) + eps).rsqrt();
+  h = weight * h.to(x.scalar_type());
+  return (h * at::silu(gate.to(at::kFloat))).to(x.scalar_type());
+}
+
+}  // namespace
+
+GatedDeltaDims GatedDeltaDims::Of(const model::TransformerConfig& c) {
+  GatedDeltaDims d;
+  d.num_k_heads = c.linear_num_key_heads;
+  d.num_v_heads = c.linear_num_value_heads;
+  d.k_head_dim = c.linear_key_head_dim;
+  d.v_head_dim = c.linear_value_head_dim;
+  d.conv_kernel = c.linear_conv_kernel_dim;
+  d.eps = c.rms_norm_eps;
+  return d;
+}
+
+at::Tensor CausalConv1dVarlen(const at::Tensor& x, const at::Tensor& weight,
+                              const VarlenDocs& docs) {
+  const int64_t t = x.size(0), kernel = weight.size(1);
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor wf = weight.to(at::kFloat);
+  at::Tensor out = xf * wf.select(1, kernel - 1);  // the row itself
+  if (t == 0) return out.to(x.scalar_type());
+  at::Tensor idx = InDocumentIndex(docs, t, x.device());
+  for (int64_t s = 1; s < kernel && s < t; ++s) {
+    // Row r reads row r - s of its own document: rows within s of their document's start read
+    // the zeros before it, as the per-document conv1d with kernel - 1 rows of left padding.
+    at::Tensor shifted = at::zeros_like(xf);
+    shifted.narrow(0, s, t - s).copy_(xf.narrow(0, 0, t - s));
+    at::Tensor keep = (idx >= s).to(at::kFloat).unsqueeze(1);
+    out = out + shifted * keep * wf.select(1, kernel - 1 - s);
+  }
+  return out.to(x.scalar_type());
+}
+
+at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& g, const at::Tensor& beta,
+                                 const VarlenDocs& docs, int64_t chunk) {
+  const int64_t t = q.size(0), hv = q.size(1), dk = q.size(2), dv = v.size(2);
+  if (t == 0) return at::empty({0, hv, dv}, v.options());
+  // Padded layout [docs, chunks * chunk]: document d's row p goes to slot d * slots + p, so that
+  // no chunk holds two documents. Padding rows have k = v = beta = 0 and g = 0 (no decay): they
+  // leave the state untouched and their outputs are dropped.
+  const int64_t ndocs = static_cast<int64_t>(docs.offsets.size()) - 1;
+  int64_t chunks = 1;
+  for (int64_t d = 0; d < ndocs; ++d) {
+    const int64_t len = docs.offsets[d + 1] - docs.offsets[d];
+    chunks = std::max(chunks, (len + chunk - 1) / chunk);
+  }
+  const int64_t slots = chunks * chunk;
+  std::vector<int64_t> dest(static_cast<size_t>(t));
+  for (int64_t d = 0; d < ndocs; ++d) {
+    for (int64_t r = docs.offsets[d]; r < docs.offsets[d + 1]; ++r) {
+      dest[r] = d * slots + (r - docs.offsets[d]);
+    }
+  }
+  const at::Tensor dst = LongTensor(dest, q.device());
+  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
+  // [T, Hv, X] -> [docs, Hv, chunks, chunk, X], fp32.
+  auto pad = [&](const at::Tensor& x) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[0] = ndocs * slots;
+    at::Tensor p = at::zeros(shape, f32);
+    p.index_copy_(0, dst, x.to(at::kFloat));
+    shape[0] = chunk;
+    shape.insert(shape.begin(), {ndocs, chunks});
+    p = p.view(shape);  // [docs, chunks, chunk, Hv, X...]
+    return x.dim() == 3 ? p.permute({0, 3, 1, 2, 4}).contiguous() : p.permute({0, 3, 1, 2});
+  };
+  const at::Tensor qc = pad(L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5));
+  const at::Tensor kc = pad(L2Norm(k.to(at::kFloat)));
+  const at::Tensor vc = pad(v);
+  const at::Tensor bc = pad(beta).unsqueeze(-1);  // [docs, Hv, chunks, chunk, 1]
+  const at::Tensor cum = pad(g).cumsum(-1);       // [docs, Hv, chunks, chunk]: log decay so far
+
+  // Within a chunk: decay between rows j <= i, the UT system and the chunk's own attention.
+  const at::Tensor upper = at::ones({chunk, chunk}, q.options().dtype(at::kBool)).triu(1);
+  const at::Tensor decay = (cum.unsqueeze(-1) - cum.unsqueeze(-2))
+                               .masked_fill(upper, -std::numeric_limits<double>::infinity())
+                               .exp();
+  const at::Tensor k_beta = kc * bc;
+  const at::Tensor kt = kc.transpose(-1, -2);
+  const at::Tensor ut = k_beta.matmul(kt) * decay;
+  const at::Tensor intra = qc.matmul(kt) * decay;
+  const at::Tensor cum_exp = cum.exp().unsqueeze(-1);
+  // (I + strictly_lower(ut))^-1 applied to the chunk's writes and its decayed keys.
+  const at::Tensor new_values =
+      at::linalg_solve_triangular(ut, vc * bc, /*upper=*/false, /*left=*/true,
+                                  /*unitriangular=*/true);
+  const at::Tensor k_cumdecay =
+      at::linalg_solve_triangular(ut, k_beta * cum_exp, /*upper=*/false, /*left=*/true,
+                                  /*unitriangular=*/true);
+  const at::Tensor q_decayed = qc * cum_exp;
+  const at::Tensor last = cum.narrow(-1, chunk - 1, 1);  // [docs, Hv, chunks, 1]
+  const at::Tensor k_decayed = kc * (last - cum).exp().unsqueeze(-1);
+  const at::Tensor chunk_decay = last.exp().unsqueeze(-1);  // [docs, Hv, chunks, 1, 1]
+
+  // Across chunks: one state [dk, dv] per (document, head), carried chunk to chunk.
+  at::Tensor state = at::zeros({ndocs, hv, dk, dv}, f32);
+  at::Tensor out = at::empty({ndocs, hv, chunks, chunk, dv}, f32);
+  for (int64_t i = 0; i < chunks; ++i) {
+    at::Tensor v_new = new_values.select(2, i) - k_cumdecay.select(2, i).matmul(state);
+    out.select(2, i).copy_(q_decayed.select(2, i).matmul(state) + intra.select(2, i).matmul(v_new));
+    state =
+        state * chunk_decay.select(2, i) + k_decayed.select(2, i).transpose(-1, -2).matmul(v_new);
+  }
+  return out.permute({0, 2, 3, 1, 4})
+      .reshape({ndocs * slots, hv, dv})
+      .index_select(0, dst)
+      .to(v.scalar_type());
+}
+
+at::Tensor GatedDeltaRuleReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& g, const at::Tensor& beta,
+                                   const VarlenDocs& docs) {
+  const int64_t hv = q.size(1), dk = q.size(2), dv = v.size(2);
+  const at::Tensor qf = L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5);
+  const at::Tensor kf = L2Norm(k.to(at::kFloat));
+  const at::Tensor vf = v.to(at::kFloat);
+  const at::Tensor decay = g.to(at::kFloat).exp();
+  const at::Tensor bf = beta.to(at::kFloat);
+  at::Tensor out = at::zeros({q.size(0), hv, dv}, vf.options());
+  for (size_t d = 0; d + 1 < docs.offsets.size(); ++d) {
+    at::Tensor state = at::zeros({hv, dk, dv}, vf.options());
+    for (int64_t r = docs.offsets[d]; r < docs.offsets[d + 1]; ++r) {
+      state = state * decay[r].view({hv, 1, 1});
+      const at::Tensor kr = kf[r].unsqueeze(-1);  // [Hv, dk, 1]
+      const at::Tensor delta = (vf[r] - (state * kr).sum(1)) * bf[r].unsqueeze(-1);
+      state = state + kr * delta.unsqueeze(1);
+      out[r].copy_((state * qf[r].unsqueeze(-1)).sum(1));
+    }
+  }
+  return out.to(v.scalar_type());
+}
+
+at::Tensor GatedDeltaNet(const at::Tensor& x, const GatedDeltaWeights& w, const GatedDeltaDims& d,
+                         const VarlenDocs& docs) {
+  const int64_t t = x.size(0), hk = d.num_k_heads, hv = d.num_v_heads;
+  const int64_t dk = d.k_head_dim, dv = d.v_head_dim, kd = d.key_dim(), vd = d.value_dim();
+  const int64_t cd = d.conv_dim();
+  const at::Tensor proj = Linear(x, w.in_proj);  // [T, conv_dim + Vd + 2*Hv]
+  const at::Tensor mixed = at::silu(CausalConv1dVarlen(proj.narrow(1, 0, cd), w.conv, docs));
+  const at::Tensor z = proj.narrow(1, cd, vd).reshape({t, hv, dv});
+  const at::Tensor beta = proj.narrow(1, cd + vd, hv).sigmoid();
+  // HF: g = -exp(A_log) * softplus(a + dt_bias), in fp32.
+  const at::Tensor g = -w.a_log.to(at::kFloat).exp() *
+                       at::softplus(proj.narrow(1, cd + vd + hv, hv).to(at::kFloat) + w.dt_bias);
+  at::Tensor q = mixed.narrow(1, 0, kd).reshape({t, hk, dk});
+  at::Tensor k = mixed.narrow(1, kd, kd).reshape({t, hk, dk});
+  const at::Tensor v = mixed.narrow(1, 2 * kd, vd).reshape({t, hv, dv});
+  if (hv != hk) {  // key head i serves value heads i*r .. i*r + r-1 (repeat_interleave)
+    q = q.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
+    k = k.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
+  }
+  const at::Tensor core = GatedDeltaRuleChunked(q, k, v, g, beta, docs);
+  return Linear(GatedRmsNorm(core, z, w.norm, d.eps).reshape({t, vd}), w.out_proj);
+}
+
+}  // namespace dflash::nn
