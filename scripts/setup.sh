@@ -87,6 +87,21 @@ PY
   fi
 fi
 
+# Qwen3.5 exists only in transformers 5, while the oracles above pin 4.57: its oracle
+# (tests/nn/hf_qwen3_5_oracle.py) imports transformers 5 from a folder of its own.
+req5="$(cd "$(dirname "$0")" && pwd)/requirements-oracle-transformers5.txt"
+site5="$DFLASH_VENV/oracle-transformers5"
+if [ -x "$DFLASH_VENV/bin/python" ]; then
+  want5=$(sed -n 's/^transformers==\([^ #]*\).*/\1/p' "$req5")
+  if [ -d "$site5/transformers-$want5.dist-info" ]; then
+    log "Qwen3.5 oracle: transformers $want5 present in $site5"
+  else
+    log "Qwen3.5 oracle: installing transformers $want5 into $site5"
+    rm -rf "$site5"
+    "$DFLASH_VENV/bin/pip" install -q --target "$site5" -r "$req5"
+  fi
+fi
+
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   log "CUDA: $(/usr/local/cuda/bin/nvcc --version | tail -n 2 | head -n 1)"
   [ -f /usr/local/cuda/include/nccl.h ] && log "NCCL: /usr/local/cuda/include/nccl.h" || log "NCCL: not under /usr/local/cuda"

@@ -15,16 +15,24 @@
 // with random bf16 weights, the experts drawn stacked (transformers 5's layout, loaded without a
 // copy). Model TFLOP/s then counts the active parameters: attention, the router and the 8 chosen
 // experts per token. No breakdown.
+//
+// --model qwen3.5-27b (issue 11): Qwen/Qwen3.5-27B's text backbone (64 layers, H=5120, every
+// fourth layer gated full attention with 24/4 heads of 256 and a quarter of RoPE, the others gated
+// delta-rule layers with 16 key / 48 value heads of 128, I=17408; layer ids [1, 16, 31, 46, 61],
+// so layers 0..61 run) with random bf16 weights. Model TFLOP/s counts the GEMMs and the full
+// attention; the delta-rule scan itself (about 1% of the FLOPs) is not counted. No breakdown.
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/rand.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -45,6 +53,7 @@
 #include "common/model/hf_config.h"
 #include "common/nn/attention.h"
 #include "common/nn/builtin_target.h"
+#include "common/nn/gated_delta.h"
 #include "common/nn/layers.h"
 #include "common/nn/target_model.h"
 
@@ -65,6 +74,15 @@ constexpr const char* kQwen3_30B_A3B = R"({"model_type": "qwen3_moe",
   "moe_intermediate_size": 768, "norm_topk_prob": true, "decoder_sparse_step": 1,
   "mlp_only_layers": [], "rms_norm_eps": 1e-6, "rope_theta": 1000000,
   "tie_word_embeddings": false, "max_position_embeddings": 40960})";
+
+// Qwen/Qwen3.5-27B's text_config, less the fields dflash ignores.
+constexpr const char* kQwen35_27B = R"({"model_type": "qwen3_5_text", "vocab_size": 248320,
+  "hidden_size": 5120, "intermediate_size": 17408, "num_hidden_layers": 64,
+  "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
+  "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+  "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 48,
+  "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                      "partial_rotary_factor": 0.25}, "tie_word_embeddings": false})";
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
@@ -131,6 +149,55 @@ std::map<std::string, at::Tensor> RandomMoeWeights(const model::TransformerConfi
   return w;
 }
 
+// A Qwen3.5 text backbone's random weights: as RandomMoeWeights draws matrices; zero-centered
+// norms 0 (scale 1), the delta rule's norm 1, decays A = exp(A_log) in [0.05, 2.7], convolution
+// N(0, 1/kernel).
+std::map<std::string, at::Tensor> RandomHybridWeights(const model::TransformerConfig& c,
+                                                      int64_t num_layers) {
+  const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
+  const int64_t hv = c.linear_num_value_heads, vd = hv * c.linear_value_head_dim;
+  const int64_t cd = 2 * c.linear_num_key_heads * c.linear_key_head_dim + vd;
+  const int64_t kernel = c.linear_conv_kernel_dim;
+  auto matrix = [&](std::vector<int64_t> shape) {
+    const double in = static_cast<double>(shape.back());
+    return at::randn(shape, opt).div_(std::sqrt(in));
+  };
+  std::map<std::string, at::Tensor> w;
+  w["model.embed_tokens.weight"] = at::randn({c.vocab_size, h}, opt);
+  w["lm_head.weight"] = matrix({c.vocab_size, h});
+  w["model.norm.weight"] = at::zeros({h}, opt);
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    w[p + "input_layernorm.weight"] = at::zeros({h}, opt);
+    w[p + "post_attention_layernorm.weight"] = at::zeros({h}, opt);
+    if (model::IsLinearAttentionLayer(c, i)) {
+      const std::string l = p + "linear_attn.";
+      w[l + "in_proj_qkv.weight"] = matrix({cd, h});
+      w[l + "in_proj_z.weight"] = matrix({vd, h});
+      w[l + "in_proj_b.weight"] = matrix({hv, h});
+      w[l + "in_proj_a.weight"] = matrix({hv, h});
+      w[l + "conv1d.weight"] = matrix({cd, 1, kernel}).mul_(std::sqrt(1.0 / kernel));
+      w[l + "dt_bias"] = at::ones({hv}, opt);
+      w[l + "A_log"] = (at::rand({hv}, opt) * 4.0 - 3.0);
+      w[l + "norm.weight"] = at::ones({c.linear_value_head_dim}, opt);
+      w[l + "out_proj.weight"] = matrix({h, vd});
+    } else {
+      w[p + "self_attn.q_norm.weight"] = at::zeros({d}, opt);
+      w[p + "self_attn.k_norm.weight"] = at::zeros({d}, opt);
+      w[p + "self_attn.q_proj.weight"] = matrix({2 * q, h});
+      w[p + "self_attn.k_proj.weight"] = matrix({kv, h});
+      w[p + "self_attn.v_proj.weight"] = matrix({kv, h});
+      w[p + "self_attn.o_proj.weight"] = matrix({h, q});
+    }
+    w[p + "mlp.gate_proj.weight"] = matrix({inter, h});
+    w[p + "mlp.up_proj.weight"] = matrix({inter, h});
+    w[p + "mlp.down_proj.weight"] = matrix({h, inter});
+  }
+  return w;
+}
+
 // Model FLOPs of one forward: 2 per multiply-add of the four GEMMs of each run layer (for a MoE
 // layer: the router and the chosen experts' three), plus causal attention (q k^T and p v over
 // n^2/2 pairs per document: 2 * n^2 * D * Hq per layer).
@@ -148,7 +215,19 @@ double ForwardFlops(const model::TransformerConfig& c, int64_t layers,
     tokens += n;
     pairs += static_cast<double>(n) * n;
   }
-  return layers * (2 * gemm_params * tokens + 2 * pairs * d * hq);
+  if (!model::IsHybrid(c)) return layers * (2 * gemm_params * tokens + 2 * pairs * d * hq);
+  // Hybrid: full-attention layers have a gated q_proj (2 Hq D rows); delta-rule layers project to
+  // q, k, v, z, b, a and back.
+  const double vd = c.linear_num_value_heads * c.linear_value_head_dim;
+  const double cd = 2.0 * c.linear_num_key_heads * c.linear_key_head_dim + vd;
+  const double linear_params = h * (cd + vd + 2 * c.linear_num_value_heads) + vd * h + mlp_params;
+  const double full_params = gemm_params + h * hq * d;
+  double flops = 0;
+  for (int64_t i = 0; i < layers; ++i) {
+    flops += model::IsLinearAttentionLayer(c, i) ? 2 * linear_params * tokens
+                                                 : 2 * full_params * tokens + 2 * pairs * d * hq;
+  }
+  return flops;
 }
 
 // Median milliseconds of `runs` calls of `fn` (after 2 warm-ups), each followed by a synchronize.
@@ -275,6 +354,27 @@ void Breakdown(const model::TransformerConfig& c, int64_t layers, const Case& cs
   std::fflush(stdout);
 }
 
+// A hybrid target's delta-rule scan alone (GatedDeltaRuleChunked on random bf16 inputs of one
+// layer's shape), per case: how much of a forward the scan takes.
+void ScanTime(const model::TransformerConfig& c, const Case& cs, int runs, int64_t layers) {
+  const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  const Batch batch = MakeBatch(cs.lengths, c.vocab_size);
+  const VarlenDocs docs = VarlenDocs::FromCuSeqlens(batch.cu_seqlens, batch.cu_seqlens.device());
+  const int64_t t = batch.input_ids.size(0), hv = c.linear_num_value_heads;
+  const at::Tensor q = at::randn({t, hv, c.linear_key_head_dim}, opt);
+  const at::Tensor k = at::randn({t, hv, c.linear_key_head_dim}, opt);
+  const at::Tensor v = at::randn({t, hv, c.linear_value_head_dim}, opt);
+  const at::Tensor g = -2.0 * at::rand({t, hv}, opt.dtype(at::kFloat));
+  const at::Tensor beta = at::rand({t, hv}, opt);
+  c10::InferenceMode inference;
+  const double ms = MedianMs(runs, [&] { GatedDeltaRuleChunked(q, k, v, g, beta, docs); });
+  int64_t linear = 0;
+  for (int64_t i = 0; i < layers; ++i) linear += model::IsLinearAttentionLayer(c, i) ? 1 : 0;
+  std::printf("| %s | %.2f | %ld | %.1f |\n", cs.name.c_str(), ms, static_cast<long>(linear),
+              ms * static_cast<double>(linear));
+  std::fflush(stdout);
+}
+
 int Main(int argc, char** argv) {
   int runs = 7;
   int64_t tokens = 8192;
@@ -284,28 +384,34 @@ int Main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--model") == 0) model_name = argv[i + 1];
   }
-  if (model_name != "qwen3-8b" && model_name != "qwen3-30b-a3b") {
-    std::fprintf(stderr, "target_forward: --model must be qwen3-8b or qwen3-30b-a3b\n");
+  if (model_name != "qwen3-8b" && model_name != "qwen3-30b-a3b" && model_name != "qwen3.5-27b") {
+    std::fprintf(stderr,
+                 "target_forward: --model must be qwen3-8b, qwen3-30b-a3b or qwen3.5-27b\n");
     return 2;
   }
   const bool moe = model_name == "qwen3-30b-a3b";
+  const bool hybrid = model_name == "qwen3.5-27b";
   if (at::getNumGPUs() == 0) {
     std::fprintf(stderr, "target_forward: no CUDA device\n");
     return 1;
   }
-  auto config = moe ? model::ParseHfConfig(kQwen3_30B_A3B, "Qwen3-30B-A3B")
-                    : model::ParseHfConfig(kQwen3_8B, "Qwen3-8B");
+  auto config = moe      ? model::ParseHfConfig(kQwen3_30B_A3B, "Qwen3-30B-A3B")
+                : hybrid ? model::ParseHfConfig(kQwen35_27B, "Qwen3.5-27B")
+                         : model::ParseHfConfig(kQwen3_8B, "Qwen3-8B");
   if (!config.ok()) return std::fprintf(stderr, "%s\n", config.status().ToString().c_str()), 1;
   TargetModelOptions options;
-  options.layer_ids =
-      moe ? std::vector<int64_t>{1, 12, 23, 34, 45} : std::vector<int64_t>{1, 9, 17, 25, 33};
+  options.layer_ids = moe      ? std::vector<int64_t>{1, 12, 23, 34, 45}
+                      : hybrid ? std::vector<int64_t>{1, 16, 31, 46, 61}
+                               : std::vector<int64_t>{1, 9, 17, 25, 33};
   options.device = c10::Device(c10::kCUDA, 0);
   absl::StatusOr<std::unique_ptr<TargetModel>> model;
   {
     at::manual_seed(0);
     const int64_t run_layers = options.layer_ids.back() + 1;
-    const std::map<std::string, at::Tensor> weights =
-        moe ? RandomMoeWeights(*config, run_layers) : RandomWeights(*config, run_layers);
+    const std::map<std::string, at::Tensor> weights = moe ? RandomMoeWeights(*config, run_layers)
+                                                      : hybrid
+                                                          ? RandomHybridWeights(*config, run_layers)
+                                                          : RandomWeights(*config, run_layers);
     model = TargetModel::FromTensors(*config, weights, options);
   }  // the unfused q/k/v and gate/up copies go with `weights`
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().ToString().c_str()), 1;
@@ -326,7 +432,13 @@ int Main(int argc, char** argv) {
     if (!RunCase(**model, c, runs)) return 1;
   }
   const int64_t layers = options.layer_ids.back() + 1;
-  if (moe) return 0;  // the breakdown times the dense layer's operations
+  if (hybrid) {
+    std::printf(
+        "\ndelta-rule scan alone (chunked, 64-row chunks, bf16 in, fp32 state)\n\n"
+        "| case | ms per layer | linear layers run | ms per forward |\n|---|---|---|---|\n");
+    for (const Case& c : cases) ScanTime(*config, c, runs, layers);
+  }
+  if (moe || hybrid) return 0;  // the breakdown times the dense layer's operations
   std::printf(
       "\nbreakdown, ms per forward (%ld layers of the same operations on random tensors)"
       "\n\n| case | GEMMs | attention | norms, rope, elementwise | sum |\n"

@@ -276,7 +276,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "got 12"},
         BadField{
             "model_type_mistral", kQwen3_8B, "/model_type", "\"mistral\"",
-            "config.json: model_type: unsupported 'mistral' (supported: qwen3, qwen3_moe, llama)"},
+            "config.json: model_type: unsupported 'mistral' (supported: qwen3, qwen3_moe, llama, "
+            "qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)"},
         BadField{"model_type_missing", kQwen3_8B, "/model_type", "",
                  "config.json: model_type: required"},
         BadField{"hidden_size_0", kQwen3_8B, "/hidden_size", "0",
@@ -511,7 +512,7 @@ TEST(HfConfig, MoeErrorsNameTheField) {
       {[](nlohmann::json& j) { j["shared_expert_intermediate_size"] = 512; },
        "shared_expert_intermediate_size: shared experts are not supported"},
       {[](nlohmann::json& j) { j["model_type"] = "qwen2_moe"; },
-       "unsupported 'qwen2_moe' (supported: qwen3, qwen3_moe, llama)"},
+       "unsupported 'qwen2_moe' (supported: qwen3, qwen3_moe, llama, qwen3_next"},
   };
   for (const auto& [mutate, want] : cases) {
     nlohmann::json j = nlohmann::json::parse(kQwen3_30B_A3B);
@@ -520,6 +521,127 @@ TEST(HfConfig, MoeErrorsNameTheField) {
     ASSERT_FALSE(cfg.ok()) << want;
     EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(want));
   }
+}
+
+// Qwen/Qwen3.5-27B's config.json (a vision-language checkpoint), less its vision config and the
+// fields dflash ignores.
+constexpr const char* kQwen35_27B = R"({
+  "architectures": ["Qwen3_5ForConditionalGeneration"],
+  "model_type": "qwen3_5",
+  "tie_word_embeddings": false,
+  "text_config": {
+    "attn_output_gate": true, "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu",
+    "hidden_size": 5120, "intermediate_size": 17408, "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 48,
+    "linear_value_head_dim": 128, "max_position_embeddings": 262144,
+    "model_type": "qwen3_5_text", "num_attention_heads": 24, "num_hidden_layers": 64,
+    "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "vocab_size": 248320,
+    "rope_parameters": {"mrope_interleaved": true, "mrope_section": [11, 11, 10],
+                        "rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25}
+  }
+})";
+
+TEST(HfConfig, Qwen35_27B) {
+  auto cfg = ParseHfConfig(kQwen35_27B, "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->model_type, "qwen3_5");
+  EXPECT_EQ(cfg->weight_prefix, "model.language_model.");
+  EXPECT_EQ(cfg->hidden_size, 5120);
+  EXPECT_EQ(cfg->head_dim, 256);
+  EXPECT_EQ(RotaryDim(*cfg), 64);
+  EXPECT_DOUBLE_EQ(cfg->rope_theta, 1e7);
+  EXPECT_TRUE(cfg->attn_output_gate);
+  EXPECT_TRUE(cfg->zero_centered_norm);
+  EXPECT_FALSE(cfg->fused_linear_projections);
+  EXPECT_EQ(cfg->linear_num_value_heads, 48);
+  EXPECT_EQ(cfg->num_experts, 0);
+  ASSERT_EQ(cfg->layer_types.size(), 64u);
+  int linear = 0;
+  for (int64_t i = 0; i < 64; ++i) linear += IsLinearAttentionLayer(*cfg, i) ? 1 : 0;
+  EXPECT_EQ(linear, 48);  // every fourth layer is full attention: 3, 7, ..., 63
+  EXPECT_FALSE(IsLinearAttentionLayer(*cfg, 3));
+  EXPECT_TRUE(IsLinearAttentionLayer(*cfg, 4));
+  EXPECT_TRUE(IsHybrid(*cfg));
+}
+
+TEST(HfConfig, HybridErrorsNameTheField) {
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& j) { j.erase("text_config"); },
+       "config.json: text_config: required: the language model's config of a qwen3_5"},
+      {[](nlohmann::json& j) { j["text_config"]["layer_types"] = {"linear_attention"}; },
+       "config.json: text_config.layer_types: lists 1 layers; num_hidden_layers is 64"},
+      {[](nlohmann::json& j) {
+         j["text_config"]["layer_types"] = std::vector<std::string>(64, "full_attention");
+         j["text_config"]["layer_types"][5] = "sliding_attention";
+       },
+       "text_config.layer_types: layer 5 is 'sliding_attention'; expected linear_attention or "
+       "full_attention"},
+      {[](nlohmann::json& j) { j["text_config"]["linear_num_value_heads"] = 40; },
+       "text_config.linear_num_value_heads: must be a multiple of linear_num_key_heads (16), got "
+       "40"},
+      {[](nlohmann::json& j) {
+         j["text_config"]["rope_parameters"]["partial_rotary_factor"] = 1.5;
+       },
+       "text_config.partial_rotary_factor: must give an even number of rotated dimensions"},
+      {[](nlohmann::json& j) { j["text_config"].erase("intermediate_size"); },
+       "text_config.intermediate_size: required"},
+      {[](nlohmann::json& j) {
+         j["model_type"] = "qwen3_5_moe";
+         j["text_config"]["num_experts"] = 256;
+         j["text_config"]["num_experts_per_tok"] = 8;
+         j["text_config"]["moe_intermediate_size"] = 512;
+       },
+       "text_config.shared_expert_intermediate_size: required"},
+  };
+  for (const auto& [mutate, want] : cases) {
+    nlohmann::json j = nlohmann::json::parse(kQwen35_27B);
+    mutate(j);
+    auto cfg = ParseHfConfig(j.dump(), "config.json");
+    ASSERT_FALSE(cfg.ok()) << want;
+    EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(want));
+  }
+}
+
+TEST(HfConfig, HybridMoeAndTextOnlyForms) {
+  nlohmann::json moe = nlohmann::json::parse(kQwen35_27B);
+  moe["model_type"] = "qwen3_5_moe";
+  moe["text_config"].erase("intermediate_size");  // Qwen3.5-MoE has no dense MLP
+  moe["text_config"]["num_experts"] = 256;
+  moe["text_config"]["num_experts_per_tok"] = 8;
+  moe["text_config"]["moe_intermediate_size"] = 512;
+  moe["text_config"]["shared_expert_intermediate_size"] = 512;
+  auto cfg = ParseHfConfig(moe.dump(), "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_TRUE(cfg->norm_topk_prob);
+  EXPECT_EQ(cfg->shared_expert_intermediate_size, 512);
+  EXPECT_TRUE(IsMoeLayer(*cfg, 0) && IsMoeLayer(*cfg, 63));
+
+  // The text-only form: the text config itself, tensors under model.*; no layer_types means
+  // full_attention_interval (here 2).
+  nlohmann::json text = nlohmann::json::parse(kQwen35_27B)["text_config"];
+  text["full_attention_interval"] = 2;
+  auto t = ParseHfConfig(text.dump(), "config.json");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->model_type, "qwen3_5_text");
+  EXPECT_EQ(t->weight_prefix, "model.");
+  EXPECT_TRUE(IsLinearAttentionLayer(*t, 0));
+  EXPECT_FALSE(IsLinearAttentionLayer(*t, 1));
+
+  // Qwen3-Next (transformers 4.x): partial_rotary_factor at the top level, fused projections,
+  // norm_topk_prob true unless written otherwise.
+  text["model_type"] = "qwen3_next";
+  text.erase("rope_parameters");
+  text["rope_theta"] = 10000000;
+  text["partial_rotary_factor"] = 0.5;
+  text["num_experts"] = 512;
+  text["num_experts_per_tok"] = 10;
+  text["moe_intermediate_size"] = 512;
+  text["shared_expert_intermediate_size"] = 512;
+  auto next = ParseHfConfig(text.dump(), "config.json");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(RotaryDim(*next), 128);
+  EXPECT_TRUE(next->fused_linear_projections);
+  EXPECT_TRUE(next->norm_topk_prob);
 }
 
 }  // namespace

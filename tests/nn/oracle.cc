@@ -21,6 +21,13 @@ std::string GenerateOracleOutputs() {
   return dflash::testing::RunPythonOracleOnce(DFLASH_PYTHON, DFLASH_NN_ORACLE_SCRIPT, OracleDir());
 }
 
+fs::path Qwen35OracleDir() { return fs::path(DFLASH_NN_QWEN35_ORACLE_DIR); }
+
+std::string GenerateQwen35OracleOutputs() {
+  return dflash::testing::RunPythonOracleOnce(DFLASH_PYTHON, DFLASH_NN_QWEN35_ORACLE_SCRIPT,
+                                              Qwen35OracleDir());
+}
+
 std::map<std::string, at::Tensor> ReadAll(const fs::path& path) {
   auto tensors = ReadTensorFile(path.string());
   EXPECT_TRUE(tensors.ok()) << tensors.status();

@@ -21,6 +21,10 @@ std::filesystem::path OracleDir();
 // holds the script text and the interpreter. Returns "" on success, else the error.
 std::string GenerateOracleOutputs();
 
+// The same for hf_qwen3_5_oracle.py (transformers 5): Qwen3.5 checkpoints and references.
+std::filesystem::path Qwen35OracleDir();
+std::string GenerateQwen35OracleOutputs();
+
 // Tensors of a safetensors file as CPU tensors in their stored dtype (a failed open is a test
 // failure and an empty map).
 std::map<std::string, at::Tensor> ReadAll(const std::filesystem::path& path);

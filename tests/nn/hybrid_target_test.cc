@@ -1,0 +1,190 @@
+// Hybrid linear-attention targets (issue 11): CPU parity with transformers 5 on tiny random
+// Qwen3.5 and Qwen3.5-MoE vision-language checkpoints written by hf_qwen3_5_oracle.py (their text
+// backbone), the text-only form of the same weights, and the gated delta rule's chunked scan and
+// convolution against their references on packed, ragged documents. Qwen3-Next's parity test is
+// in target_model_test.cc (its oracle runs under the pinned transformers 4.57).
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/conv1d.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
+#include "common/model/hf_config.h"
+#include "common/nn/gated_delta.h"
+#include "common/nn/target_model.h"
+#include "nlohmann/json.hpp"
+#include "tests/common/read_file.h"
+#include "tests/nn/oracle.h"
+
+namespace dflash::nn {
+namespace {
+
+namespace fs = std::filesystem;
+using oracle::ReadAll;
+using oracle::RelError;
+using oracle::ToVector;
+
+class HybridTargetTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { *oracle_error_ = oracle::GenerateQwen35OracleOutputs(); }
+  void SetUp() override { ASSERT_TRUE(oracle_error_->empty()) << *oracle_error_; }
+  static fs::path Dir() { return oracle::Qwen35OracleDir(); }
+
+  static TargetModelOptions Fp32() {
+    TargetModelOptions options;
+    options.layer_ids = {0, 1, 2, 3, 4};
+    options.dtype = at::kFloat;
+    return options;
+  }
+
+  // Every captured layer of `model` against <family>_refs.safetensors.
+  static void ExpectMatchesRefs(const TargetModel& model, const std::string& family) {
+    auto refs = ReadAll(Dir() / (family + "_refs.safetensors"));
+    ASSERT_EQ(model.layer_ids(), ToVector(refs["layer_ids"]));
+    auto features = model.Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
+    ASSERT_TRUE(features.ok()) << features.status();
+    ASSERT_EQ(features->sizes(), refs["features"].sizes());
+    const int64_t h = model.config().hidden_size;
+    for (size_t slot = 0; slot < model.layer_ids().size(); ++slot) {
+      const double err =
+          RelError(features->narrow(1, slot * h, h), refs["features"].narrow(1, slot * h, h));
+      std::printf("%s layer %ld: max relative error %.3g\n", family.c_str(),
+                  static_cast<long>(model.layer_ids()[slot]), err);
+      EXPECT_LT(err, 1e-4) << family << " layer " << model.layer_ids()[slot];
+    }
+  }
+
+  static std::string* oracle_error_;
+};
+
+std::string* HybridTargetTest::oracle_error_ = new std::string;
+
+TEST_F(HybridTargetTest, Qwen35MatchesTransformers) {
+  auto model = TargetModel::Load((Dir() / "qwen3_5").string(), Fp32());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const model::TransformerConfig& c = (*model)->config();
+  EXPECT_EQ(c.weight_prefix, "model.language_model.");
+  EXPECT_EQ(model::RotaryDim(c), 8);
+  EXPECT_TRUE(model::IsLinearAttentionLayer(c, 0));
+  EXPECT_FALSE(model::IsLinearAttentionLayer(c, 2));
+  ExpectMatchesRefs(**model, "qwen3_5");
+}
+
+TEST_F(HybridTargetTest, Qwen35MoeMatchesTransformers) {
+  auto model = TargetModel::Load((Dir() / "qwen3_5_moe").string(), Fp32());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().shared_expert_intermediate_size, 48);
+  EXPECT_TRUE((*model)->config().norm_topk_prob);
+  ExpectMatchesRefs(**model, "qwen3_5_moe");
+}
+
+// The text-only form (model_type qwen3_5_text, tensors under model.*) of the same weights is the
+// same model.
+TEST_F(HybridTargetTest, TextOnlyCheckpointOfTheSameWeightsIsTheSameModel) {
+  const nlohmann::json full =
+      nlohmann::json::parse(dflash::testing::ReadFileText((Dir() / "qwen3_5" / "config.json")));
+  nlohmann::json text = full.at("text_config");
+  text["model_type"] = "qwen3_5_text";
+  auto config = model::ParseHfConfig(text.dump(), "text config");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->weight_prefix, "model.");
+  std::map<std::string, at::Tensor> tensors;
+  for (auto& [name, t] : ReadAll(Dir() / "qwen3_5" / "model.safetensors")) {
+    if (absl::StartsWith(name, "model.visual.")) continue;
+    tensors[absl::StrReplaceAll(name, {{"model.language_model.", "model."}})] = t;
+  }
+  auto model = TargetModel::FromTensors(*config, tensors, Fp32());
+  ASSERT_TRUE(model.ok()) << model.status();
+  ExpectMatchesRefs(**model, "qwen3_5");
+}
+
+TEST_F(HybridTargetTest, GenerationIsRefusedNamingTheModelType) {
+  TargetModelOptions options = Fp32();
+  options.full = true;
+  auto model = TargetModel::Load((Dir() / "qwen3_5").string(), options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(model.status().message(), "qwen3_5")) << model.status();
+}
+
+VarlenDocs Docs(const std::vector<int32_t>& lengths) {
+  std::vector<int32_t> cu = {0};
+  for (int32_t n : lengths) cu.push_back(cu.back() + n);
+  return VarlenDocs::FromCuSeqlens(at::tensor(cu, at::kInt), c10::Device(c10::DeviceType::CPU));
+}
+
+// Random delta-rule inputs for `t` rows, `hv` heads: g in [-2, 0], beta in (0, 1).
+struct ScanInputs {
+  at::Tensor q, k, v, g, beta;
+  static ScanInputs Random(int64_t t, int64_t hv, int64_t dk, int64_t dv) {
+    return {at::randn({t, hv, dk}), at::randn({t, hv, dk}), at::randn({t, hv, dv}),
+            -2.0 * at::rand({t, hv}), at::rand({t, hv})};
+  }
+};
+
+TEST(GatedDeltaRuleTest, ChunkedScanMatchesTheSequentialReference) {
+  at::manual_seed(5);
+  // Ragged documents: empty ones, single rows, exact and partial chunks, several chunks.
+  const VarlenDocs docs = Docs({0, 1, 70, 64, 3, 0, 150, 17});
+  ScanInputs in = ScanInputs::Random(docs.offsets.back(), 3, 16, 8);
+  const at::Tensor want = GatedDeltaRuleReference(in.q, in.k, in.v, in.g, in.beta, docs);
+  for (int64_t chunk : {64, 16, 4, 1}) {
+    const at::Tensor got = GatedDeltaRuleChunked(in.q, in.k, in.v, in.g, in.beta, docs, chunk);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_LT(RelError(got, want), 1e-5) << "chunk " << chunk;
+    EXPECT_FALSE(got.isnan().any().item<bool>());
+  }
+}
+
+TEST(GatedDeltaRuleTest, DocumentsDoNotSeeEachOther) {
+  at::manual_seed(6);
+  const VarlenDocs packed = Docs({40, 90});
+  ScanInputs in = ScanInputs::Random(130, 2, 8, 8);
+  const at::Tensor both = GatedDeltaRuleChunked(in.q, in.k, in.v, in.g, in.beta, packed);
+  auto rows = [](const at::Tensor& t, int64_t b, int64_t n) { return t.narrow(0, b, n); };
+  const at::Tensor second =
+      GatedDeltaRuleChunked(rows(in.q, 40, 90), rows(in.k, 40, 90), rows(in.v, 40, 90),
+                            rows(in.g, 40, 90), rows(in.beta, 40, 90), Docs({90}));
+  EXPECT_LT(RelError(both.narrow(0, 40, 90), second), 1e-6);
+}
+
+TEST(GatedDeltaRuleTest, KeepsTheInputDtypeAndHandlesNoRows) {
+  const VarlenDocs docs = Docs({5});
+  ScanInputs in = ScanInputs::Random(5, 2, 4, 4);
+  const at::Tensor got =
+      GatedDeltaRuleChunked(in.q.to(at::kBFloat16), in.k.to(at::kBFloat16), in.v.to(at::kBFloat16),
+                            in.g, in.beta.to(at::kBFloat16), docs);
+  EXPECT_EQ(got.scalar_type(), at::kBFloat16);
+  const VarlenDocs none = Docs({});
+  ScanInputs empty = ScanInputs::Random(0, 2, 4, 4);
+  EXPECT_EQ(GatedDeltaRuleChunked(empty.q, empty.k, empty.v, empty.g, empty.beta, none).size(0), 0);
+}
+
+TEST(GatedDeltaRuleTest, ConvolutionRestartsAtEachDocument) {
+  at::manual_seed(7);
+  const std::vector<int32_t> lengths = {1, 6, 2, 9};
+  const VarlenDocs docs = Docs(lengths);
+  const at::Tensor x = at::randn({18, 5}), w = at::randn({5, 4});
+  const at::Tensor got = CausalConv1dVarlen(x, w, docs);
+  int64_t begin = 0;
+  for (int32_t n : lengths) {
+    // transformers: F.conv1d(x[None].T, w[:, None], padding=K-1, groups=C)[..., :n].
+    const at::Tensor doc = x.narrow(0, begin, n).t().unsqueeze(0);
+    const at::Tensor want =
+        at::conv1d(doc, w.unsqueeze(1), {}, 1, 3, 1, 5).narrow(2, 0, n).squeeze(0).t();
+    EXPECT_LT(RelError(got.narrow(0, begin, n), want), 1e-6) << "document at " << begin;
+    begin += n;
+  }
+}
+
+}  // namespace
+}  // namespace dflash::nn
