@@ -83,45 +83,79 @@ at::Tensor CausalConv1dVarlen(const at::Tensor& x, const at::Tensor& weight,
   return out.to(x.scalar_type());
 }
 
+// Where each row of the packed batch goes in the chunked layout. Chunks never hold two documents;
+// documents are sorted by their number of chunks (most first, stable) and chunk j of sorted
+// document d is chunk offsets[j] + d: the chunks of step j of the scan are the contiguous chunks
+// offsets[j] .. offsets[j] + active[j] - 1, and their documents' states are states 0 ..
+// active[j] - 1. Rows past a document's end (up to chunk - 1 per document) are padding.
+struct ChunkLayout {
+  int64_t chunks = 0;             // in all
+  std::vector<int64_t> offsets;   // per step: the first chunk of the step
+  std::vector<int64_t> active;    // per step: how many documents have a chunk at this step
+  std::vector<int64_t> row_slot;  // per row: chunk * chunk_size + row within the chunk
+  int64_t documents = 0;          // with at least one row
+};
+
+ChunkLayout MakeChunkLayout(const VarlenDocs& docs, int64_t t, int64_t chunk) {
+  ChunkLayout l;
+  std::vector<int64_t> order, count;  // non-empty documents; their chunk counts
+  for (size_t d = 0; d + 1 < docs.offsets.size(); ++d) {
+    const int64_t len = docs.offsets[d + 1] - docs.offsets[d];
+    if (len == 0) continue;
+    order.push_back(static_cast<int64_t>(d));
+    count.push_back((len + chunk - 1) / chunk);
+  }
+  std::vector<size_t> rank(order.size());
+  for (size_t i = 0; i < rank.size(); ++i) rank[i] = i;
+  std::stable_sort(rank.begin(), rank.end(),
+                   [&](size_t a, size_t b) { return count[a] > count[b]; });
+  l.documents = static_cast<int64_t>(order.size());
+  const int64_t steps = rank.empty() ? 0 : count[rank.front()];
+  for (int64_t j = 0; j < steps; ++j) {
+    int64_t a = 0;
+    while (a < l.documents && count[rank[a]] > j) ++a;
+    l.offsets.push_back(l.chunks);
+    l.active.push_back(a);
+    l.chunks += a;
+  }
+  l.row_slot.resize(static_cast<size_t>(t));
+  for (int64_t d = 0; d < l.documents; ++d) {
+    const int64_t begin = docs.offsets[order[rank[d]]], end = docs.offsets[order[rank[d]] + 1];
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t p = r - begin;
+      l.row_slot[r] = (l.offsets[p / chunk] + d) * chunk + p % chunk;
+    }
+  }
+  return l;
+}
+
 at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const at::Tensor& g, const at::Tensor& beta,
                                  const VarlenDocs& docs, int64_t chunk) {
   const int64_t t = q.size(0), hv = q.size(1), dk = q.size(2), dv = v.size(2);
   if (t == 0) return at::empty({0, hv, dv}, v.options());
-  // Padded layout [docs, chunks * chunk]: document d's row p goes to slot d * slots + p, so that
-  // no chunk holds two documents. Padding rows have k = v = beta = 0 and g = 0 (no decay): they
-  // leave the state untouched and their outputs are dropped.
-  const int64_t ndocs = static_cast<int64_t>(docs.offsets.size()) - 1;
-  int64_t chunks = 1;
-  for (int64_t d = 0; d < ndocs; ++d) {
-    const int64_t len = docs.offsets[d + 1] - docs.offsets[d];
-    chunks = std::max(chunks, (len + chunk - 1) / chunk);
-  }
-  const int64_t slots = chunks * chunk;
-  std::vector<int64_t> dest(static_cast<size_t>(t));
-  for (int64_t d = 0; d < ndocs; ++d) {
-    for (int64_t r = docs.offsets[d]; r < docs.offsets[d + 1]; ++r) {
-      dest[r] = d * slots + (r - docs.offsets[d]);
-    }
-  }
-  const at::Tensor dst = LongTensor(dest, q.device());
+  // Padding rows have k = v = beta = 0 and g = 0 (no decay): they leave the state untouched and
+  // their outputs are dropped.
+  const ChunkLayout layout = MakeChunkLayout(docs, t, chunk);
+  const int64_t n = layout.chunks;
+  const at::Tensor slot = LongTensor(layout.row_slot, q.device());
   const at::TensorOptions f32 = q.options().dtype(at::kFloat);
-  // [T, Hv, X] -> [docs, Hv, chunks, chunk, X], fp32.
+  // [T, Hv, X...] -> [chunks, Hv, chunk, X...], fp32.
   auto pad = [&](const at::Tensor& x) {
     std::vector<int64_t> shape = x.sizes().vec();
-    shape[0] = ndocs * slots;
+    shape[0] = n * chunk;
     at::Tensor p = at::zeros(shape, f32);
-    p.index_copy_(0, dst, x.to(at::kFloat));
+    p.index_copy_(0, slot, x.to(at::kFloat));
     shape[0] = chunk;
-    shape.insert(shape.begin(), {ndocs, chunks});
-    p = p.view(shape);  // [docs, chunks, chunk, Hv, X...]
-    return x.dim() == 3 ? p.permute({0, 3, 1, 2, 4}).contiguous() : p.permute({0, 3, 1, 2});
+    shape.insert(shape.begin(), n);
+    p = p.view(shape);  // [chunks, chunk, Hv, X...]
+    return x.dim() == 3 ? p.permute({0, 2, 1, 3}).contiguous() : p.permute({0, 2, 1});
   };
   const at::Tensor qc = pad(L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5));
   const at::Tensor kc = pad(L2Norm(k.to(at::kFloat)));
   const at::Tensor vc = pad(v);
-  const at::Tensor bc = pad(beta).unsqueeze(-1);  // [docs, Hv, chunks, chunk, 1]
-  const at::Tensor cum = pad(g).cumsum(-1);       // [docs, Hv, chunks, chunk]: log decay so far
+  const at::Tensor bc = pad(beta).unsqueeze(-1);  // [chunks, Hv, chunk, 1]
+  const at::Tensor cum = pad(g).cumsum(-1);       // [chunks, Hv, chunk]: log decay so far
 
   // Within a chunk: decay between rows j <= i, the UT system and the chunk's own attention.
   const at::Tensor upper = at::ones({chunk, chunk}, q.options().dtype(at::kBool)).triu(1);
@@ -141,22 +175,25 @@ at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const
       at::linalg_solve_triangular(ut, k_beta * cum_exp, /*upper=*/false, /*left=*/true,
                                   /*unitriangular=*/true);
   const at::Tensor q_decayed = qc * cum_exp;
-  const at::Tensor last = cum.narrow(-1, chunk - 1, 1);  // [docs, Hv, chunks, 1]
-  const at::Tensor k_decayed = kc * (last - cum).exp().unsqueeze(-1);
-  const at::Tensor chunk_decay = last.exp().unsqueeze(-1);  // [docs, Hv, chunks, 1, 1]
+  const at::Tensor last = cum.narrow(-1, chunk - 1, 1);  // [chunks, Hv, 1]
+  const at::Tensor k_decayed = (kc * (last - cum).exp().unsqueeze(-1)).transpose(-1, -2);
+  const at::Tensor chunk_decay = last.exp().unsqueeze(-1);  // [chunks, Hv, 1, 1]
 
-  // Across chunks: one state [dk, dv] per (document, head), carried chunk to chunk.
-  at::Tensor state = at::zeros({ndocs, hv, dk, dv}, f32);
-  at::Tensor out = at::empty({ndocs, hv, chunks, chunk, dv}, f32);
-  for (int64_t i = 0; i < chunks; ++i) {
-    at::Tensor v_new = new_values.select(2, i) - k_cumdecay.select(2, i).matmul(state);
-    out.select(2, i).copy_(q_decayed.select(2, i).matmul(state) + intra.select(2, i).matmul(v_new));
-    state =
-        state * chunk_decay.select(2, i) + k_decayed.select(2, i).transpose(-1, -2).matmul(v_new);
+  // Across chunks: one state [dk, dv] per (document, head), carried chunk to chunk; step j runs
+  // chunk j of every document that has one.
+  at::Tensor state = at::zeros({layout.documents, hv, dk, dv}, f32);
+  at::Tensor out = at::empty({n, hv, chunk, dv}, f32);
+  for (size_t j = 0; j < layout.offsets.size(); ++j) {
+    const int64_t first = layout.offsets[j], a = layout.active[j];
+    at::Tensor s = state.narrow(0, 0, a);
+    auto at_step = [&](const at::Tensor& x) { return x.narrow(0, first, a); };
+    at::Tensor v_new = at_step(new_values) - at_step(k_cumdecay).matmul(s);
+    out.narrow(0, first, a).copy_(at_step(q_decayed).matmul(s) + at_step(intra).matmul(v_new));
+    s.copy_(s * at_step(chunk_decay) + at_step(k_decayed).matmul(v_new));
   }
-  return out.permute({0, 2, 3, 1, 4})
-      .reshape({ndocs * slots, hv, dv})
-      .index_select(0, dst)
+  return out.permute({0, 2, 1, 3})
+      .reshape({n * chunk, hv, dv})
+      .index_select(0, slot)
       .to(v.scalar_type());
 }
 

@@ -12,9 +12,11 @@
 // The scan has two implementations: GatedDeltaRuleReference, token by token (the CPU reference,
 // transformers' torch_recurrent_gated_delta_rule), and GatedDeltaRuleChunked, the chunked form
 // (transformers' torch_chunk_gated_delta_rule; the DeltaNet "UT transform"): 64-token chunks never
-// cross a document; within a chunk everything is a batched GEMM or triangular solve, and only the
-// chunks of a document are sequential, all documents and heads in one batch. The model runs the
-// chunked form on every device.
+// cross a document, and each document is padded only to a multiple of 64 rows (no padding to the
+// longest document); within a chunk everything is a batched GEMM or triangular solve over all
+// chunks and heads, and only the chunks of a document are sequential: step j of the scan runs
+// chunk j of every document that has one, in one batch. The model runs the chunked form on every
+// device.
 #pragma once
 
 #include <ATen/core/Tensor.h>
