@@ -486,6 +486,15 @@ bool IsHybrid(const TransformerConfig& c) {
   return false;
 }
 
+absl::Status CheckCanGenerate(const TransformerConfig& c) {
+  if (!IsHybridType(c.model_type)) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat("generating with a ", c.model_type,
+                   " target (eval, regen, speculative decoding) is not implemented: its "
+                   "linear-attention layers need a recurrent-state cache; training on its "
+                   "features works"));
+}
+
 int64_t RotaryDim(const TransformerConfig& c) {
   return static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
 }

@@ -92,6 +92,10 @@ bool IsMoeLayer(const TransformerConfig& c, int64_t layer);
 // Whether decoder layer `layer` is a gated delta-rule (linear attention) layer.
 bool IsLinearAttentionLayer(const TransformerConfig& c, int64_t layer);
 bool IsHybrid(const TransformerConfig& c);  // any linear-attention layer
+// UNIMPLEMENTED, naming the model type, for targets dflash cannot generate with (eval, regen,
+// speculative decoding need a KV cache): the hybrid families, whose linear-attention layers would
+// need a recurrent-state cache. Training on their features works.
+absl::Status CheckCanGenerate(const TransformerConfig& c);
 // The dimensions of each head that RoPE rotates: int(head_dim * partial_rotary_factor), as HF.
 int64_t RotaryDim(const TransformerConfig& c);
 

@@ -50,44 +50,104 @@ int64_t LayerParams(const Shape& s, bool qk_norm, bool attention_bias, bool mlp_
   return n;
 }
 
-// The target's decoder layers 0..layers-1: as LayerParams, except that a Qwen3-MoE sparse layer
-// has a router [E, H] and E experts of 3 * H * moe_intermediate_size instead of the dense MLP.
+// A hybrid target's gated delta-rule layer (common/nn/gated_delta.h), less its two norms: the
+// input projections to q, k, v (conv_dim rows), z, b and a, the depthwise convolution, dt_bias,
+// A_log, the gated norm and out_proj.
+struct LinearShape {
+  int64_t hv, dk, dv, vd, cd, in_rows;
+};
+
+LinearShape LinearShapeOf(const model::TransformerConfig& c) {
+  LinearShape l;
+  l.hv = c.linear_num_value_heads;
+  l.dk = c.linear_key_head_dim;
+  l.dv = c.linear_value_head_dim;
+  l.vd = l.hv * l.dv;
+  l.cd = 2 * c.linear_num_key_heads * l.dk + l.vd;
+  l.in_rows = l.cd + l.vd + 2 * l.hv;
+  return l;
+}
+
+int64_t LinearAttentionParams(const model::TransformerConfig& c, const Shape& s) {
+  const LinearShape l = LinearShapeOf(c);
+  return s.h * l.in_rows + l.cd * c.linear_conv_kernel_dim + 2 * l.hv + l.dv + l.vd * s.h;
+}
+
+// Rows of q_proj: with an output gate (Qwen3-Next, Qwen3.5) a gate row per query row.
+int64_t QRows(const model::TransformerConfig& c, const Shape& s) {
+  return c.attn_output_gate ? 2 * s.q : s.q;
+}
+
+// The target's decoder layers 0..layers-1: as LayerParams, except that a sparse (MoE) layer has a
+// router [E, H], E experts of 3 * H * moe_intermediate_size and its shared expert (3 * H * Is and
+// a gate [1, H]) instead of the dense MLP, and a hybrid's delta-rule layer has
+// LinearAttentionParams instead of attention.
 int64_t TargetLayersParams(const model::TransformerConfig& c, const Shape& s, int64_t layers) {
-  const int64_t dense = LayerParams(s, c.qk_norm, c.attention_bias, c.mlp_bias);
+  const int64_t dense =
+      LayerParams(s, c.qk_norm, c.attention_bias, c.mlp_bias) + (QRows(c, s) - s.q) * s.h;
   const int64_t dense_mlp = 3 * s.h * s.inter + (c.mlp_bias ? 2 * s.inter + s.h : 0);
-  const int64_t sparse_mlp = c.num_experts * (s.h + 3 * s.h * c.moe_intermediate_size);
+  const int64_t shared = c.shared_expert_intermediate_size;
+  const int64_t sparse_mlp = c.num_experts * (s.h + 3 * s.h * c.moe_intermediate_size) +
+                             (shared > 0 ? 3 * s.h * shared + s.h : 0);
+  const int64_t attention = dense - dense_mlp;  // with the two norms
+  const int64_t linear = 2 * s.h + LinearAttentionParams(c, s);
   int64_t n = 0;
   for (int64_t i = 0; i < layers; ++i) {
-    n += model::IsMoeLayer(c, i) ? dense - dense_mlp + sparse_mlp : dense;
+    n += (model::IsLinearAttentionLayer(c, i) ? linear : attention) +
+         (model::IsMoeLayer(c, i) ? sparse_mlp : dense_mlp);
   }
   return n;
 }
 
-// The copies one layer's fusing makes at load (the largest layer): q/k/v concatenated, and the
-// dense gate/up concatenated or a sparse layer's experts stacked ([E, 2I, H] and [E, H, I]).
+// The copies one layer's fusing makes at load (the largest layer): q/k/v (or a delta-rule layer's
+// input projections) concatenated, and the dense gate/up concatenated or a sparse layer's experts
+// stacked ([E, 2I, H] and [E, H, I]) and its shared expert's gate/up concatenated.
 int64_t FusedLayerParams(const model::TransformerConfig& c, const Shape& s, int64_t layers) {
-  int64_t mlp = 0;
+  int64_t most = 0;
   for (int64_t i = 0; i < layers; ++i) {
-    mlp = std::max(mlp, model::IsMoeLayer(c, i) ? 3 * c.num_experts * s.h * c.moe_intermediate_size
-                                                : 2 * s.h * s.inter);
+    const int64_t mixer = model::IsLinearAttentionLayer(c, i) ? s.h * LinearShapeOf(c).in_rows
+                                                              : s.h * (QRows(c, s) + 2 * s.kv);
+    const int64_t mlp = model::IsMoeLayer(c, i)
+                            ? 3 * c.num_experts * s.h * c.moe_intermediate_size +
+                                  2 * s.h * c.shared_expert_intermediate_size
+                            : 2 * s.h * s.inter;
+    most = std::max(most, mixer + mlp);
   }
-  return s.h * (s.q + 2 * s.kv) + mlp;
+  return most;
+}
+
+// A delta-rule layer's forward intermediates per token (elements of the model's dtype): the
+// projections and the gated norm's output in the model's dtype, and in fp32 the convolution's
+// output and the chunked scan's tensors (q, k, v, the chunk's decay, UT system and attention rows,
+// new values, decayed keys and queries, output) at twice the rows: each document is padded to a
+// multiple of 64 rows, which the plan assumes doubles the rows at most (documents of 64 tokens
+// or more on average).
+int64_t LinearIntermediatesPerToken(const model::TransformerConfig& c, int64_t dtype_bytes) {
+  const LinearShape l = LinearShapeOf(c);
+  const int64_t fp32 = l.cd + 2 * l.hv * (5 * l.dk + 3 * l.dv + 3 * 64);
+  return l.in_rows + l.vd + (4 * fp32) / dtype_bytes;
 }
 
 // One layer's forward intermediates per token, in elements of the model's dtype: attention
 // (q, k, v, output, residuals) and the MLP: the dense gate/up/activation, or a sparse layer's
 // top-k token copies in and out, the router's logits and fp32 probabilities, and one expert's
-// gate/up rows at most for every chosen pair.
+// gate/up rows at most for every chosen pair (and the shared expert's gate/up/activation).
+// Hybrids' delta-rule layers: LinearIntermediatesPerToken instead of attention.
 int64_t LayerIntermediatesPerToken(const model::TransformerConfig& c, const Shape& s,
                                    int64_t layers, int64_t dtype_bytes) {
-  int64_t mlp = 0;
+  int64_t most = 0;
   for (int64_t i = 0; i < layers; ++i) {
     const int64_t k = c.num_experts_per_tok, e = c.num_experts;
-    mlp = std::max(mlp, model::IsMoeLayer(c, i) ? 2 * k * s.h + e + (8 * e) / dtype_bytes +
-                                                      3 * k * c.moe_intermediate_size
-                                                : 4 * s.inter);
+    const int64_t mlp = model::IsMoeLayer(c, i) ? 2 * k * s.h + e + (8 * e) / dtype_bytes +
+                                                      3 * k * c.moe_intermediate_size +
+                                                      3 * c.shared_expert_intermediate_size
+                                                : 4 * s.inter;
+    const int64_t mixer = model::IsLinearAttentionLayer(c, i)
+                              ? LinearIntermediatesPerToken(c, dtype_bytes)
+                              : QRows(c, s) + 2 * s.kv;
+    most = std::max(most, mlp + mixer);
   }
-  return mlp + s.q + 2 * s.kv + 4 * s.h;
+  return most + 4 * s.h;
 }
 
 size_t Add(WorkerPlan* w, std::string name, std::string what, int64_t bytes) {

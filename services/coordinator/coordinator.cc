@@ -134,6 +134,14 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   ASSIGN_OR_RETURN(
       config::RunSpec spec,
       config::ParseRunSpec(run_yaml, source_name.empty() ? "run.yaml" : source_name, opts));
+  if (spec.eval.every_steps > 0) {
+    ASSIGN_OR_RETURN(model::TransformerConfig target, plan::RunTargetConfig(spec));
+    if (absl::Status s = model::CheckCanGenerate(target); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(source_name.empty() ? "run.yaml" : source_name,
+                                                     ": eval.every_steps: ", s.message(),
+                                                     "; set eval.every_steps: 0"));
+    }
+  }
   {
     // The memory plan against the largest registered GPU of each role (none: not checked here;
     // every placement is checked against its own GPUs).

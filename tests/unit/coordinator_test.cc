@@ -95,6 +95,26 @@ TEST_F(CoordinatorTest, SubmitValidatesAndStoresResolvedConfig) {
   EXPECT_EQ(coordinator_->ListRuns()->size(), 1u);
 }
 
+// Evaluations generate with the target; a hybrid target cannot yet (no recurrent-state cache):
+// refused at submit, naming the field, instead of failing the run at its first evaluation.
+TEST_F(CoordinatorTest, EvaluationsWithAHybridTargetAreRefusedAtSubmit) {
+  const std::string dir = state_dir_ + "/qwen3_5";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({"model_type": "qwen3_5", "text_config": {
+    "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16}})";
+  std::string yaml = kRunYaml;
+  yaml.replace(yaml.find("builtin:tiny-qwen3"), std::string("builtin:tiny-qwen3").size(), dir);
+  auto run = coordinator_->SubmitRun(
+      yaml + "eval: {every_steps: 2, prompts: \"builtin:tiny-chat\"}\n", "hybrid.yaml", false);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(run.status().message()),
+              HasSubstr("hybrid.yaml: eval.every_steps: generating with a qwen3_5 target"));
+}
+
 TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   std::string t = AddWorker("t0", v1::WORKER_ROLE_TARGET);

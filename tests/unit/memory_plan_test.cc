@@ -146,6 +146,38 @@ TEST(MemoryPlanTest, AMoeTargetCountsEveryExpert) {
                 2);
 }
 
+// A hybrid target (issue 11): Qwen3.5-27B's text backbone is 26,895,998,464 parameters
+// (transformers 5.17's Qwen3_5ForCausalLM on the meta device: 48 delta-rule layers of 383,273,184,
+// 16 gated-attention layers of 372,255,232, embed_tokens and lm_head 2 x 248320 x 5120, final
+// norm). The forward's intermediates are the delta-rule layer's (scan in fp32) plus the MLP's.
+TEST(MemoryPlanTest, AHybridTargetCountsItsDeltaRuleLayers) {
+  const std::string dir = ::testing::TempDir() + "/plan_qwen3_5_27b";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({
+    "model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+    "tie_word_embeddings": false, "text_config": {"model_type": "qwen3_5_text",
+    "vocab_size": 248320, "hidden_size": 5120, "intermediate_size": 17408,
+    "num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+    "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 48,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                        "partial_rotary_factor": 0.25}}})";
+  config::RunSpec spec = Spec(8192, 512, 5);
+  spec.target.path = dir;
+  spec.eval.every_steps = 1000;  // the whole target
+  spec.eval.prompts = "builtin:tiny-chat";
+  const RunPlan p = Plan(spec);
+  EXPECT_EQ(TermBytes(p.target, "weights"), int64_t{26895998464} * 2);
+  // The largest fused layer: a delta-rule layer's [q; k; v; z; b; a] (10240 + 6144 + 96 rows)
+  // beside the gate/up concatenation.
+  EXPECT_EQ(TermBytes(p.target, "fused copies at load"), int64_t{5120} * (16480 + 2 * 17408) * 2);
+  // Per token: features 5 x 5120; the delta-rule layer's 16480 + 6144 bf16 and 2 x (10240 + 2 x
+  // 48 x (5 x 128 + 3 x 128 + 192)) fp32-as-bf16; the MLP's 4 x 17408; residuals 4 x 5120.
+  EXPECT_EQ(TermBytes(p.target, "forward"),
+            int64_t{8192} *
+                (5 * 5120 + 16480 + 6144 + 2 * (10240 + 2 * 48 * 1216) + 4 * 17408 + 4 * 5120) * 2);
+}
+
 TEST(MemoryPlanTest, PredictsTheH200PeaksWithinTenPercent) {
   struct Measured {
     int64_t tokens, anchors, layers;
