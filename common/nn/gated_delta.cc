@@ -17,6 +17,10 @@
 
 #include "common/nn/layers.h"
 
+#ifdef DFLASH_HAVE_GATED_DELTA_SCAN
+#include "common/kernels/gated_delta/gated_delta_scan.h"
+#endif
+
 namespace dflash::nn {
 namespace {
 
@@ -131,7 +135,7 @@ ChunkLayout MakeChunkLayout(const VarlenDocs& docs, int64_t t, int64_t chunk) {
 
 at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const at::Tensor& g, const at::Tensor& beta,
-                                 const VarlenDocs& docs, int64_t chunk) {
+                                 const VarlenDocs& docs, int64_t chunk, bool fused) {
   const int64_t t = q.size(0), hv = q.size(1), dk = q.size(2), dv = v.size(2);
   if (t == 0) return at::empty({0, hv, dv}, v.options());
   // Padding rows have k = v = beta = 0 and g = 0 (no decay): they leave the state untouched and
@@ -175,21 +179,32 @@ at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const
       at::linalg_solve_triangular(ut, k_beta * cum_exp, /*upper=*/false, /*left=*/true,
                                   /*unitriangular=*/true);
   const at::Tensor q_decayed = qc * cum_exp;
-  const at::Tensor last = cum.narrow(-1, chunk - 1, 1);  // [chunks, Hv, 1]
-  const at::Tensor k_decayed = (kc * (last - cum).exp().unsqueeze(-1)).transpose(-1, -2);
-  const at::Tensor chunk_decay = last.exp().unsqueeze(-1);  // [chunks, Hv, 1, 1]
+  const at::Tensor last = cum.narrow(-1, chunk - 1, 1);                // [chunks, Hv, 1]
+  const at::Tensor k_decayed = kc * (last - cum).exp().unsqueeze(-1);  // [chunks, Hv, chunk, dk]
+  const at::Tensor chunk_decay = last.exp().unsqueeze(-1);             // [chunks, Hv, 1, 1]
 
   // Across chunks: one state [dk, dv] per (document, head), carried chunk to chunk; step j runs
   // chunk j of every document that has one.
-  at::Tensor state = at::zeros({layout.documents, hv, dk, dv}, f32);
-  at::Tensor out = at::empty({n, hv, chunk, dv}, f32);
-  for (size_t j = 0; j < layout.offsets.size(); ++j) {
-    const int64_t first = layout.offsets[j], a = layout.active[j];
-    at::Tensor s = state.narrow(0, 0, a);
-    auto at_step = [&](const at::Tensor& x) { return x.narrow(0, first, a); };
-    at::Tensor v_new = at_step(new_values) - at_step(k_cumdecay).matmul(s);
-    out.narrow(0, first, a).copy_(at_step(q_decayed).matmul(s) + at_step(intra).matmul(v_new));
-    s.copy_(s * at_step(chunk_decay) + at_step(k_decayed).matmul(v_new));
+  at::Tensor out;
+#ifdef DFLASH_HAVE_GATED_DELTA_SCAN
+  if (fused && q.is_cuda() && kernels::SupportsGatedDeltaScan(dk, dv, chunk, layout.documents)) {
+    out = kernels::GatedDeltaScan(k_cumdecay, new_values, q_decayed, intra, k_decayed,
+                                  chunk_decay.reshape({n, hv}), layout.offsets, layout.active,
+                                  layout.documents);
+  }
+#endif
+  if (!out.defined()) {
+    at::Tensor state = at::zeros({layout.documents, hv, dk, dv}, f32);
+    out = at::empty({n, hv, chunk, dv}, f32);
+    const at::Tensor k_decayed_t = k_decayed.transpose(-1, -2);
+    for (size_t j = 0; j < layout.offsets.size(); ++j) {
+      const int64_t first = layout.offsets[j], a = layout.active[j];
+      at::Tensor s = state.narrow(0, 0, a);
+      auto at_step = [&](const at::Tensor& x) { return x.narrow(0, first, a); };
+      at::Tensor v_new = at_step(new_values) - at_step(k_cumdecay).matmul(s);
+      out.narrow(0, first, a).copy_(at_step(q_decayed).matmul(s) + at_step(intra).matmul(v_new));
+      s.copy_(s * at_step(chunk_decay) + at_step(k_decayed_t).matmul(v_new));
+    }
   }
   return out.permute({0, 2, 1, 3})
       .reshape({n * chunk, hv, dv})

@@ -367,11 +367,15 @@ void ScanTime(const model::TransformerConfig& c, const Case& cs, int runs, int64
   const at::Tensor g = -2.0 * at::rand({t, hv}, opt.dtype(at::kFloat));
   const at::Tensor beta = at::rand({t, hv}, opt);
   c10::InferenceMode inference;
-  const double ms = MedianMs(runs, [&] { GatedDeltaRuleChunked(q, k, v, g, beta, docs); });
   int64_t linear = 0;
   for (int64_t i = 0; i < layers; ++i) linear += model::IsLinearAttentionLayer(c, i) ? 1 : 0;
-  std::printf("| %s | %.2f | %ld | %.1f |\n", cs.name.c_str(), ms, static_cast<long>(linear),
-              ms * static_cast<double>(linear));
+  for (bool fused : {true, false}) {
+    const double ms =
+        MedianMs(runs, [&] { GatedDeltaRuleChunked(q, k, v, g, beta, docs, 64, fused); });
+    std::printf("| %s | %s | %.2f | %ld | %.1f |\n", cs.name.c_str(),
+                fused ? "kernel" : "step loop", ms, static_cast<long>(linear),
+                ms * static_cast<double>(linear));
+  }
   std::fflush(stdout);
 }
 
@@ -435,7 +439,8 @@ int Main(int argc, char** argv) {
   if (hybrid) {
     std::printf(
         "\ndelta-rule scan alone (chunked, 64-row chunks, bf16 in, fp32 state)\n\n"
-        "| case | ms per layer | linear layers run | ms per forward |\n|---|---|---|---|\n");
+        "| case | recurrence | ms per layer | linear layers run | ms per forward |\n"
+        "|---|---|---|---|---|\n");
     for (const Case& c : cases) ScanTime(*config, c, runs, layers);
   }
   if (moe || hybrid) return 0;  // the breakdown times the dense layer's operations

@@ -33,33 +33,43 @@ VarlenDocs Docs(const std::vector<int32_t>& lengths, c10::Device device) {
   return VarlenDocs::FromCuSeqlens(at::tensor(cu, at::kInt), device);
 }
 
+// Both forms of the chunk-to-chunk recurrence on CUDA (the kernel of common/kernels/gated_delta
+// and the ATen step loop) against the token-by-token CPU reference, at key/value head dims the
+// kernel runs (128/128, 64/64, 256/32) and one it leaves to the loop (96 value columns).
 TEST(GatedDeltaGpuTest, ChunkedScanOnCudaMatchesTheCpuReference) {
   if (at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   at::manual_seed(std::chrono::steady_clock::now().time_since_epoch().count());
   const std::vector<int32_t> lengths = {0, 1, 130, 64, 7, 300, 0, 33};
   int64_t t = 0;
   for (int32_t n : lengths) t += n;
-  const int64_t hv = 6, dk = 128, dv = 128;
-  const at::Tensor q = at::randn({t, hv, dk}), k = at::randn({t, hv, dk});
-  const at::Tensor v = at::randn({t, hv, dv}), g = -2.0 * at::rand({t, hv}),
-                   beta = at::rand({t, hv});
-  const at::Tensor want = GatedDeltaRuleReference(q, k, v, g, beta, Docs(lengths, at::kCPU));
-  const VarlenDocs docs = Docs(lengths, kCuda);
-  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    auto on = [&](const at::Tensor& x) { return x.to(kCuda, dtype); };
-    // bf16 inputs: the reference runs from the same rounded values.
-    const at::Tensor ref = dtype == at::kFloat
-                               ? want
-                               : GatedDeltaRuleReference(on(q).cpu(), on(k).cpu(), on(v).cpu(), g,
-                                                         on(beta).cpu(), Docs(lengths, at::kCPU));
-    const at::Tensor got = GatedDeltaRuleChunked(on(q), on(k), on(v), g.to(kCuda), on(beta), docs);
-    ASSERT_TRUE(got.is_cuda());
-    ASSERT_EQ(got.scalar_type(), dtype);
-    EXPECT_FALSE(got.isnan().any().item<bool>());
-    const double err = RelError(got, ref);
-    std::printf("chunked delta rule on cuda, %s: max relative error %.3g\n", c10::toString(dtype),
-                err);
-    EXPECT_LT(err, dtype == at::kFloat ? 1e-4 : 2e-2);
+  struct Shape {
+    int64_t hv, dk, dv;
+  };
+  for (const Shape& sh :
+       {Shape{6, 128, 128}, Shape{3, 64, 64}, Shape{2, 256, 32}, Shape{2, 128, 96}}) {
+    const at::Tensor q = at::randn({t, sh.hv, sh.dk}), k = at::randn({t, sh.hv, sh.dk});
+    const at::Tensor v = at::randn({t, sh.hv, sh.dv}), g = -2.0 * at::rand({t, sh.hv});
+    const at::Tensor beta = at::rand({t, sh.hv});
+    const VarlenDocs docs = Docs(lengths, kCuda);
+    for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      auto on = [&](const at::Tensor& x) { return x.to(kCuda, dtype); };
+      // bf16 inputs: the reference runs from the same rounded values, in fp32.
+      const at::Tensor ref = GatedDeltaRuleReference(on(q).cpu(), on(k).cpu(), on(v).cpu(), g,
+                                                     on(beta).cpu(), Docs(lengths, at::kCPU))
+                                 .to(at::kFloat);
+      for (bool fused : {true, false}) {
+        at::Tensor got =
+            GatedDeltaRuleChunked(on(q), on(k), on(v), g.to(kCuda), on(beta), docs, 64, fused);
+        ASSERT_TRUE(got.is_cuda());
+        ASSERT_EQ(got.scalar_type(), dtype);
+        EXPECT_FALSE(got.isnan().any().item<bool>());
+        const double err = RelError(got, ref);
+        std::printf("delta rule on cuda, dk %ld dv %ld %s, %s: max relative error %.3g\n",
+                    static_cast<long>(sh.dk), static_cast<long>(sh.dv), c10::toString(dtype),
+                    fused ? "kernel" : "step loop", err);
+        EXPECT_LT(err, dtype == at::kFloat ? 1e-4 : 2e-2);
+      }
+    }
   }
 }
 
