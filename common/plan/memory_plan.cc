@@ -118,13 +118,16 @@ int64_t FusedLayerParams(const model::TransformerConfig& c, const Shape& s, int6
 
 // A delta-rule layer's forward intermediates per token (elements of the model's dtype): the
 // projections and the gated norm's output in the model's dtype, and in fp32 the convolution's
-// output and the chunked scan's tensors (q, k, v, the chunk's decay, UT system and attention rows,
-// new values, decayed keys and queries, output) at twice the rows: each document is padded to a
-// multiple of 64 rows, which the plan assumes doubles the rows at most (documents of 64 tokens
-// or more on average).
+// output and every tensor the chunked scan holds until it returns, per value head: q, k, v, the
+// beta-scaled keys and values, the UT system's two right-hand sides and their solutions, the
+// decayed queries and keys and the output (7 dk + 4 dv), and the chunk's decay, UT system and
+// attention rows (3 x 64). Documents are padded to a multiple of 64 rows: the plan allows 1/8
+// more rows (documents of 512 tokens or more on average; a batch of short documents pads more).
+// The MLP runs after these are freed (LayerIntermediatesPerToken).
 int64_t LinearIntermediatesPerToken(const model::TransformerConfig& c, int64_t dtype_bytes) {
   const LinearShape l = LinearShapeOf(c);
-  const int64_t fp32 = l.cd + 2 * l.hv * (5 * l.dk + 3 * l.dv + 3 * 64);
+  const int64_t scan = l.hv * (7 * l.dk + 4 * l.dv + 3 * 64);
+  const int64_t fp32 = l.cd + scan + scan / 8;
   return l.in_rows + l.vd + (4 * fp32) / dtype_bytes;
 }
 
@@ -132,7 +135,7 @@ int64_t LinearIntermediatesPerToken(const model::TransformerConfig& c, int64_t d
 // (q, k, v, output, residuals) and the MLP: the dense gate/up/activation, or a sparse layer's
 // top-k token copies in and out, the router's logits and fp32 probabilities, and one expert's
 // gate/up rows at most for every chosen pair (and the shared expert's gate/up/activation).
-// Hybrids' delta-rule layers: LinearIntermediatesPerToken instead of attention.
+// Hybrids' delta-rule layers: the larger of LinearIntermediatesPerToken and the MLP's.
 int64_t LayerIntermediatesPerToken(const model::TransformerConfig& c, const Shape& s,
                                    int64_t layers, int64_t dtype_bytes) {
   int64_t most = 0;
@@ -142,10 +145,9 @@ int64_t LayerIntermediatesPerToken(const model::TransformerConfig& c, const Shap
                                                       3 * k * c.moe_intermediate_size +
                                                       3 * c.shared_expert_intermediate_size
                                                 : 4 * s.inter;
-    const int64_t mixer = model::IsLinearAttentionLayer(c, i)
-                              ? LinearIntermediatesPerToken(c, dtype_bytes)
-                              : QRows(c, s) + 2 * s.kv;
-    most = std::max(most, mlp + mixer);
+    most = std::max(most, model::IsLinearAttentionLayer(c, i)
+                              ? std::max(LinearIntermediatesPerToken(c, dtype_bytes), mlp)
+                              : QRows(c, s) + 2 * s.kv + mlp);
   }
   return most + 4 * s.h;
 }
