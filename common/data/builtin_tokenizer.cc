@@ -10,7 +10,6 @@
 #include "common/tokenizer/byte_level.h"
 
 namespace dflash::data {
-namespace {
 
 std::string TinyQwen3TokenizerJson() {
   nlohmann::json vocab = nlohmann::json::object();
@@ -58,8 +57,6 @@ std::string TinyQwen3TokenizerJson() {
                         {"merges", nlohmann::json::array()}}}};
   return j.dump();
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(
     const std::filesystem::path& path) {

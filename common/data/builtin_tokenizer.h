@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "common/tokenizer/tokenizer.h"
@@ -18,5 +19,9 @@ namespace dflash::data {
 // Tokenizer::FromFile.
 absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(
     const std::filesystem::path& path);
+
+// The tokenizer.json text of builtin:tiny-qwen3 (tests write it beside checkpoints of the same
+// 512-token vocabulary).
+std::string TinyQwen3TokenizerJson();
 
 }  // namespace dflash::data
