@@ -87,6 +87,8 @@ at::Tensor CausalConv1dVarlen(const at::Tensor& x, const at::Tensor& weight,
   return out.to(x.scalar_type());
 }
 
+namespace {
+
 // Where each row of the packed batch goes in the chunked layout. Chunks never hold two documents;
 // documents are sorted by their number of chunks (most first, stable) and chunk j of sorted
 // document d is chunk offsets[j] + d: the chunks of step j of the scan are the contiguous chunks
@@ -133,36 +135,19 @@ ChunkLayout MakeChunkLayout(const VarlenDocs& docs, int64_t t, int64_t chunk) {
   return l;
 }
 
-at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const at::Tensor& g, const at::Tensor& beta,
-                                 const VarlenDocs& docs, int64_t chunk, bool fused) {
-  const int64_t t = q.size(0), hv = q.size(1), dk = q.size(2), dv = v.size(2);
-  if (t == 0) return at::empty({0, hv, dv}, v.options());
-  // Padding rows have k = v = beta = 0 and g = 0 (no decay): they leave the state untouched and
-  // their outputs are dropped.
-  const ChunkLayout layout = MakeChunkLayout(docs, t, chunk);
-  const int64_t n = layout.chunks;
-  const at::Tensor slot = LongTensor(layout.row_slot, q.device());
-  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
-  // [T, Hv, X...] -> [chunks, Hv, chunk, X...], fp32.
-  auto pad = [&](const at::Tensor& x) {
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape[0] = n * chunk;
-    at::Tensor p = at::zeros(shape, f32);
-    p.index_copy_(0, slot, x.to(at::kFloat));
-    shape[0] = chunk;
-    shape.insert(shape.begin(), n);
-    p = p.view(shape);  // [chunks, chunk, Hv, X...]
-    return x.dim() == 3 ? p.permute({0, 2, 1, 3}).contiguous() : p.permute({0, 2, 1});
-  };
-  const at::Tensor qc = pad(L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5));
-  const at::Tensor kc = pad(L2Norm(k.to(at::kFloat)));
-  const at::Tensor vc = pad(v);
-  const at::Tensor bc = pad(beta).unsqueeze(-1);  // [chunks, Hv, chunk, 1]
-  const at::Tensor cum = pad(g).cumsum(-1);       // [chunks, Hv, chunk]: log decay so far
+// The chunked form in ATen operations, from the padded chunk layout (fp32: qc, kc [chunks, Hv,
+// chunk, dk], vc [chunks, Hv, chunk, dv], bc, gc [chunks, Hv, chunk]) to the output in the same
+// layout: the reference of the CUDA kernels, and the path everywhere else.
+at::Tensor ChunkedInAten(const at::Tensor& qc, const at::Tensor& kc, const at::Tensor& vc,
+                         const at::Tensor& bc_rows, const at::Tensor& gc,
+                         const ChunkLayout& layout) {
+  const int64_t n = qc.size(0), hv = qc.size(1), chunk = qc.size(2), dk = qc.size(3);
+  const int64_t dv = vc.size(3);
+  const at::Tensor bc = bc_rows.unsqueeze(-1);  // [chunks, Hv, chunk, 1]
+  const at::Tensor cum = gc.cumsum(-1);         // [chunks, Hv, chunk]: log decay so far
 
   // Within a chunk: decay between rows j <= i, the UT system and the chunk's own attention.
-  const at::Tensor upper = at::ones({chunk, chunk}, q.options().dtype(at::kBool)).triu(1);
+  const at::Tensor upper = at::ones({chunk, chunk}, qc.options().dtype(at::kBool)).triu(1);
   const at::Tensor decay = (cum.unsqueeze(-1) - cum.unsqueeze(-2))
                                .masked_fill(upper, -std::numeric_limits<double>::infinity())
                                .exp();
@@ -179,33 +164,64 @@ at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const
       at::linalg_solve_triangular(ut, k_beta * cum_exp, /*upper=*/false, /*left=*/true,
                                   /*unitriangular=*/true);
   const at::Tensor q_decayed = qc * cum_exp;
-  const at::Tensor last = cum.narrow(-1, chunk - 1, 1);                // [chunks, Hv, 1]
-  const at::Tensor k_decayed = kc * (last - cum).exp().unsqueeze(-1);  // [chunks, Hv, chunk, dk]
-  const at::Tensor chunk_decay = last.exp().unsqueeze(-1);             // [chunks, Hv, 1, 1]
+  const at::Tensor last = cum.narrow(-1, chunk - 1, 1);  // [chunks, Hv, 1]
+  const at::Tensor k_decayed_t = (kc * (last - cum).exp().unsqueeze(-1)).transpose(-1, -2);
+  const at::Tensor chunk_decay = last.exp().unsqueeze(-1);  // [chunks, Hv, 1, 1]
 
   // Across chunks: one state [dk, dv] per (document, head), carried chunk to chunk; step j runs
   // chunk j of every document that has one.
+  at::Tensor state = at::zeros({layout.documents, hv, dk, dv}, qc.options());
+  at::Tensor out = at::empty({n, hv, chunk, dv}, qc.options());
+  for (size_t j = 0; j < layout.offsets.size(); ++j) {
+    const int64_t first = layout.offsets[j], a = layout.active[j];
+    at::Tensor s = state.narrow(0, 0, a);
+    auto at_step = [&](const at::Tensor& x) { return x.narrow(0, first, a); };
+    at::Tensor v_new = at_step(new_values) - at_step(k_cumdecay).matmul(s);
+    out.narrow(0, first, a).copy_(at_step(q_decayed).matmul(s) + at_step(intra).matmul(v_new));
+    s.copy_(s * at_step(chunk_decay) + at_step(k_decayed_t).matmul(v_new));
+  }
+  return out;
+}
+
+}  // namespace
+
+at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& g, const at::Tensor& beta,
+                                 const VarlenDocs& docs, int64_t chunk, bool fused) {
+  const int64_t t = q.size(0), hv = q.size(1), dk = q.size(2), dv = v.size(2);
+  if (t == 0) return at::empty({0, hv, dv}, v.options());
+  // Padding rows have k = v = beta = 0 and g = 0 (no decay): they leave the state untouched and
+  // their outputs are dropped.
+  const ChunkLayout layout = MakeChunkLayout(docs, t, chunk);
+  const int64_t n = layout.chunks;
+  const at::Tensor slot = LongTensor(layout.row_slot, q.device());
+  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
+  // [T, Hv, X...] -> [chunks, Hv, chunk, X...], fp32, contiguous.
+  auto pad = [&](const at::Tensor& x) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[0] = n * chunk;
+    at::Tensor p = at::zeros(shape, f32);
+    p.index_copy_(0, slot, x.to(at::kFloat));
+    shape[0] = chunk;
+    shape.insert(shape.begin(), n);
+    p = p.view(shape);  // [chunks, chunk, Hv, X...]
+    return (x.dim() == 3 ? p.permute({0, 2, 1, 3}) : p.permute({0, 2, 1})).contiguous();
+  };
+  const at::Tensor qc = pad(L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5));
+  const at::Tensor kc = pad(L2Norm(k.to(at::kFloat)));
+  const at::Tensor vc = pad(v);
+  const at::Tensor bc = pad(beta);  // [chunks, Hv, chunk]
+  const at::Tensor gc = pad(g);
   at::Tensor out;
 #ifdef DFLASH_HAVE_GATED_DELTA_SCAN
+  // On CUDA: the intra-chunk phase and the recurrence as two kernels.
   if (fused && q.is_cuda() && kernels::SupportsGatedDeltaScan(dk, dv, chunk, layout.documents)) {
-    out = kernels::GatedDeltaScan(k_cumdecay, new_values, q_decayed, intra, k_decayed,
-                                  chunk_decay.reshape({n, hv}), layout.offsets, layout.active,
+    const kernels::GatedDeltaChunkOutputs c = kernels::GatedDeltaChunk(qc, kc, vc, bc, gc);
+    out = kernels::GatedDeltaScan(c.w, c.u, c.q, c.a, c.k, c.decay, layout.offsets, layout.active,
                                   layout.documents);
   }
 #endif
-  if (!out.defined()) {
-    at::Tensor state = at::zeros({layout.documents, hv, dk, dv}, f32);
-    out = at::empty({n, hv, chunk, dv}, f32);
-    const at::Tensor k_decayed_t = k_decayed.transpose(-1, -2);
-    for (size_t j = 0; j < layout.offsets.size(); ++j) {
-      const int64_t first = layout.offsets[j], a = layout.active[j];
-      at::Tensor s = state.narrow(0, 0, a);
-      auto at_step = [&](const at::Tensor& x) { return x.narrow(0, first, a); };
-      at::Tensor v_new = at_step(new_values) - at_step(k_cumdecay).matmul(s);
-      out.narrow(0, first, a).copy_(at_step(q_decayed).matmul(s) + at_step(intra).matmul(v_new));
-      s.copy_(s * at_step(chunk_decay) + at_step(k_decayed_t).matmul(v_new));
-    }
-  }
+  if (!out.defined()) out = ChunkedInAten(qc, kc, vc, bc, gc, layout);
   return out.permute({0, 2, 1, 3})
       .reshape({n * chunk, hv, dv})
       .index_select(0, slot)

@@ -63,8 +63,9 @@ at::Tensor CausalConv1dVarlen(const at::Tensor& x, const at::Tensor& weight,
 // The scan itself. q, k [T, Hv, dk] (already repeated to the value heads, not yet normalized),
 // v [T, Hv, dv], g [T, Hv] (log decay, <= 0), beta [T, Hv]. Returns [T, Hv, dv] in v's dtype;
 // computes in fp32 after L2-normalizing q and k (eps 1e-6) and scaling q by dk^-0.5. On CUDA the
-// chunk-to-chunk recurrence runs as one kernel (common/kernels/gated_delta) where it supports the
-// shape, unless `fused` is false; otherwise as a loop of ATen operations per step.
+// intra-chunk phase and the chunk-to-chunk recurrence run as two kernels (common/kernels/
+// gated_delta) where they support the shape, unless `fused` is false; otherwise in ATen
+// operations (batched GEMMs and triangular solves, then a loop over the steps).
 at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const at::Tensor& g, const at::Tensor& beta,
                                  const VarlenDocs& docs, int64_t chunk = 64, bool fused = true);

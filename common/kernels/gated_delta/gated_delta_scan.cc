@@ -2,6 +2,7 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/tensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -14,6 +15,52 @@ namespace dflash::kernels {
 bool SupportsGatedDeltaScan(int64_t dk, int64_t dv, int64_t chunk, int64_t documents) {
   return (dk == 64 || dk == 128 || dk == 256) && dv > 0 && dv % kScanColumns == 0 &&
          chunk == kScanChunk && documents <= 65535;
+}
+
+GatedDeltaChunkOutputs GatedDeltaChunk(const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v, const at::Tensor& beta,
+                                       const at::Tensor& g) {
+  TORCH_CHECK(q.dim() == 4 && q.size(2) == kScanChunk, "gated delta chunk: q must be [N, Hv, ",
+              kScanChunk, ", DK], got ", q.sizes());
+  const int64_t n = q.size(0), hv = q.size(1), dk = q.size(3), dv = v.size(-1);
+  TORCH_CHECK(SupportsGatedDeltaScan(dk, dv, kScanChunk, 0), "gated delta chunk: unsupported dk ",
+              dk, " or dv ", dv);
+  for (const at::Tensor* t : {&q, &k, &v, &beta, &g}) {
+    TORCH_CHECK(t->is_cuda() && t->device() == q.device() && t->scalar_type() == at::kFloat &&
+                    t->is_contiguous(),
+                "gated delta chunk: every input must be contiguous fp32 on ", q.device());
+  }
+  TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == at::IntArrayRef({n, hv, kScanChunk, dv}) &&
+                  beta.sizes() == at::IntArrayRef({n, hv, kScanChunk}) && g.sizes() == beta.sizes(),
+              "gated delta chunk: inconsistent shapes");
+  const c10::cuda::CUDAGuard guard(q.device());
+  GatedDeltaChunkOutputs o;
+  o.w = at::empty_like(q);
+  o.u = at::empty_like(v);
+  o.q = at::empty_like(q);
+  o.a = at::empty({n, hv, kScanChunk, kScanChunk}, q.options());
+  o.k = at::empty_like(q);
+  o.decay = at::empty({n, hv}, q.options());
+  GatedDeltaChunkParams p;
+  p.q = q.data_ptr<float>();
+  p.k = k.data_ptr<float>();
+  p.v = v.data_ptr<float>();
+  p.beta = beta.data_ptr<float>();
+  p.g = g.data_ptr<float>();
+  p.w = o.w.data_ptr<float>();
+  p.u = o.u.data_ptr<float>();
+  p.q_out = o.q.data_ptr<float>();
+  p.a = o.a.data_ptr<float>();
+  p.k_out = o.k.data_ptr<float>();
+  p.decay = o.decay.data_ptr<float>();
+  p.chunks = n;
+  p.heads = hv;
+  p.dk = dk;
+  p.dv = dv;
+  const int err = LaunchGatedDeltaChunk(p, at::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == cudaSuccess, "gated delta chunk: launch failed: ",
+              cudaGetErrorString(static_cast<cudaError_t>(err)));
+  return o;
 }
 
 at::Tensor GatedDeltaScan(const at::Tensor& w, const at::Tensor& u, const at::Tensor& q,

@@ -1,7 +1,8 @@
-// The inter-chunk recurrence of the chunked gated delta rule (common/nn/gated_delta.h) on CUDA in
-// one launch (scan_launch.cu), instead of a few small batched GEMMs per step: the LibTorch side.
-// The reference is the step loop of nn::GatedDeltaRuleChunked (the GPU test compares both with
-// nn::GatedDeltaRuleReference).
+// The chunked gated delta rule (common/nn/gated_delta.h) on CUDA as two kernels: the intra-chunk
+// phase (chunk_launch.cu: per chunk and head, the UT system solved in registers) and the
+// chunk-to-chunk recurrence (scan_launch.cu: one launch instead of a few small batched GEMMs per
+// step). This is the LibTorch side. The reference is the ATen path of nn::GatedDeltaRuleChunked
+// (the GPU test compares both with nn::GatedDeltaRuleReference, token by token).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,7 +12,18 @@
 
 namespace dflash::kernels {
 
-// Whether the kernel runs this shape: key head dim 64, 128 or 256, value head dim a multiple of
+// The intra-chunk phase (chunk_launch.cu): q, k [N, Hv, 64, DK] (L2-normalized; q also scaled by
+// DK^-0.5), v [N, Hv, 64, DV], beta and g [N, Hv, 64], fp32 contiguous on one CUDA device, to the
+// inputs of GatedDeltaScan: w (k_cumdecay), u (new values), q (decayed queries), a (the chunk's
+// attention), k (keys decayed to the chunk's end), decay [N, Hv]. TORCH_CHECKs shapes.
+struct GatedDeltaChunkOutputs {
+  at::Tensor w, u, q, a, k, decay;
+};
+GatedDeltaChunkOutputs GatedDeltaChunk(const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v, const at::Tensor& beta,
+                                       const at::Tensor& g);
+
+// Whether the kernels run this shape: key head dim 64, 128 or 256, value head dim a multiple of
 // 32, 64-row chunks, at most 65535 documents.
 bool SupportsGatedDeltaScan(int64_t dk, int64_t dv, int64_t chunk, int64_t documents);
 

@@ -31,4 +31,24 @@ struct GatedDeltaScanParams {
 // Launches on `stream` (a cudaStream_t); returns the cudaError_t of the launch.
 int LaunchGatedDeltaScan(const GatedDeltaScanParams& p, void* stream);
 
+// The intra-chunk phase (chunk_launch.cu): one CTA per (chunk, head) turns the chunk's
+// normalized queries and keys, values, write strengths and log decays into the scan's inputs
+// above (w, u, q, a, k, decay), the UT system solved by forward substitution in registers.
+struct GatedDeltaChunkParams {
+  const float* q;     // [chunks, Hv, C, DK]: L2-normalized, scaled by DK^-0.5
+  const float* k;     // [chunks, Hv, C, DK]: L2-normalized
+  const float* v;     // [chunks, Hv, C, DV]
+  const float* beta;  // [chunks, Hv, C]
+  const float* g;     // [chunks, Hv, C]: log decay per row (<= 0; 0 on padding rows)
+  float* w;           // outputs, as GatedDeltaScanParams
+  float* u;
+  float* q_out;
+  float* a;
+  float* k_out;
+  float* decay;
+  int64_t chunks = 0, heads = 0, dk = 0, dv = 0;
+};
+
+int LaunchGatedDeltaChunk(const GatedDeltaChunkParams& p, void* stream);
+
 }  // namespace dflash::kernels
