@@ -194,6 +194,21 @@ at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const
   // their outputs are dropped.
   const ChunkLayout layout = MakeChunkLayout(docs, t, chunk);
   const int64_t n = layout.chunks;
+#ifdef DFLASH_HAVE_GATED_DELTA_SCAN
+  // On CUDA: two kernels read the packed rows and write the packed output (no padded copies).
+  const c10::ScalarType dtype = v.scalar_type();
+  if (fused && q.is_cuda() &&
+      kernels::SupportsGatedDeltaRule(dk, dv, chunk, layout.documents, dtype)) {
+    kernels::GatedDeltaLayout l;
+    l.rows.assign(static_cast<size_t>(n * chunk), -1);
+    for (int64_t r = 0; r < t; ++r) l.rows[layout.row_slot[r]] = static_cast<int32_t>(r);
+    l.offsets = layout.offsets;
+    l.active = layout.active;
+    l.documents = layout.documents;
+    return kernels::GatedDeltaRuleCuda(q.to(dtype), k.to(dtype), v, g.to(at::kFloat),
+                                       beta.to(dtype), l);
+  }
+#endif
   const at::Tensor slot = LongTensor(layout.row_slot, q.device());
   const at::TensorOptions f32 = q.options().dtype(at::kFloat);
   // [T, Hv, X...] -> [chunks, Hv, chunk, X...], fp32, contiguous.
@@ -212,16 +227,7 @@ at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const
   const at::Tensor vc = pad(v);
   const at::Tensor bc = pad(beta);  // [chunks, Hv, chunk]
   const at::Tensor gc = pad(g);
-  at::Tensor out;
-#ifdef DFLASH_HAVE_GATED_DELTA_SCAN
-  // On CUDA: the intra-chunk phase and the recurrence as two kernels.
-  if (fused && q.is_cuda() && kernels::SupportsGatedDeltaScan(dk, dv, chunk, layout.documents)) {
-    const kernels::GatedDeltaChunkOutputs c = kernels::GatedDeltaChunk(qc, kc, vc, bc, gc);
-    out = kernels::GatedDeltaScan(c.w, c.u, c.q, c.a, c.k, c.decay, layout.offsets, layout.active,
-                                  layout.documents);
-  }
-#endif
-  if (!out.defined()) out = ChunkedInAten(qc, kc, vc, bc, gc, layout);
+  const at::Tensor out = ChunkedInAten(qc, kc, vc, bc, gc, layout);
   return out.permute({0, 2, 1, 3})
       .reshape({n * chunk, hv, dv})
       .index_select(0, slot)

@@ -8,7 +8,8 @@
 // forward followed by a device synchronize). Peak memory is the CUDA caching allocator's peak of
 // allocated bytes, reset before each case; "above weights" subtracts what was allocated before it.
 // Prints a markdown table, then a breakdown of each case's time into GEMMs, attention and
-// elementwise work. Usage: target_forward [--runs N] [--tokens T] [--model qwen3-8b|qwen3-30b-a3b]
+// elementwise work. Usage: target_forward [--runs N] [--tokens T]
+// [--model qwen3-8b|qwen3-30b-a3b|qwen3.5-27b] [--scan_only 1]
 //
 // --model qwen3-30b-a3b (issue 11): Qwen/Qwen3-30B-A3B's shape (48 layers, H=2048, 32/4 heads,
 // 128 experts of I=768, top 8 renormalized; layer ids [1, 12, 23, 34, 45], so layers 0..45 run)
@@ -383,10 +384,12 @@ int Main(int argc, char** argv) {
   int runs = 7;
   int64_t tokens = 8192;
   std::string model_name = "qwen3-8b";
+  bool scan_only = false;  // qwen3.5-27b: only the delta-rule scan table (no weights drawn)
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--runs") == 0) runs = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--model") == 0) model_name = argv[i + 1];
+    if (std::strcmp(argv[i], "--scan_only") == 0) scan_only = std::atoi(argv[i + 1]) != 0;
   }
   if (model_name != "qwen3-8b" && model_name != "qwen3-30b-a3b" && model_name != "qwen3.5-27b") {
     std::fprintf(stderr,
@@ -408,6 +411,23 @@ int Main(int argc, char** argv) {
                       : hybrid ? std::vector<int64_t>{1, 16, 31, 46, 61}
                                : std::vector<int64_t>{1, 9, 17, 25, 33};
   options.device = c10::Device(c10::kCUDA, 0);
+  const std::vector<int64_t> mix = MixLengths(tokens, 1234);
+  const std::vector<Case> cases = {{"mix 100-2000", mix},
+                                   {"4 docs", std::vector<int64_t>(4, tokens / 4)},
+                                   {"64 docs", std::vector<int64_t>(64, tokens / 64)},
+                                   {"1 doc", {tokens}}};
+  const int64_t layers = options.layer_ids.back() + 1;
+  auto scan_table = [&] {
+    std::printf(
+        "\ndelta-rule scan alone (chunked, 64-row chunks, bf16 in, fp32 state)\n\n"
+        "| case | recurrence | ms per layer | linear layers run | ms per forward |\n"
+        "|---|---|---|---|---|\n");
+    for (const Case& c : cases) ScanTime(*config, c, runs, layers);
+  };
+  if (hybrid && scan_only) {
+    scan_table();
+    return 0;
+  }
   absl::StatusOr<std::unique_ptr<TargetModel>> model;
   {
     at::manual_seed(0);
@@ -420,7 +440,6 @@ int Main(int argc, char** argv) {
   }  // the unfused q/k/v and gate/up copies go with `weights`
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().ToString().c_str()), 1;
 
-  const std::vector<int64_t> mix = MixLengths(tokens, 1234);
   std::printf("model: %s, layers 0..%ld\n", model_name.c_str(),
               static_cast<long>(options.layer_ids.back()));
   std::printf("mix lengths: %s\n", absl::StrJoin(mix, " ").c_str());
@@ -428,21 +447,10 @@ int Main(int argc, char** argv) {
   std::printf(
       "| impl | case | docs | tokens | median ms | tokens/s | model TFLOP/s | peak GiB | "
       "peak above weights GiB |\n|---|---|---|---|---|---|---|---|---|\n");
-  const std::vector<Case> cases = {{"mix 100-2000", mix},
-                                   {"4 docs", std::vector<int64_t>(4, tokens / 4)},
-                                   {"64 docs", std::vector<int64_t>(64, tokens / 64)},
-                                   {"1 doc", {tokens}}};
   for (const Case& c : cases) {
     if (!RunCase(**model, c, runs)) return 1;
   }
-  const int64_t layers = options.layer_ids.back() + 1;
-  if (hybrid) {
-    std::printf(
-        "\ndelta-rule scan alone (chunked, 64-row chunks, bf16 in, fp32 state)\n\n"
-        "| case | recurrence | ms per layer | linear layers run | ms per forward |\n"
-        "|---|---|---|---|---|\n");
-    for (const Case& c : cases) ScanTime(*config, c, runs, layers);
-  }
+  if (hybrid) scan_table();
   if (moe || hybrid) return 0;  // the breakdown times the dense layer's operations
   std::printf(
       "\nbreakdown, ms per forward (%ld layers of the same operations on random tensors)"

@@ -2,7 +2,6 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
 #include <ATen/ops/tensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -11,109 +10,117 @@
 #include "common/kernels/gated_delta/params.h"
 
 namespace dflash::kernels {
+namespace {
 
-bool SupportsGatedDeltaScan(int64_t dk, int64_t dv, int64_t chunk, int64_t documents) {
+ScanDType DTypeOf(c10::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16:
+      return ScanDType::kBFloat16;
+    case at::kHalf:
+      return ScanDType::kFloat16;
+    default:
+      return ScanDType::kFloat32;
+  }
+}
+
+void CheckLaunch(int err, const char* what) {
+  TORCH_CHECK(err == cudaSuccess, "gated delta rule: ", what,
+              " launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+}
+
+}  // namespace
+
+bool SupportsGatedDeltaRule(int64_t dk, int64_t dv, int64_t chunk, int64_t documents,
+                            c10::ScalarType dtype) {
   return (dk == 64 || dk == 128 || dk == 256) && dv > 0 && dv % kScanColumns == 0 &&
-         chunk == kScanChunk && documents <= 65535;
+         chunk == kScanChunk && documents <= 65535 &&
+         (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf);
 }
 
-GatedDeltaChunkOutputs GatedDeltaChunk(const at::Tensor& q, const at::Tensor& k,
-                                       const at::Tensor& v, const at::Tensor& beta,
-                                       const at::Tensor& g) {
-  TORCH_CHECK(q.dim() == 4 && q.size(2) == kScanChunk, "gated delta chunk: q must be [N, Hv, ",
-              kScanChunk, ", DK], got ", q.sizes());
-  const int64_t n = q.size(0), hv = q.size(1), dk = q.size(3), dv = v.size(-1);
-  TORCH_CHECK(SupportsGatedDeltaScan(dk, dv, kScanChunk, 0), "gated delta chunk: unsupported dk ",
-              dk, " or dv ", dv);
-  for (const at::Tensor* t : {&q, &k, &v, &beta, &g}) {
-    TORCH_CHECK(t->is_cuda() && t->device() == q.device() && t->scalar_type() == at::kFloat &&
-                    t->is_contiguous(),
-                "gated delta chunk: every input must be contiguous fp32 on ", q.device());
+at::Tensor GatedDeltaRuleCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& g, const at::Tensor& beta,
+                              const GatedDeltaLayout& layout) {
+  TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 && v.size(0) == q.size(0) &&
+                  v.size(1) == q.size(1),
+              "gated delta rule: q, k must be [T, Hv, DK] and v [T, Hv, DV]; got ", q.sizes(), ", ",
+              k.sizes(), ", ", v.sizes());
+  const int64_t t = q.size(0), hv = q.size(1), dk = q.size(2), dv = v.size(2);
+  const int64_t chunks = static_cast<int64_t>(layout.rows.size()) / kScanChunk;
+  TORCH_CHECK(SupportsGatedDeltaRule(dk, dv, kScanChunk, layout.documents, v.scalar_type()),
+              "gated delta rule: unsupported dk ", dk, ", dv ", dv, ", ", layout.documents,
+              " documents or dtype ", v.scalar_type());
+  for (const at::Tensor* x : {&q, &k, &v, &beta}) {
+    TORCH_CHECK(x->is_cuda() && x->device() == q.device() && x->scalar_type() == v.scalar_type(),
+                "gated delta rule: q, k, v and beta must share v's dtype and device");
   }
-  TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == at::IntArrayRef({n, hv, kScanChunk, dv}) &&
-                  beta.sizes() == at::IntArrayRef({n, hv, kScanChunk}) && g.sizes() == beta.sizes(),
-              "gated delta chunk: inconsistent shapes");
-  const c10::cuda::CUDAGuard guard(q.device());
-  GatedDeltaChunkOutputs o;
-  o.w = at::empty_like(q);
-  o.u = at::empty_like(v);
-  o.q = at::empty_like(q);
-  o.a = at::empty({n, hv, kScanChunk, kScanChunk}, q.options());
-  o.k = at::empty_like(q);
-  o.decay = at::empty({n, hv}, q.options());
-  GatedDeltaChunkParams p;
-  p.q = q.data_ptr<float>();
-  p.k = k.data_ptr<float>();
-  p.v = v.data_ptr<float>();
-  p.beta = beta.data_ptr<float>();
-  p.g = g.data_ptr<float>();
-  p.w = o.w.data_ptr<float>();
-  p.u = o.u.data_ptr<float>();
-  p.q_out = o.q.data_ptr<float>();
-  p.a = o.a.data_ptr<float>();
-  p.k_out = o.k.data_ptr<float>();
-  p.decay = o.decay.data_ptr<float>();
-  p.chunks = n;
-  p.heads = hv;
-  p.dk = dk;
-  p.dv = dv;
-  const int err = LaunchGatedDeltaChunk(p, at::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "gated delta chunk: launch failed: ",
-              cudaGetErrorString(static_cast<cudaError_t>(err)));
-  return o;
-}
-
-at::Tensor GatedDeltaScan(const at::Tensor& w, const at::Tensor& u, const at::Tensor& q,
-                          const at::Tensor& a, const at::Tensor& k, const at::Tensor& decay,
-                          const std::vector<int64_t>& offsets, const std::vector<int64_t>& active,
-                          int64_t documents) {
-  TORCH_CHECK(w.dim() == 4 && w.size(2) == kScanChunk, "gated delta scan: w must be [N, Hv, ",
-              kScanChunk, ", DK], got ", w.sizes());
-  const int64_t n = w.size(0), hv = w.size(1), dk = w.size(3), dv = u.size(-1);
-  TORCH_CHECK(SupportsGatedDeltaScan(dk, dv, kScanChunk, documents),
-              "gated delta scan: unsupported dk ", dk, ", dv ", dv, " or ", documents,
-              " documents");
-  for (const at::Tensor* t : {&w, &u, &q, &a, &k, &decay}) {
-    TORCH_CHECK(t->is_cuda() && t->device() == w.device() && t->scalar_type() == at::kFloat,
-                "gated delta scan: every input must be fp32 on ", w.device());
-  }
-  TORCH_CHECK(q.sizes() == w.sizes() && k.sizes() == w.sizes(),
-              "gated delta scan: q and k must be shaped as w ", w.sizes());
-  TORCH_CHECK(u.sizes() == at::IntArrayRef({n, hv, kScanChunk, dv}), "gated delta scan: u ",
-              u.sizes());
-  TORCH_CHECK(a.sizes() == at::IntArrayRef({n, hv, kScanChunk, kScanChunk}), "gated delta scan: a ",
-              a.sizes());
-  TORCH_CHECK(decay.numel() == n * hv, "gated delta scan: decay must hold N * Hv values");
-  TORCH_CHECK(offsets.size() == active.size(), "gated delta scan: offsets and active differ");
+  TORCH_CHECK(g.is_cuda() && g.device() == q.device() && g.scalar_type() == at::kFloat &&
+                  g.dim() == 2 && g.size(0) == t && g.size(1) == hv && beta.sizes() == g.sizes(),
+              "gated delta rule: g must be [T, Hv] fp32 and beta [T, Hv]");
+  TORCH_CHECK(layout.rows.size() == static_cast<size_t>(chunks * kScanChunk) &&
+                  layout.offsets.size() == layout.active.size(),
+              "gated delta rule: inconsistent layout");
   std::vector<int32_t> steps;
-  for (size_t j = 0; j < offsets.size(); ++j) {
-    TORCH_CHECK(active[j] <= documents && offsets[j] + active[j] <= n, "gated delta scan: step ", j,
-                " runs past the chunks");
-    steps.push_back(static_cast<int32_t>(offsets[j]));
-    steps.push_back(static_cast<int32_t>(active[j]));
+  for (size_t j = 0; j < layout.offsets.size(); ++j) {
+    TORCH_CHECK(
+        layout.active[j] <= layout.documents && layout.offsets[j] + layout.active[j] <= chunks,
+        "gated delta rule: step ", j, " runs past the chunks");
+    steps.push_back(static_cast<int32_t>(layout.offsets[j]));
+    steps.push_back(static_cast<int32_t>(layout.active[j]));
   }
-  const c10::cuda::CUDAGuard guard(w.device());
-  const at::Tensor steps_dev = at::tensor(steps, at::kInt).to(w.device());
-  const at::Tensor wc = w.contiguous(), uc = u.contiguous(), qc = q.contiguous();
-  const at::Tensor ac = a.contiguous(), kc = k.contiguous(), dc = decay.contiguous();
-  at::Tensor out = at::empty({n, hv, kScanChunk, dv}, w.options());
-  GatedDeltaScanParams p;
-  p.w = wc.data_ptr<float>();
-  p.u = uc.data_ptr<float>();
-  p.q = qc.data_ptr<float>();
-  p.a = ac.data_ptr<float>();
-  p.k = kc.data_ptr<float>();
-  p.decay = dc.data_ptr<float>();
-  p.steps = steps_dev.data_ptr<int32_t>();
-  p.out = out.data_ptr<float>();
-  p.num_steps = static_cast<int64_t>(offsets.size());
-  p.documents = documents;
-  p.heads = hv;
-  p.dk = dk;
-  p.dv = dv;
-  const int err = LaunchGatedDeltaScan(p, at::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "gated delta scan: launch failed: ",
-              cudaGetErrorString(static_cast<cudaError_t>(err)));
+  for (int32_t r : layout.rows) TORCH_CHECK(r < t, "gated delta rule: row ", r, " is past T ", t);
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor out = at::empty({t, hv, dv}, v.options());
+  if (t == 0 || chunks == 0) return out;
+  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  const at::Tensor bc = beta.contiguous(), gc = g.contiguous();
+  const at::Tensor rows = at::tensor(layout.rows, at::kInt).to(q.device());
+  const at::Tensor steps_dev = at::tensor(steps, at::kInt).to(q.device());
+  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
+  const at::Tensor w = at::empty({chunks, hv, kScanChunk, dk}, f32);
+  const at::Tensor u = at::empty({chunks, hv, kScanChunk, dv}, f32);
+  const at::Tensor q_out = at::empty({chunks, hv, kScanChunk, dk}, f32);
+  const at::Tensor a = at::empty({chunks, hv, kScanChunk, kScanChunk}, f32);
+  const at::Tensor k_out = at::empty({chunks, hv, kScanChunk, dk}, f32);
+  const at::Tensor decay = at::empty({chunks, hv}, f32);
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+
+  GatedDeltaChunkParams cp;
+  cp.q = qc.data_ptr();
+  cp.k = kc.data_ptr();
+  cp.v = vc.data_ptr();
+  cp.beta = bc.data_ptr();
+  cp.g = gc.data_ptr<float>();
+  cp.rows = rows.data_ptr<int32_t>();
+  cp.w = w.data_ptr<float>();
+  cp.u = u.data_ptr<float>();
+  cp.q_out = q_out.data_ptr<float>();
+  cp.a = a.data_ptr<float>();
+  cp.k_out = k_out.data_ptr<float>();
+  cp.decay = decay.data_ptr<float>();
+  cp.dtype = DTypeOf(v.scalar_type());
+  cp.chunks = chunks;
+  cp.heads = hv;
+  cp.dk = dk;
+  cp.dv = dv;
+  CheckLaunch(LaunchGatedDeltaChunk(cp, stream), "intra-chunk kernel");
+
+  GatedDeltaScanParams sp;
+  sp.w = cp.w;
+  sp.u = cp.u;
+  sp.q = cp.q_out;
+  sp.a = cp.a;
+  sp.k = cp.k_out;
+  sp.decay = cp.decay;
+  sp.steps = steps_dev.data_ptr<int32_t>();
+  sp.rows = cp.rows;
+  sp.out = out.data_ptr();
+  sp.dtype = cp.dtype;
+  sp.num_steps = static_cast<int64_t>(layout.offsets.size());
+  sp.documents = layout.documents;
+  sp.heads = hv;
+  sp.dk = dk;
+  sp.dv = dv;
+  CheckLaunch(LaunchGatedDeltaScan(sp, stream), "recurrence");
   return out;
 }
 

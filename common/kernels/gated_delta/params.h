@@ -1,8 +1,11 @@
-// The inter-chunk recurrence of the chunked gated delta rule (common/nn/gated_delta.h) as one
-// CUDA launch: the plain struct shared by the launcher (scan_launch.cu) and the LibTorch binding
-// (gated_delta_scan.cc). Every tensor is fp32, contiguous, in the step-major chunk layout of
-// GatedDeltaRuleChunked: chunk j of (sorted) document d is chunk steps[2j] + d, for the documents
-// d < steps[2j + 1] that have a chunk at step j.
+// The chunked gated delta rule (common/nn/gated_delta.h) on CUDA: the plain structs shared by the
+// launchers (chunk_launch.cu, scan_launch.cu) and the LibTorch binding (gated_delta_scan.cc).
+//
+// Layout: 64-row chunks never hold two documents; chunk j of (sorted) document d is chunk
+// steps[2j] + d, for the documents d < steps[2j + 1] that have a chunk at step j. rows[c * 64 + r]
+// is the packed row (token) of row r of chunk c, or -1 for padding. The packed tensors are
+// [T, Hv, D] in the model's dtype (fp32, bf16 or fp16); the intermediates between the two kernels
+// are fp32 [chunks, Hv, 64, D].
 #pragma once
 
 #include <cstdint>
@@ -10,45 +13,53 @@
 namespace dflash::kernels {
 
 constexpr int kScanChunk = 64;    // rows per chunk
-constexpr int kScanColumns = 32;  // value columns per CTA
+constexpr int kScanColumns = 32;  // value columns per CTA of the recurrence
 constexpr int kScanThreads = 256;
 
+enum class ScanDType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+
+// The intra-chunk phase: one CTA per (chunk, head) reads its rows of the packed q, k, v, beta, g,
+// L2-normalizes q and k (q also scaled by DK^-0.5), and writes the recurrence's inputs: w, u, the
+// decayed queries and keys, the chunk's attention a and its decay.
+struct GatedDeltaChunkParams {
+  const void* q;        // [T, Hv, DK], dtype
+  const void* k;        // [T, Hv, DK], dtype
+  const void* v;        // [T, Hv, DV], dtype
+  const void* beta;     // [T, Hv], dtype
+  const float* g;       // [T, Hv]: log decay (<= 0)
+  const int32_t* rows;  // [chunks * 64]
+  float* w;             // [chunks, Hv, C, DK]: decayed keys through the UT transform
+  float* u;             // [chunks, Hv, C, DV]: writes through the UT transform
+  float* q_out;         // [chunks, Hv, C, DK]: decayed queries
+  float* a;             // [chunks, Hv, C, C]: the chunk's own attention (lower triangle)
+  float* k_out;         // [chunks, Hv, C, DK]: keys decayed to the chunk's end
+  float* decay;         // [chunks, Hv]: the whole chunk's decay
+  ScanDType dtype = ScanDType::kFloat32;
+  int64_t chunks = 0, heads = 0, dk = 0, dv = 0;
+};
+
+// The chunk-to-chunk recurrence: one CTA per (32 value columns, head, document) carries its slice
+// of the state through the document's chunks and writes the output rows of the packed [T, Hv, DV]
+// tensor (padding rows are not written).
 struct GatedDeltaScanParams {
-  const float* w;        // [chunks, Hv, C, DK]: the chunk's decayed keys through the UT transform
-  const float* u;        // [chunks, Hv, C, DV]: the chunk's writes through the UT transform
-  const float* q;        // [chunks, Hv, C, DK]: decayed queries
-  const float* a;        // [chunks, Hv, C, C]: the chunk's own attention (lower triangle)
-  const float* k;        // [chunks, Hv, C, DK]: keys decayed to the chunk's end
-  const float* decay;    // [chunks, Hv]: the whole chunk's decay
+  const float* w;  // GatedDeltaChunkParams' outputs
+  const float* u;
+  const float* q;
+  const float* a;
+  const float* k;
+  const float* decay;
   const int32_t* steps;  // [2 * num_steps]: first chunk and active documents of each step
-  float* out;            // [chunks, Hv, C, DV]
+  const int32_t* rows;   // [chunks * 64]
+  void* out;             // [T, Hv, DV], dtype
+  ScanDType dtype = ScanDType::kFloat32;
   int64_t num_steps = 0;
   int64_t documents = 0;
   int64_t heads = 0;  // Hv
   int64_t dk = 0, dv = 0;
 };
 
-// Launches on `stream` (a cudaStream_t); returns the cudaError_t of the launch.
-int LaunchGatedDeltaScan(const GatedDeltaScanParams& p, void* stream);
-
-// The intra-chunk phase (chunk_launch.cu): one CTA per (chunk, head) turns the chunk's
-// normalized queries and keys, values, write strengths and log decays into the scan's inputs
-// above (w, u, q, a, k, decay), the UT system solved by forward substitution in registers.
-struct GatedDeltaChunkParams {
-  const float* q;     // [chunks, Hv, C, DK]: L2-normalized, scaled by DK^-0.5
-  const float* k;     // [chunks, Hv, C, DK]: L2-normalized
-  const float* v;     // [chunks, Hv, C, DV]
-  const float* beta;  // [chunks, Hv, C]
-  const float* g;     // [chunks, Hv, C]: log decay per row (<= 0; 0 on padding rows)
-  float* w;           // outputs, as GatedDeltaScanParams
-  float* u;
-  float* q_out;
-  float* a;
-  float* k_out;
-  float* decay;
-  int64_t chunks = 0, heads = 0, dk = 0, dv = 0;
-};
-
+// Launch on `stream` (a cudaStream_t); return the cudaError_t of the launch.
 int LaunchGatedDeltaChunk(const GatedDeltaChunkParams& p, void* stream);
+int LaunchGatedDeltaScan(const GatedDeltaScanParams& p, void* stream);
 
 }  // namespace dflash::kernels

@@ -8,6 +8,7 @@
 // and rows DK/8 (t / 32) .. of its state column.
 #include <cuda_runtime.h>
 
+#include "common/kernels/gated_delta/convert.cuh"
 #include "common/kernels/gated_delta/params.h"
 
 namespace dflash::kernels {
@@ -23,7 +24,7 @@ __device__ __forceinline__ void Stage(float* dst, const float* src, int n) {
   for (int i = threadIdx.x; i < n / 4; i += THREADS) d[i] = s[i];
 }
 
-template <int DK>
+template <int DK, typename T>
 __global__ void __launch_bounds__(THREADS) GatedDeltaScanKernel(GatedDeltaScanParams p) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -34,13 +35,14 @@ __global__ void __launch_bounds__(THREADS) GatedDeltaScanKernel(GatedDeltaScanPa
   const int col0 = blockIdx.x * COLS, head = blockIdx.y, doc = blockIdx.z;
   const int c = threadIdx.x % COLS, g = threadIdx.x / COLS;
   const int64_t dv = p.dv, heads = p.heads;
+  T* out = static_cast<T*>(p.out);
   for (int i = threadIdx.x; i < DK * COLS; i += THREADS) state[i] = 0.f;
 
   for (int64_t j = 0; j < p.num_steps; ++j) {
     if (doc >= p.steps[2 * j + 1]) break;  // documents are sorted: no later chunk either
-    const int64_t chunk_head = (p.steps[2 * j] + doc) * heads + head;
+    const int64_t chunk = p.steps[2 * j] + doc, chunk_head = chunk * heads + head;
+    const int32_t* rows = p.rows + chunk * C;
     const float* u = p.u + chunk_head * C * dv + col0;
-    float* out = p.out + chunk_head * C * dv + col0;
 
     // v_new = U - W S
     __syncthreads();  // the previous step's reads of buf and vnew are done
@@ -87,7 +89,10 @@ __global__ void __launch_bounds__(THREADS) GatedDeltaScanKernel(GatedDeltaScanPa
       }
     }
 #pragma unroll
-    for (int i = 0; i < ROWS; ++i) out[(g * ROWS + i) * dv + c] = acc[i];
+    for (int i = 0; i < ROWS; ++i) {
+      const int row = rows[g * ROWS + i];  // padding rows (-1) are not written
+      if (row >= 0) out[(row * heads + head) * dv + col0 + c] = gdr::FromFloat<T>(acc[i]);
+    }
     __syncthreads();  // every read of the state and of buf (Q) is done
 
     // S = decay * S + K^T v_new; this thread's state rows kr .. kr + DK/8 - 1 of column c.
@@ -115,17 +120,30 @@ __global__ void __launch_bounds__(THREADS) GatedDeltaScanKernel(GatedDeltaScanPa
   }
 }
 
-template <int DK>
+template <int DK, typename T>
 int Launch(const GatedDeltaScanParams& p, cudaStream_t stream) {
   const size_t smem = sizeof(float) * (C * DK + C * C + C * COLS + DK * COLS);
   cudaError_t e =
-      cudaFuncSetAttribute(GatedDeltaScanKernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(GatedDeltaScanKernel<DK, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem));
   if (e != cudaSuccess) return static_cast<int>(e);
   const dim3 grid(static_cast<unsigned>(p.dv / COLS), static_cast<unsigned>(p.heads),
                   static_cast<unsigned>(p.documents));
-  GatedDeltaScanKernel<DK><<<grid, THREADS, smem, stream>>>(p);
+  GatedDeltaScanKernel<DK, T><<<grid, THREADS, smem, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
+}
+
+template <int DK>
+int LaunchDk(const GatedDeltaScanParams& p, cudaStream_t stream) {
+  switch (p.dtype) {
+    case ScanDType::kFloat32:
+      return Launch<DK, float>(p, stream);
+    case ScanDType::kBFloat16:
+      return Launch<DK, __nv_bfloat16>(p, stream);
+    case ScanDType::kFloat16:
+      return Launch<DK, __half>(p, stream);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
 }
 
 }  // namespace
@@ -135,11 +153,11 @@ int LaunchGatedDeltaScan(const GatedDeltaScanParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   switch (p.dk) {
     case 64:
-      return Launch<64>(p, s);
+      return LaunchDk<64>(p, s);
     case 128:
-      return Launch<128>(p, s);
+      return LaunchDk<128>(p, s);
     case 256:
-      return Launch<256>(p, s);
+      return LaunchDk<256>(p, s);
     default:
       return static_cast<int>(cudaErrorInvalidValue);
   }
