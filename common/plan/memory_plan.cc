@@ -116,19 +116,19 @@ int64_t FusedLayerParams(const model::TransformerConfig& c, const Shape& s, int6
   return most;
 }
 
-// A delta-rule layer's forward intermediates per token (elements of the model's dtype): the
-// projections and the gated norm's output in the model's dtype, and in fp32 the convolution's
-// output and every tensor the chunked scan holds until it returns, per value head: q, k, v, the
-// beta-scaled keys and values, the UT system's two right-hand sides and their solutions, the
-// decayed queries and keys and the output (7 dk + 4 dv), and the chunk's decay, UT system and
-// attention rows (3 x 64). Documents are padded to a multiple of 64 rows: the plan allows 1/8
-// more rows (documents of 512 tokens or more on average; a batch of short documents pads more).
-// The MLP runs after these are freed (LayerIntermediatesPerToken).
+// A delta-rule layer's forward intermediates per token (elements of the model's dtype), as the
+// CUDA kernels of common/kernels/gated_delta run it: in the model's dtype the projections, the
+// convolution's activated output, q and k repeated to the value heads, the scan's output and the
+// gated norm's; in fp32 the convolution's output, g, and the kernels' per-chunk tensors (w, the
+// decayed queries and keys: 3 dk, u: dv, the chunk's attention row: 64, per value head).
+// Documents are padded to a multiple of 64 rows: the plan allows 1/8 more rows (documents of 512
+// tokens or more on average; a batch of short documents pads more). The MLP runs after these are
+// freed (LayerIntermediatesPerToken).
 int64_t LinearIntermediatesPerToken(const model::TransformerConfig& c, int64_t dtype_bytes) {
   const LinearShape l = LinearShapeOf(c);
-  const int64_t scan = l.hv * (7 * l.dk + 4 * l.dv + 3 * 64);
-  const int64_t fp32 = l.cd + scan + scan / 8;
-  return l.in_rows + l.vd + (4 * fp32) / dtype_bytes;
+  const int64_t chunked = l.hv * (3 * l.dk + l.dv + 64);
+  const int64_t fp32 = l.cd + l.hv + chunked + chunked / 8;
+  return l.in_rows + l.cd + 2 * l.hv * l.dk + 2 * l.vd + (4 * fp32) / dtype_bytes;
 }
 
 // One layer's forward intermediates per token, in elements of the model's dtype: attention
