@@ -133,34 +133,14 @@ int Launch(const GatedDeltaScanParams& p, cudaStream_t stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
-template <int DK>
-int LaunchDk(const GatedDeltaScanParams& p, cudaStream_t stream) {
-  switch (p.dtype) {
-    case ScanDType::kFloat32:
-      return Launch<DK, float>(p, stream);
-    case ScanDType::kBFloat16:
-      return Launch<DK, __nv_bfloat16>(p, stream);
-    case ScanDType::kFloat16:
-      return Launch<DK, __half>(p, stream);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
-}
-
 }  // namespace
 
 int LaunchGatedDeltaScan(const GatedDeltaScanParams& p, void* stream) {
   if (p.documents == 0 || p.num_steps == 0) return cudaSuccess;
   auto s = static_cast<cudaStream_t>(stream);
-  switch (p.dk) {
-    case 64:
-      return LaunchDk<64>(p, s);
-    case 128:
-      return LaunchDk<128>(p, s);
-    case 256:
-      return LaunchDk<256>(p, s);
-    default:
-      return static_cast<int>(cudaErrorInvalidValue);
-  }
+  return gdr::DispatchDkAndDtype(p.dk, p.dtype, [&](auto dk, auto element) {
+    return Launch<decltype(dk)::value, decltype(element)>(p, s);
+  });
 }
 
 }  // namespace dflash::kernels
