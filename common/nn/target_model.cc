@@ -74,6 +74,7 @@ std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i,
   const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
   const bool linear = model::IsLinearAttentionLayer(c, i);
+  const int64_t q_rows = c.attn_output_gate ? 2 * q : q;  // [query; gate] per head
   std::vector<TensorSpec> s = {
       {p + "input_layernorm.weight", {h}, &RawLayer::input_norm},
       {p + "post_attention_layernorm.weight", {h}, &RawLayer::post_norm},
@@ -81,7 +82,6 @@ std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i,
   if (linear) {
     AddLinearAttentionSpecs(c, p, &s);
   } else {
-    const int64_t q_rows = c.attn_output_gate ? 2 * q : q;  // [query; gate] per head
     s.push_back({p + "self_attn.q_proj.weight", {q_rows, h}, &RawLayer::q});
     s.push_back({p + "self_attn.k_proj.weight", {kv, h}, &RawLayer::k});
     s.push_back({p + "self_attn.v_proj.weight", {kv, h}, &RawLayer::v});
@@ -114,7 +114,7 @@ std::vector<TensorSpec> LayerSpecs(const model::TransformerConfig& c, int64_t i,
     s.push_back({p + "mlp.down_proj.weight", {h, inter}, &RawLayer::down});
   }
   if (c.attention_bias && !linear) {
-    s.push_back({p + "self_attn.q_proj.bias", {q}, &RawLayer::q_bias});
+    s.push_back({p + "self_attn.q_proj.bias", {q_rows}, &RawLayer::q_bias});
     s.push_back({p + "self_attn.k_proj.bias", {kv}, &RawLayer::k_bias});
     s.push_back({p + "self_attn.v_proj.bias", {kv}, &RawLayer::v_bias});
     s.push_back({p + "self_attn.o_proj.bias", {h}, &RawLayer::o_bias});
