@@ -242,7 +242,37 @@ absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
     }
   }
   if (ids.empty()) return absl::InvalidArgumentError("target.layer_ids: no layer");
+  std::vector<int64_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "target.layer_ids: ", spec.target.layer_ids ? "" : "auto gives ", absl::StrJoin(ids, ","),
+        " for a target of ", target.num_hidden_layers, " layers: ids repeat; set distinct ids"));
+  }
   return ids;
+}
+
+absl::StatusOr<int64_t> RunMaskTokenId(const config::RunSpec& spec,
+                                       const model::TransformerConfig& target) {
+  constexpr int64_t kQwen3MaskTokenId = 151669;  // method.md §3.2
+  int64_t id = 0;
+  if (spec.drafter.mask_token_id) {
+    id = *spec.drafter.mask_token_id;
+  } else if (target.mask_token_id) {  // a built-in target's, or the checkpoint's
+    id = *target.mask_token_id;
+  } else if (target.model_type == "qwen3" && target.vocab_size > kQwen3MaskTokenId) {
+    id = kQwen3MaskTokenId;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "drafter.mask_token_id: auto knows no mask token for a ", target.model_type,
+        " target with ", target.vocab_size, " tokens; set it to an id the data never uses"));
+  }
+  if (id >= target.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("drafter.mask_token_id: ", id,
+                                                   " is not below the target's vocabulary (",
+                                                   target.vocab_size, ")"));
+  }
+  return id;
 }
 
 absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::TransformerConfig& target,

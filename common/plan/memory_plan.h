@@ -24,8 +24,16 @@ namespace dflash::plan {
 // The target config and feature layer ids the run's workers will build (run.yaml target.path,
 // target.layer_ids; builtin:NAME or an HF checkpoint's config.json). Errors name the field.
 absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec);
+// INVALID_ARGUMENT naming target.layer_ids when an id is outside the target or, for `auto`, the
+// resolved ids repeat (a target too shallow for the default rule).
 absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
                                                  const model::TransformerConfig& target);
+// The mask token the drafter uses (drafter.mask_token_id): the run's, else the target's (a
+// built-in target's or the checkpoint's dflash_config), else 151669 for a Qwen3 target whose
+// vocabulary holds it (method.md §3.2). INVALID_ARGUMENT naming drafter.mask_token_id when `auto`
+// knows none for the target or the id is outside its vocabulary.
+absl::StatusOr<int64_t> RunMaskTokenId(const config::RunSpec& spec,
+                                       const model::TransformerConfig& target);
 
 struct Term {
   std::string name;  // e.g. "weights", "activations"

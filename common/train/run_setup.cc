@@ -34,22 +34,9 @@ absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& s
   absl::StatusOr<std::vector<int64_t>> ids = RunLayerIds(spec, target);
   if (!ids.ok()) return ids.status();
   c.target_layer_ids = *ids;
-  if (spec.drafter.mask_token_id) {
-    c.mask_token_id = *spec.drafter.mask_token_id;
-  } else if (target.mask_token_id) {  // a built-in target's, or the checkpoint's
-    c.mask_token_id = *target.mask_token_id;
-  } else if (target.model_type == "qwen3" && target.vocab_size > drafter::kQwen3MaskTokenId) {
-    c.mask_token_id = drafter::kQwen3MaskTokenId;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "drafter.mask_token_id: auto knows no mask token for a ", target.model_type,
-        " target with ", target.vocab_size, " tokens; set it to an id the data never uses"));
-  }
-  if (c.mask_token_id >= target.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("drafter.mask_token_id: ", c.mask_token_id,
-                                                   " is not below the target's vocabulary (",
-                                                   target.vocab_size, ")"));
-  }
+  absl::StatusOr<int64_t> mask = plan::RunMaskTokenId(spec, target);
+  if (!mask.ok()) return mask.status();
+  c.mask_token_id = *mask;
   if (absl::Status s = drafter::ValidateDrafterConfig(c); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("drafter: ", s.message()));
   }

@@ -134,40 +134,42 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   ASSIGN_OR_RETURN(
       config::RunSpec spec,
       config::ParseRunSpec(run_yaml, source_name.empty() ? "run.yaml" : source_name, opts));
-  if (spec.eval.every_steps > 0) {
-    ASSIGN_OR_RETURN(model::TransformerConfig target, plan::RunTargetConfig(spec));
-    if (absl::Status s = model::CheckCanGenerate(target); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(source_name.empty() ? "run.yaml" : source_name,
-                                                     ": eval.every_steps: ", s.message(),
-                                                     "; set eval.every_steps: 0"));
+  const std::string source = source_name.empty() ? "run.yaml" : source_name;
+  // What the workers would refuse only when the run starts, refused now, naming the field: the
+  // target's config, its feature layers, the drafter's mask token, evaluations the target cannot
+  // generate for.
+  absl::StatusOr<model::TransformerConfig> target = plan::RunTargetConfig(spec);
+  absl::Status checked = target.status();
+  if (checked.ok()) checked = plan::RunLayerIds(spec, *target).status();
+  if (checked.ok()) checked = plan::RunMaskTokenId(spec, *target).status();
+  if (checked.ok() && spec.eval.every_steps > 0) {
+    if (absl::Status s = model::CheckCanGenerate(*target); !s.ok()) {
+      checked = absl::InvalidArgumentError(
+          absl::StrCat("eval.every_steps: ", s.message(), "; set eval.every_steps: 0"));
     }
+  }
+  if (!checked.ok()) {
+    return absl::Status(checked.code(), absl::StrCat(source, ": ", checked.message()));
   }
   {
     // The memory plan against the largest registered GPU of each role (none: not checked here;
     // every placement is checked against its own GPUs).
     const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());
-    model::TransformerConfig target;
-    if (pt.target_capacity > 0 || pt.drafter_capacity > 0) {
-      ASSIGN_OR_RETURN(target, plan::RunTargetConfig(spec));
-    }
     if (pt.transport == "cuda_ipc") {
-      absl::Status fits = plan::CheckSharedGpuFits(spec, target, pt.shared_gpu, pt.shared_capacity);
+      absl::Status fits =
+          plan::CheckSharedGpuFits(spec, *target, pt.shared_gpu, pt.shared_capacity);
       if (!fits.ok()) {
-        return absl::Status(
-            fits.code(),
-            absl::StrCat(source_name.empty() ? "run.yaml" : source_name, ": ", fits.message()));
+        return absl::Status(fits.code(), absl::StrCat(source, ": ", fits.message()));
       }
     }
     for (const auto& [role, worker, capacity] :
          {std::make_tuple("target", pt.target_worker, pt.target_capacity),
           std::make_tuple("drafter", pt.drafter_worker, pt.drafter_capacity)}) {
       absl::Status fits =
-          plan::CheckFits(spec, target, pt.transport, role,
+          plan::CheckFits(spec, *target, pt.transport, role,
                           absl::StrCat(worker, " (the largest registered GPU)"), capacity);
       if (!fits.ok()) {
-        return absl::Status(
-            fits.code(),
-            absl::StrCat(source_name.empty() ? "run.yaml" : source_name, ": ", fits.message()));
+        return absl::Status(fits.code(), absl::StrCat(source, ": ", fits.message()));
       }
     }
   }

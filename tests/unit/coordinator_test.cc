@@ -95,24 +95,45 @@ TEST_F(CoordinatorTest, SubmitValidatesAndStoresResolvedConfig) {
   EXPECT_EQ(coordinator_->ListRuns()->size(), 1u);
 }
 
-// Evaluations generate with the target; a hybrid target cannot yet (no recurrent-state cache):
-// refused at submit, naming the field, instead of failing the run at its first evaluation.
-TEST_F(CoordinatorTest, EvaluationsWithAHybridTargetAreRefusedAtSubmit) {
+// What the workers would refuse only when the run starts is refused at submit, naming the field:
+// evaluations with a hybrid target (it cannot generate yet: no recurrent-state cache), feature
+// layers that repeat (a target too shallow for the default rule), a mask token `auto` does not
+// know.
+TEST_F(CoordinatorTest, TargetChecksAtSubmitNameTheField) {
   const std::string dir = state_dir_ + "/qwen3_5";
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << R"({"model_type": "qwen3_5", "text_config": {
-    "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16}})";
+  auto write_config = [&](int layers) {
+    std::ofstream(dir + "/config.json")
+        << R"({"model_type": "qwen3_5", "text_config": {"vocab_size": 512, "hidden_size": 64,
+          "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+          "linear_key_head_dim": 16, "linear_value_head_dim": 16, "num_hidden_layers": )"
+        << layers << "}}";
+  };
   std::string yaml = kRunYaml;
   yaml.replace(yaml.find("builtin:tiny-qwen3"), std::string("builtin:tiny-qwen3").size(), dir);
-  auto run = coordinator_->SubmitRun(
-      yaml + "eval: {every_steps: 2, prompts: \"builtin:tiny-chat\"}\n", "hybrid.yaml", false);
-  ASSERT_FALSE(run.ok());
-  EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(run.status().message()),
+  auto submit = [&](const std::string& extra) {
+    return coordinator_->SubmitRun(yaml + extra, "hybrid.yaml", false);
+  };
+  write_config(8);
+  auto eval = submit(
+      "drafter: {mask_token_id: 1}\neval: {every_steps: 2, prompts: \"builtin:tiny-chat\"}\n");
+  ASSERT_FALSE(eval.ok());
+  EXPECT_EQ(eval.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(eval.status().message()),
               HasSubstr("hybrid.yaml: eval.every_steps: generating with a qwen3_5 target"));
+  auto mask = submit("");
+  ASSERT_FALSE(mask.ok());
+  EXPECT_THAT(std::string(mask.status().message()),
+              HasSubstr("hybrid.yaml: drafter.mask_token_id: auto knows no mask token for a "
+                        "qwen3_5 target with 512 tokens"));
+  EXPECT_TRUE(submit("drafter: {mask_token_id: 1}\n").ok());
+  write_config(4);
+  auto shallow = submit("drafter: {mask_token_id: 1}\n");
+  ASSERT_FALSE(shallow.ok());
+  EXPECT_THAT(std::string(shallow.status().message()),
+              HasSubstr("hybrid.yaml: target.layer_ids: auto gives 1,1,1,1,1 for a target of 4 "
+                        "layers: ids repeat"));
 }
 
 TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
