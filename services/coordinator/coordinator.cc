@@ -140,6 +140,9 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   // generate for.
   absl::StatusOr<model::TransformerConfig> target = plan::RunTargetConfig(spec);
   absl::Status checked = target.status();
+  if (checked.code() == absl::StatusCode::kNotFound) {  // no config.json: a config error here
+    checked = absl::InvalidArgumentError(checked.message());
+  }
   if (checked.ok()) checked = plan::RunLayerIds(spec, *target).status();
   if (checked.ok()) checked = plan::RunMaskTokenId(spec, *target).status();
   if (checked.ok() && spec.eval.every_steps > 0) {

@@ -32,8 +32,13 @@ class DataFlowTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = MakeTempDir();
-    // A target directory holding the real Qwen tokenizer (config.json is not read at submission).
+    // A target directory holding the real Qwen tokenizer and a small Qwen3 config (read at
+    // submission for the feature layers and the mask token); no weights: nothing trains here.
     fs::create_directories(dir_ + "/target");
+    std::ofstream(dir_ + "/target/config.json")
+        << R"({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 64,
+              "intermediate_size": 128, "num_hidden_layers": 8, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16})";
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
       fs::copy_file(fs::path(DFLASH_QWEN_TOKENIZER_DIR) / f, fs::path(dir_) / "target" / f);
     }
