@@ -1,5 +1,6 @@
 #include "common/model/hf_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -409,11 +410,10 @@ absl::StatusOr<TransformerConfig> ParseObject(const json& root, const std::strin
   TransformerConfig cfg;
   RETURN_IF_ERROR(top.String("model_type", true, &cfg.model_type));
   const std::string& type = cfg.model_type;
-  if (type != "qwen3" && type != "qwen3_moe" && type != "llama" && !IsHybridType(type)) {
-    return top.Error("model_type",
-                     absl::StrCat("unsupported '", type,
-                                  "' (supported: qwen3, qwen3_moe, llama, qwen3_next, qwen3_5, "
-                                  "qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)"));
+  const std::vector<std::string>& types = TargetModelTypes();
+  if (std::find(types.begin(), types.end(), type) == types.end()) {
+    return top.Error("model_type", absl::StrCat("unsupported '", type,
+                                                "' (supported: ", absl::StrJoin(types, ", "), ")"));
   }
   RETURN_IF_ERROR(top.StringList("architectures", &cfg.architectures));
   if (type == "qwen3_5" || type == "qwen3_5_moe") {
@@ -472,6 +472,13 @@ bool IsMoeLayer(const TransformerConfig& c, int64_t layer) {
     if (id == layer) return false;
   }
   return (layer + 1) % c.decoder_sparse_step == 0;
+}
+
+const std::vector<std::string>& TargetModelTypes() {
+  static const std::vector<std::string>* const types =
+      new std::vector<std::string>{"qwen3",   "qwen3_moe",    "llama",       "qwen3_next",
+                                   "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"};
+  return *types;
 }
 
 bool IsLinearAttentionLayer(const TransformerConfig& c, int64_t layer) {

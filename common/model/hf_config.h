@@ -87,6 +87,9 @@ struct TransformerConfig {
   std::optional<std::vector<int64_t>> target_layer_ids;
 };
 
+// The model types dflash runs as targets, in the order errors list them.
+const std::vector<std::string>& TargetModelTypes();
+
 // Whether decoder layer `layer` has a mixture-of-experts MLP (see num_experts above).
 bool IsMoeLayer(const TransformerConfig& c, int64_t layer);
 // Whether decoder layer `layer` is a gated delta-rule (linear attention) layer.

@@ -6,12 +6,12 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/softplus.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -24,20 +24,13 @@
 namespace dflash::nn {
 namespace {
 
-// Host vector -> int64 tensor on `device`.
-at::Tensor LongTensor(const std::vector<int64_t>& v, c10::Device device) {
-  at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kLong);
-  if (!v.empty()) std::memcpy(t.data_ptr<int64_t>(), v.data(), v.size() * sizeof(int64_t));
-  return t.to(device);
-}
-
 // Each row's index inside its document: [T] int64.
 at::Tensor InDocumentIndex(const VarlenDocs& docs, int64_t t, c10::Device device) {
   std::vector<int64_t> idx(static_cast<size_t>(t));
   for (size_t d = 0; d + 1 < docs.offsets.size(); ++d) {
     for (int64_t r = docs.offsets[d]; r < docs.offsets[d + 1]; ++r) idx[r] = r - docs.offsets[d];
   }
-  return LongTensor(idx, device);
+  return at::tensor(idx, at::kLong).to(device);
 }
 
 // transformers' l2norm (the FLA library's): x * rsqrt(sum(x^2) + eps) over the last dimension.
@@ -209,7 +202,7 @@ at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const
                                        beta.to(dtype), l);
   }
 #endif
-  const at::Tensor slot = LongTensor(layout.row_slot, q.device());
+  const at::Tensor slot = at::tensor(layout.row_slot, at::kLong).to(q.device());
   const at::TensorOptions f32 = q.options().dtype(at::kFloat);
   // [T, Hv, X...] -> [chunks, Hv, chunk, X...], fp32, contiguous.
   auto pad = [&](const at::Tensor& x) {

@@ -238,13 +238,11 @@ TargetLayerWeights Fuse(RawLayer raw, const model::TransformerConfig& c) {
 }
 
 absl::Status ValidateConfig(const model::TransformerConfig& c) {
-  static const char* const kTypes[] = {"qwen3",       "qwen3_moe",       "llama",
-                                       "qwen3_next",  "qwen3_5",         "qwen3_5_text",
-                                       "qwen3_5_moe", "qwen3_5_moe_text"};
-  if (std::find(std::begin(kTypes), std::end(kTypes), c.model_type) == std::end(kTypes)) {
+  const std::vector<std::string>& types = model::TargetModelTypes();
+  if (std::find(types.begin(), types.end(), c.model_type) == types.end()) {
     return absl::UnimplementedError(absl::StrCat("model_type \"", c.model_type,
                                                  "\": the target model supports ",
-                                                 absl::StrJoin(kTypes, ", ")));
+                                                 absl::StrJoin(types, ", ")));
   }
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("head_dim ", c.head_dim, " must be even"));
