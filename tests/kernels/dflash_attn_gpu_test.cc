@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <set>
 #include <vector>
@@ -77,8 +78,8 @@ at::Tensor Long(const std::vector<int64_t>& v) {
 
 void RunDrafterCase(const Geometry& g) {
   const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << " hq " << g.hq << " hkv " << g.hkv << " d "
-                                  << g.d << " B " << g.b);
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " hq " << g.hq << " hkv " << g.hkv
+                                    << " d " << g.d << " B " << g.b);
   std::mt19937_64 rng(seed);
   const MaskInputs m = RandomMask(g, rng);
   const int64_t t = static_cast<int64_t>(m.doc_ids.size());
@@ -150,6 +151,15 @@ TEST_F(DflashAttnGpu, Hd64AndOtherGroupingsMatchTheReference) {
   RunDrafterCase({5, 30, 200, 30, 16, 2, 128, 16});  // 8 per kv head: 2 tiles per block
   RunDrafterCase({4, 10, 150, 25, 2, 2, 64, 16});    // no grouping
   RunDrafterCase({7, 5, 250, 50, 8, 2, 128, 10});    // block size 10
+}
+
+// The mma.sync backward (devices other than compute capability 9.0) stays correct beside the
+// wgmma one that the H200 runs by default.
+TEST_F(DflashAttnGpu, MmaBackwardMatchesTheReference) {
+  ASSERT_EQ(setenv("DFLASH_ATTN_BWD_KERNEL", "mma", 1), 0);
+  RunDrafterCase({12, 1, 400, 96, 8, 2, 128, 16});
+  RunDrafterCase({6, 20, 300, 40, 4, 1, 64, 16});
+  ASSERT_EQ(unsetenv("DFLASH_ATTN_BWD_KERNEL"), 0);
 }
 
 TEST_F(DflashAttnGpu, CausalVarlenMatchesPerDocumentReference) {

@@ -1,0 +1,252 @@
+// Backward of the fused DFlash attention on Hopper (sm_90a): the work split of bwd_kernel.cuh (one
+// CTA = one warpgroup per (key tile, kv head), visiting every query tile that sees the keys), with
+// the five products of a visit issued as warpgroup MMAs (wgmma.cuh) on swizzled shared-memory
+// tiles instead of per-warp mma.sync fed by ldmatrix:
+//   S^T  = K Q^T        A = K (smem, K-major),         B = Q (smem, K-major)
+//   dP^T = V dO^T       A = V (smem, K-major),         B = dO (smem, K-major)
+//   dV  += P^T dO       A = P^T (registers),           B = dO (smem, MN-major)
+//   dK  += dS^T Q       A = dS^T (registers),          B = Q (smem, MN-major)
+//   dQ   = dS K         A = dS^T tile (smem, MN-major), B = K (smem, MN-major), fp32 atomics
+// Warp w holds keys 16w..16w+15 of S^T, dP^T, dK and dV and query rows 16w..16w+15 of dQ, in the
+// mma.sync fragment layout, so the softmax, masking and atomics are those of bwd_kernel.cuh.
+#pragma once
+
+#include <math_constants.h>
+
+#include "common/kernels/dflash_attn/params.h"
+#include "common/kernels/dflash_attn/wgmma.cuh"
+
+namespace dflash::kernels::attn {
+
+template <int D>
+constexpr int BwdSm90SmemBytes() {
+  // K, V, 2 x (Q, dO) of 64 x D, dS^T of 64 x 64 (bf16); 2 x (lse, delta) of 64 rows; 1 KiB so
+  // that the tiles can start 1024-byte aligned.
+  return (6 * 64 * D + 64 * 64) * 2 + 4 * 64 * 4 + 1024;
+}
+
+// dV or dK (+)= A B over the 64 query rows of a visit: A the packed bf16 fragments of P^T or dS^T
+// (k-step jj = rows 16jj..16jj+15), B the swizzled Q or dO tile read MN-major.
+template <int D>
+__device__ __forceinline__ void AccumulateRS(float (&acc)[D / 8][4], const uint32_t (&a)[4][4],
+                                             const bf16* tile) {
+#pragma unroll
+  for (int jj = 0; jj < 4; ++jj) {
+    if constexpr (D == 128) {
+      WgmmaRS_N128<1>(acc, a[jj], DescMn(tile, jj), 1);
+    } else {
+      WgmmaRS_N64<1>(acc, a[jj], DescMn(tile, jj), 1);
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(128, 2) DflashAttnBwdSm90Kernel(const DflashAttnBwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kSteps = D / 16, kTile = 64 * D;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* s_k = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                      ~static_cast<uintptr_t>(1023));
+  bf16* s_v = s_k + kTile;
+  bf16* s_q = s_v + kTile;                                  // 2 buffers
+  bf16* s_do = s_q + 2 * kTile;                             // 2 buffers
+  bf16* s_ds = s_do + 2 * kTile;                            // dS^T: [64 keys][64 rows], one panel
+  float* s_lse = reinterpret_cast<float*>(s_ds + 64 * 64);  // 2 x 64
+  float* s_delta = s_lse + 2 * 64;                          // 2 x 64
+
+  const AttnBwdItem it = p.items[blockIdx.x];
+  const int g = blockIdx.y;
+  const int group = p.hq / p.hkv;  // a power of two (schedule.h)
+  const int gshift = __ffs(group) - 1, gmask = group - 1;
+  const int pos_per_tile = 64 / group;
+  const int q_tiles_per_anchor = (p.block_size + pos_per_tile - 1) / pos_per_tile;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const bf16* q = static_cast<const bf16*>(p.q);
+  const bf16* k = static_cast<const bf16*>(p.k);
+  const bf16* v = static_cast<const bf16*>(p.v);
+  const bf16* dout = static_cast<const bf16*>(p.dout);
+  const int64_t q_row_stride = static_cast<int64_t>(p.hq) * D;
+  const int64_t kv_row_stride = static_cast<int64_t>(p.hkv) * D;
+
+  {
+    const bf16* kb = k + it.key_row * kv_row_stride + g * D;
+    const bf16* vb = v + it.key_row * kv_row_stride + g * D;
+    LoadTileSw128<D>(
+        s_k, it.n_keys, [&](int r) { return kb + r * kv_row_stride; }, k, tid);
+    LoadTileSw128<D>(
+        s_v, it.n_keys, [&](int r) { return vb + r * kv_row_stride; }, v, tid);
+  }
+
+  const int n_visits = (it.j_end - it.j_begin) * q_tiles_per_anchor;
+  auto visit_pos = [&](int u, int* n_pos) {
+    const int j = it.j_begin + u / q_tiles_per_anchor, pt = u % q_tiles_per_anchor;
+    *n_pos = min(pos_per_tile, p.block_size - pt * pos_per_tile);
+    return j * p.block_size + pt * pos_per_tile;
+  };
+  auto load_q = [&](int u, int buf) {
+    int n_pos;
+    const int pos = visit_pos(u, &n_pos);
+    const int64_t base = pos * q_row_stride + static_cast<int64_t>(g) * group * D;
+    auto row_off = [&](int r) { return (r >> gshift) * q_row_stride + (r & gmask) * D; };
+    LoadTileSw128<D>(
+        s_q + buf * kTile, n_pos * group, [&](int r) { return q + base + row_off(r); }, q, tid);
+    LoadTileSw128<D>(
+        s_do + buf * kTile, n_pos * group, [&](int r) { return dout + base + row_off(r); }, dout,
+        tid);
+    if (tid < 64) {
+      const bool valid = (tid >> gshift) < n_pos;
+      const int64_t idx =
+          static_cast<int64_t>(pos + (tid >> gshift)) * p.hq + g * group + (tid & gmask);
+      s_lse[buf * 64 + tid] = valid ? p.lse[idx] : CUDART_INF_F;
+      s_delta[buf * 64 + tid] = valid ? p.delta[idx] : 0.f;
+    }
+  };
+  if (n_visits > 0) load_q(0, 0);
+  CpAsyncCommit();
+
+  float dk_acc[2 * kSteps][4], dv_acc[2 * kSteps][4];
+#pragma unroll
+  for (int i = 0; i < 2 * kSteps; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk_acc[i][e] = dv_acc[i][e] = 0.f;
+  }
+  const int key0 = warp * 16 + (lane >> 2);  // this thread's keys in the tile: key0, key0 + 8
+
+  for (int u = 0; u < n_visits; ++u) {
+    const int j = it.j_begin + u / q_tiles_per_anchor;
+    const int anchor = p.anchors[j];
+    if (u + 1 < n_visits) {
+      load_q(u + 1, (u + 1) & 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    FenceProxyAsync();
+    __syncthreads();
+    const int buf = u & 1;
+    const bf16* qt = s_q + buf * kTile;
+    const bf16* dot = s_do + buf * kTile;
+    const float* lse = s_lse + buf * 64;
+    const float* delta = s_delta + buf * 64;
+    int n_pos;
+    const int pos = visit_pos(u, &n_pos);
+    // A padding anchor inside a document's range sees nothing: skip (uniform over the CTA).
+    if (anchor >= 0) {
+      // S^T = K Q^T and dP^T = V dO^T [64 keys x 64 rows], issued together.
+      float s_acc[8][4], dp_acc[8][4];
+      WgmmaFence();
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) WgmmaSS_N64<0, 0>(s_acc, DescK(s_k, s), DescK(qt, s), s > 0);
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        WgmmaSS_N64<0, 0>(dp_acc, DescK(s_v, s), DescK(dot, s), s > 0);
+      }
+      WgmmaCommit();
+      WgmmaWait<0>();
+      FenceRegs(s_acc);
+      FenceRegs(dp_acc);
+      // P^T = exp2(S^T * scale_log2 - lse) on the visible keys, dS^T = P^T (dP^T - delta), both
+      // packed as the register A operand (k-step jj = query rows 16jj..16jj+15).
+      const int limit = it.masked ? min(it.n_keys, anchor - it.key_row) : it.n_keys;
+      const bool key_ok[2] = {key0 < limit, key0 + 8 < limit};
+      uint32_t a_p[4][4], a_ds[4][4];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        float pv[2][4], dsv[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int nt = 2 * jj + h;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
+            const float pe = key_ok[e >> 1] ? exp2f(s_acc[nt][e] * p.scale_log2 - lse[col]) : 0.f;
+            pv[h][e] = pe;
+            dsv[h][e] = pe * (dp_acc[nt][e] - delta[col]);
+          }
+        }
+        a_p[jj][0] = PackBf16(pv[0][0], pv[0][1]);
+        a_p[jj][1] = PackBf16(pv[0][2], pv[0][3]);
+        a_p[jj][2] = PackBf16(pv[1][0], pv[1][1]);
+        a_p[jj][3] = PackBf16(pv[1][2], pv[1][3]);
+        a_ds[jj][0] = PackBf16(dsv[0][0], dsv[0][1]);
+        a_ds[jj][1] = PackBf16(dsv[0][2], dsv[0][3]);
+        a_ds[jj][2] = PackBf16(dsv[1][0], dsv[1][1]);
+        a_ds[jj][3] = PackBf16(dsv[1][2], dsv[1][3]);
+        // dS^T to shared memory for dQ: rows key0 and key0 + 8, query columns jj*16 + ....
+        const int col = jj * 16 + (lane & 3) * 2;
+        *reinterpret_cast<uint32_t*>(s_ds + Sw128(key0, col)) = a_ds[jj][0];
+        *reinterpret_cast<uint32_t*>(s_ds + Sw128(key0 + 8, col)) = a_ds[jj][1];
+        *reinterpret_cast<uint32_t*>(s_ds + Sw128(key0, col + 8)) = a_ds[jj][2];
+        *reinterpret_cast<uint32_t*>(s_ds + Sw128(key0 + 8, col + 8)) = a_ds[jj][3];
+      }
+      // dV += P^T dO, dK += dS^T Q: the K^T-side accumulators stay in registers for the item.
+      WgmmaFence();
+      AccumulateRS<D>(dv_acc, a_p, dot);
+      AccumulateRS<D>(dk_acc, a_ds, qt);
+      WgmmaCommit();
+      FenceProxyAsync();
+      __syncthreads();  // dS^T complete in shared memory
+      // dQ rows 16w..16w+15 += dS K, 64 columns (one panel of K) at a time, into fp32 atomics.
+      const int r_lo = warp * 16 + (lane >> 2);
+      const bool odd = lane & 1;
+      const int r = r_lo + (odd ? 8 : 0);
+      float* row = p.dq_accum +
+                   (static_cast<int64_t>(pos + (r >> gshift)) * p.hq + g * group + (r & gmask)) * D;
+#pragma unroll
+      for (int panel = 0; panel < D / 64; ++panel) {
+        float acc[8][4];
+        WgmmaFence();  // acc was read by the previous panel's atomics
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          WgmmaSS_N64<1, 1>(acc, DescMn(s_ds, kk), DescMn(s_k + panel * 64 * 64, kk), kk > 0);
+        }
+        WgmmaCommit();
+        WgmmaWait<0>();
+        FenceRegs(acc);
+        // Lanes l and l^1 swap halves so that each adds 4 consecutive columns of one row (one
+        // 16-byte atomic): even lanes take row r_lo, odd lanes r_lo + 8.
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const float recv0 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][0] : acc[nt][2], 1);
+          const float recv1 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][1] : acc[nt][3], 1);
+          const int col = panel * 64 + nt * 8 + ((lane & 3) & ~1) * 2;
+          if ((r >> gshift) < n_pos) {
+            atomicAdd(reinterpret_cast<float4*>(row + col),
+                      odd ? make_float4(recv0, recv1, acc[nt][2], acc[nt][3])
+                          : make_float4(acc[nt][0], acc[nt][1], recv0, recv1));
+          }
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        FenceRegs(a_p[jj]);
+        FenceRegs(a_ds[jj]);
+      }
+      FenceRegs(dv_acc);
+      FenceRegs(dk_acc);
+    }
+    __syncthreads();  // s_ds and this visit's buffers are rewritten next
+  }
+  CpAsyncWait<0>();
+
+  bf16* dk = static_cast<bf16*>(p.dk);
+  bf16* dv = static_cast<bf16*>(p.dv);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = key0 + h * 8;
+    if (key >= it.n_keys) continue;
+    const int64_t off = (it.key_row + key) * kv_row_stride + g * D;
+#pragma unroll
+    for (int nt = 0; nt < 2 * kSteps; ++nt) {
+      const int col = nt * 8 + (lane & 3) * 2;
+      *reinterpret_cast<uint32_t*>(dk + off + col) =
+          PackBf16(dk_acc[nt][2 * h] * p.scale, dk_acc[nt][2 * h + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv + off + col) =
+          PackBf16(dv_acc[nt][2 * h], dv_acc[nt][2 * h + 1]);
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+}  // namespace dflash::kernels::attn
