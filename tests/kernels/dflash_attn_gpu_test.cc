@@ -153,16 +153,7 @@ TEST_F(DflashAttnGpu, Hd64AndOtherGroupingsMatchTheReference) {
   RunDrafterCase({7, 5, 250, 50, 8, 2, 128, 10});    // block size 10
 }
 
-// The mma.sync backward (devices other than compute capability 9.0) stays correct beside the
-// wgmma one that the H200 runs by default.
-TEST_F(DflashAttnGpu, MmaBackwardMatchesTheReference) {
-  ASSERT_EQ(setenv("DFLASH_ATTN_BWD_KERNEL", "mma", 1), 0);
-  RunDrafterCase({12, 1, 400, 96, 8, 2, 128, 16});
-  RunDrafterCase({6, 20, 300, 40, 4, 1, 64, 16});
-  ASSERT_EQ(unsetenv("DFLASH_ATTN_BWD_KERNEL"), 0);
-}
-
-TEST_F(DflashAttnGpu, CausalVarlenMatchesPerDocumentReference) {
+void RunCausalCases() {
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
@@ -199,6 +190,20 @@ TEST_F(DflashAttnGpu, CausalVarlenMatchesPerDocumentReference) {
     EXPECT_FALSE(at::isnan(got).any().item<bool>());
     EXPECT_LT(MaxRelError(got, want), 2e-2) << "hq " << hq << " hkv " << hkv << " d " << d;
   }
+}
+
+TEST_F(DflashAttnGpu, CausalVarlenMatchesPerDocumentReference) { RunCausalCases(); }
+
+// The mma.sync kernels (devices other than compute capability 9.0) stay correct beside the wgmma
+// ones that the H200 runs by default.
+TEST_F(DflashAttnGpu, MmaKernelsMatchTheReference) {
+  ASSERT_EQ(setenv("DFLASH_ATTN_FWD_KERNEL", "mma", 1), 0);
+  ASSERT_EQ(setenv("DFLASH_ATTN_BWD_KERNEL", "mma", 1), 0);
+  RunDrafterCase({12, 1, 400, 96, 8, 2, 128, 16});
+  RunDrafterCase({6, 20, 300, 40, 4, 1, 64, 16});
+  RunCausalCases();
+  ASSERT_EQ(unsetenv("DFLASH_ATTN_FWD_KERNEL"), 0);
+  ASSERT_EQ(unsetenv("DFLASH_ATTN_BWD_KERNEL"), 0);
 }
 
 TEST_F(DflashAttnGpu, UnsupportedCallsFallBackOrAreRefused) {

@@ -1,27 +1,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/kernels/dflash_attn/bwd_kernel.cuh"
 #include "common/kernels/dflash_attn/bwd_kernel_sm90.cuh"
 
 namespace dflash::kernels {
 namespace {
-
-// The wgmma kernel on compute capability 9.0 (the build targets sm_90a), the mma.sync kernel
-// elsewhere or when DFLASH_ATTN_BWD_KERNEL=mma (kept for comparison in scripts/bench).
-bool UseSm90Kernel() {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    return false;
-  }
-  const char* forced = std::getenv("DFLASH_ATTN_BWD_KERNEL");
-  return major == 9 && minor == 0 && (forced == nullptr || std::strcmp(forced, "mma") != 0);
-}
 
 template <int D>
 int Launch(const DflashAttnBwdParams& p, cudaStream_t stream) {
@@ -33,16 +18,16 @@ int Launch(const DflashAttnBwdParams& p, cudaStream_t stream) {
     if (e != cudaSuccess) return static_cast<int>(e);
   }
   if (p.n_items > 0) {
-    const bool sm90 = UseSm90Kernel();
-    const int kSmem = sm90 ? attn::BwdSm90SmemBytes<D>() : attn::BwdSmemBytes<D>();
+    const bool sm90 = attn::UseSm90Kernels("DFLASH_ATTN_BWD_KERNEL");
+    const int smem = sm90 ? attn::BwdSm90SmemBytes<D>() : attn::BwdSmemBytes<D>();
     auto* kernel = sm90 ? attn::DflashAttnBwdSm90Kernel<D> : attn::DflashAttnBwdKernel<D>;
-    if (kSmem > 48 * 1024) {
+    if (smem > 48 * 1024) {
       const cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       if (e != cudaSuccess) return static_cast<int>(e);
     }
     const dim3 grid(static_cast<unsigned>(p.n_items), static_cast<unsigned>(p.hkv));
-    kernel<<<grid, 128, kSmem, stream>>>(p);
+    kernel<<<grid, 128, smem, stream>>>(p);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return static_cast<int>(e);
   }

@@ -1,22 +1,33 @@
 #include <cuda_runtime.h>
 
 #include "common/kernels/dflash_attn/fwd_kernel.cuh"
+#include "common/kernels/dflash_attn/fwd_kernel_sm90.cuh"
 
 namespace dflash::kernels {
 namespace {
 
-template <int D, bool kCausal>
-int Launch(const DflashAttnFwdParams& p, cudaStream_t stream) {
-  constexpr int kSmem = attn::FwdSmemBytes<D>();
-  auto* kernel = attn::DflashAttnFwdKernel<D, kCausal>;
-  if (kSmem > 48 * 1024) {
+template <typename Kernel>
+int LaunchKernel(Kernel* kernel, int smem, const DflashAttnFwdParams& p, cudaStream_t stream) {
+  if (smem > 48 * 1024) {
     const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return static_cast<int>(e);
   }
   const dim3 grid(static_cast<unsigned>(p.n_items), static_cast<unsigned>(p.hkv));
-  kernel<<<grid, 128, kSmem, stream>>>(p);
+  kernel<<<grid, 128, smem, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
+}
+
+template <int D, bool kCausal>
+int Launch(const DflashAttnFwdParams& p, cudaStream_t stream) {
+  // wgmma for head dims 64 and 128 on compute capability 9.0 (DFLASH_ATTN_FWD_KERNEL=mma: off).
+  if constexpr (D <= 128) {
+    if (attn::UseSm90Kernels("DFLASH_ATTN_FWD_KERNEL")) {
+      return LaunchKernel(attn::DflashAttnFwdSm90Kernel<D, kCausal>, attn::FwdSm90SmemBytes<D>(), p,
+                          stream);
+    }
+  }
+  return LaunchKernel(attn::DflashAttnFwdKernel<D, kCausal>, attn::FwdSmemBytes<D>(), p, stream);
 }
 
 template <bool kCausal>

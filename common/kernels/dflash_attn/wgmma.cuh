@@ -20,11 +20,29 @@
 // before WgmmaWait.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/kernels/dflash_attn/mma.cuh"
 
 namespace dflash::kernels::attn {
+
+// Host: whether to launch the wgmma kernels: on a device of compute capability 9.0 (the build
+// targets sm_90a), unless the environment variable `env` is "mma" (the mma.sync kernels, which
+// other devices run, kept for comparison in scripts/bench and for the GPU tests).
+inline bool UseSm90Kernels(const char* env) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return false;
+  }
+  const char* forced = std::getenv(env);
+  return major == 9 && minor == 0 && (forced == nullptr || std::strcmp(forced, "mma") != 0);
+}
 
 // Element offset of (row, col) in a swizzled tile (see above).
 __device__ __forceinline__ int Sw128(int row, int col) {
@@ -104,6 +122,18 @@ __device__ __forceinline__ void WgmmaSS_N64(float (&d)[8][4], uint64_t desc_a, u
         "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
         "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
         "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void WgmmaSS_N16(float (&d)[2][4], uint64_t desc_a, uint64_t desc_b,
+                                            int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, "
+      "%9, p, 1, 1, %11, %12;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
 }
 

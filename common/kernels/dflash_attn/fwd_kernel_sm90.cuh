@@ -1,0 +1,206 @@
+// Forward of the fused DFlash attention (and of the target's packed causal attention) on Hopper
+// (sm_90a), head dims 64 and 128: the work split, pipeline and online softmax of fwd_kernel.cuh,
+// with Q K^T and P V issued as warpgroup MMAs (wgmma.cuh) on swizzled shared-memory tiles:
+//   S  = Q K^T   A = Q (smem, K-major), B = K (smem, K-major); 16 columns only for a tile of at
+//                most 16 keys (the drafter's block)
+//   O += P V     A = P (registers), B = V (smem, MN-major), k-steps over the tile's real keys only
+#pragma once
+
+#include <math_constants.h>
+
+#include "common/kernels/dflash_attn/params.h"
+#include "common/kernels/dflash_attn/wgmma.cuh"
+
+namespace dflash::kernels::attn {
+
+template <int D>
+constexpr int FwdSm90SmemBytes() {
+  return 4 * 64 * D * 2 + 1024;  // Q, 2 x K, V; 1 KiB for the 1024-byte alignment
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(128, 3) DflashAttnFwdSm90Kernel(const DflashAttnFwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kSteps = D / 16, kTile = 64 * D;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* s_q = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                      ~static_cast<uintptr_t>(1023));
+  bf16* s_k = s_q + kTile;      // 2 buffers
+  bf16* s_v = s_k + 2 * kTile;  // 1 buffer
+
+  const AttnFwdItem it = p.items[blockIdx.x];
+  const int g = blockIdx.y;
+  const int group = p.hq / p.hkv;  // a power of two (schedule.h)
+  const int gshift = __ffs(group) - 1, gmask = group - 1;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const bf16* q = static_cast<const bf16*>(p.q);
+  const bf16* k = static_cast<const bf16*>(p.k);
+  const bf16* v = static_cast<const bf16*>(p.v);
+  const int64_t q_row_stride = static_cast<int64_t>(p.hq) * D;
+  const int64_t kv_row_stride = static_cast<int64_t>(p.hkv) * D;
+  const bf16* q_tile = q + it.q_pos * q_row_stride + static_cast<int64_t>(g) * group * D;
+  auto q_row = [&](int r) { return q_tile + (r >> gshift) * q_row_stride + (r & gmask) * D; };
+
+  const int n_ctx_tiles = it.kv_end > it.kv_begin ? (it.kv_end - it.kv_begin + 63) / 64 : 0;
+  const int n_tiles = n_ctx_tiles + (it.blk_row >= 0 ? 1 : 0);
+  auto tile_start = [&](int t) { return t < n_ctx_tiles ? it.kv_begin + t * 64 : it.blk_row; };
+  auto tile_len = [&](int t) {
+    return t < n_ctx_tiles ? min(64, it.kv_end - it.kv_begin - t * 64) : it.blk_len;
+  };
+  auto load_k = [&](int t) {
+    const bf16* kb = k + tile_start(t) * kv_row_stride + g * D;
+    LoadTileSw128<D>(
+        s_k + (t & 1) * kTile, tile_len(t), [&](int r) { return kb + r * kv_row_stride; }, k, tid);
+  };
+  auto load_v = [&](int t) {
+    const bf16* vb = v + tile_start(t) * kv_row_stride + g * D;
+    LoadTileSw128<D>(
+        s_v, tile_len(t), [&](int r) { return vb + r * kv_row_stride; }, v, tid);
+  };
+
+  // Commit groups, in order: {Q, K0}, {V0}, then per tile t: {K(t+1)}, {V(t+1)}.
+  LoadTileSw128<D>(s_q, it.n_pos * group, q_row, q, tid);
+  if (n_tiles > 0) load_k(0);
+  CpAsyncCommit();
+  if (n_tiles > 0) load_v(0);
+  CpAsyncCommit();
+
+  const int r0 = warp * 16 + (lane >> 2);
+  const int pos0 = it.q_pos + (r0 >> gshift), pos1 = it.q_pos + ((r0 + 8) >> gshift);
+  float o_acc[2 * kSteps][4];
+#pragma unroll
+  for (int i = 0; i < 2 * kSteps; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
+  float m_run[2] = {-CUDART_INF_F, -CUDART_INF_F}, l_run[2] = {0.f, 0.f};
+
+  for (int t = 0; t < n_tiles; ++t) {
+    CpAsyncWait<1>();  // K(t) (and Q) landed; V(t) may still be in flight
+    FenceProxyAsync();
+    __syncthreads();  // ... for every thread; and K buffer (t+1)&1 is no longer read
+    if (t + 1 < n_tiles) load_k(t + 1);
+    CpAsyncCommit();  // possibly empty: keeps the group count uniform
+    const bf16* kt = s_k + (t & 1) * kTile;
+    const int kstart = tile_start(t), klen = tile_len(t);
+    const int key_steps = (klen + 15) / 16;  // 16-key groups holding any real key
+
+    float s_acc[8][4];
+    WgmmaFence();
+    if (klen <= 16) {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        WgmmaSS_N16<0, 0>(reinterpret_cast<float(&)[2][4]>(s_acc[0]), DescK(s_q, s), DescK(kt, s),
+                          s > 0);
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) WgmmaSS_N64<0, 0>(s_acc, DescK(s_q, s), DescK(kt, s), s > 0);
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+    FenceRegs(s_acc);
+    // Scale, mask (keys past the tile; causal: keys after the row's position), row maxima.
+    const bool is_ctx = t < n_ctx_tiles;
+    const bool need_mask = klen < 64 || (kCausal && is_ctx && kstart + 63 > it.q_pos);
+    float m_tile[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s_acc[nt][e] * p.scale_log2;
+        if (need_mask) {
+          const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
+          bool ok = col < klen;
+          if (kCausal && is_ctx) ok = ok && kstart + col <= (e < 2 ? pos0 : pos1);
+          if (!ok) x = -CUDART_INF_F;
+        }
+        s_acc[nt][e] = x;
+        m_tile[e >> 1] = fmaxf(m_tile[e >> 1], x);
+      }
+    }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m_tile[h] = fmaxf(m_tile[h], __shfl_xor_sync(0xffffffffu, m_tile[h], 1));
+      m_tile[h] = fmaxf(m_tile[h], __shfl_xor_sync(0xffffffffu, m_tile[h], 2));
+      const float m_new = fmaxf(m_run[h], m_tile[h]);
+      m_use[h] = m_new == -CUDART_INF_F ? 0.f : m_new;  // a row with nothing visible yet
+      alpha[h] = exp2f(m_run[h] - m_use[h]);
+      m_run[h] = m_new;
+      l_run[h] *= alpha[h];
+    }
+    uint32_t a_p[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float pv[2][4];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pe = exp2f(s_acc[2 * j + hh][e] - m_use[e >> 1]);
+          pv[hh][e] = pe;
+          l_run[e >> 1] += pe;
+        }
+      }
+      a_p[j][0] = PackBf16(pv[0][0], pv[0][1]);
+      a_p[j][1] = PackBf16(pv[0][2], pv[0][3]);
+      a_p[j][2] = PackBf16(pv[1][0], pv[1][1]);
+      a_p[j][3] = PackBf16(pv[1][2], pv[1][3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kSteps; ++i) {
+      o_acc[i][0] *= alpha[0], o_acc[i][1] *= alpha[0];
+      o_acc[i][2] *= alpha[1], o_acc[i][3] *= alpha[1];
+    }
+    CpAsyncWait<1>();  // V(t) landed (K(t+1) may be in flight)
+    FenceProxyAsync();
+    __syncthreads();
+    // O += P V over the key steps that hold real keys.
+    WgmmaFence();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (j < key_steps) {
+        if constexpr (D == 128) {
+          WgmmaRS_N128<1>(o_acc, a_p[j], DescMn(s_v, j), 1);
+        } else {
+          WgmmaRS_N64<1>(o_acc, a_p[j], DescMn(s_v, j), 1);
+        }
+      }
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+    FenceRegs(o_acc);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) FenceRegs(a_p[j]);
+    __syncthreads();  // every warp is done with V(t)
+    if (t + 1 < n_tiles) load_v(t + 1);
+    CpAsyncCommit();
+  }
+  CpAsyncWait<0>();
+
+  // Normalize and write this thread's rows; rows past n_pos belong to no position.
+  bf16* o = static_cast<bf16*>(p.o);
+  bf16* o_tile = o + it.q_pos * q_row_stride + static_cast<int64_t>(g) * group * D;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int r = r0 + h * 8;
+    if ((r >> gshift) >= it.n_pos) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* orow = o_tile + (r >> gshift) * q_row_stride + (r & gmask) * D;
+#pragma unroll
+    for (int nt = 0; nt < 2 * kSteps; ++nt) {
+      const int col = nt * 8 + (lane & 3) * 2;
+      *reinterpret_cast<uint32_t*>(orow + col) =
+          PackBf16(o_acc[nt][2 * h] * inv, o_acc[nt][2 * h + 1] * inv);
+    }
+    if ((lane & 3) == 0) {
+      const int64_t lse_idx =
+          static_cast<int64_t>(it.q_pos + (r >> gshift)) * p.hq + g * group + (r & gmask);
+      p.lse[lse_idx] = l > 0.f ? m_run[h] + log2f(l) : CUDART_INF_F;
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+}  // namespace dflash::kernels::attn
