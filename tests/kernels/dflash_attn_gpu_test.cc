@@ -6,6 +6,7 @@
 // gradients are poisoned with NaN before each call. Also the packed causal forward of the target
 // against a per-document fp32 reference. Labelled gpu; skipped without a CUDA device.
 #include <ATen/TensorOperators.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/full.h>
@@ -144,6 +145,13 @@ class DflashAttnGpu : public ::testing::Test {
 
 TEST_F(DflashAttnGpu, Gqa4Hd128MatchesTheReference) {
   RunDrafterCase({12, 1, 400, 96, 8, 2, 128, 16});  // Qwen3-8B's grouping and head dim
+}
+
+TEST_F(DflashAttnGpu, Hd256MatchesTheReference) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(0);
+  if (prop->major != 9 || prop->minor != 0) GTEST_SKIP() << "head dim 256 needs sm_90";
+  RunDrafterCase({6, 20, 300, 40, 8, 2, 256, 16});  // the backward splits its columns in halves
+  RunDrafterCase({4, 10, 200, 25, 2, 2, 256, 10});
 }
 
 TEST_F(DflashAttnGpu, Hd64AndOtherGroupingsMatchTheReference) {

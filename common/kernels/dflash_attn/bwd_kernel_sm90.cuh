@@ -9,6 +9,11 @@
 //   dQ   = dS K         A = dS^T tile (smem, MN-major), B = K (smem, MN-major), fp32 atomics
 // Warp w holds keys 16w..16w+15 of S^T, dP^T, dK and dV and query rows 16w..16w+15 of dQ, in the
 // mma.sync fragment layout, so the softmax, masking and atomics are those of bwd_kernel.cuh.
+//
+// Head dim 256: dK and dV of 64 keys x 256 columns would take 256 accumulator registers per thread,
+// so the columns are split in halves of 128 (blockIdx.z): both CTAs of a key tile compute the full
+// S^T and dP^T (their contraction runs over all 256 columns) and each accumulates its half of dK,
+// dV and dQ. 1.4x the tensor work of one pass, at one CTA per SM (the four tiles take 200 KiB).
 #pragma once
 
 #include <math_constants.h>
@@ -17,6 +22,12 @@
 #include "common/kernels/dflash_attn/wgmma.cuh"
 
 namespace dflash::kernels::attn {
+
+// Columns of dK, dV and dQ that one CTA accumulates (blockIdx.z selects which).
+template <int D>
+__host__ __device__ constexpr int BwdSm90Cols() {
+  return D < 128 ? D : 128;
+}
 
 template <int D>
 constexpr int BwdSm90SmemBytes() {
@@ -27,12 +38,12 @@ constexpr int BwdSm90SmemBytes() {
 
 // dV or dK (+)= A B over the 64 query rows of a visit: A the packed bf16 fragments of P^T or dS^T
 // (k-step jj = rows 16jj..16jj+15), B the swizzled Q or dO tile read MN-major.
-template <int D>
-__device__ __forceinline__ void AccumulateRS(float (&acc)[D / 8][4], const uint32_t (&a)[4][4],
+template <int N>
+__device__ __forceinline__ void AccumulateRS(float (&acc)[N / 8][4], const uint32_t (&a)[4][4],
                                              const bf16* tile) {
 #pragma unroll
   for (int jj = 0; jj < 4; ++jj) {
-    if constexpr (D == 128) {
+    if constexpr (N == 128) {
       WgmmaRS_N128<1>(acc, a[jj], DescMn(tile, jj), 1);
     } else {
       WgmmaRS_N64<1>(acc, a[jj], DescMn(tile, jj), 1);
@@ -41,9 +52,13 @@ __device__ __forceinline__ void AccumulateRS(float (&acc)[D / 8][4], const uint3
 }
 
 template <int D>
-__global__ void __launch_bounds__(128, 2) DflashAttnBwdSm90Kernel(const DflashAttnBwdParams p) {
+__global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
+    DflashAttnBwdSm90Kernel(const DflashAttnBwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kSteps = D / 16, kTile = 64 * D;
+  constexpr int kCols = BwdSm90Cols<D>(), kPanels = kCols / 64;
+  const int col0 = blockIdx.z * kCols;  // this CTA's columns of dK, dV and dQ
+  const int panel0 = col0 / 64;
   extern __shared__ unsigned char smem_raw[];
   bf16* s_k = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                       ~static_cast<uintptr_t>(1023));
@@ -104,9 +119,9 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdSm90Kernel(const DflashAt
   if (n_visits > 0) load_q(0, 0);
   CpAsyncCommit();
 
-  float dk_acc[2 * kSteps][4], dv_acc[2 * kSteps][4];
+  float dk_acc[kCols / 8][4], dv_acc[kCols / 8][4];
 #pragma unroll
-  for (int i = 0; i < 2 * kSteps; ++i) {
+  for (int i = 0; i < kCols / 8; ++i) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk_acc[i][e] = dv_acc[i][e] = 0.f;
   }
@@ -182,8 +197,8 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdSm90Kernel(const DflashAt
       }
       // dV += P^T dO, dK += dS^T Q: the K^T-side accumulators stay in registers for the item.
       WgmmaFence();
-      AccumulateRS<D>(dv_acc, a_p, dot);
-      AccumulateRS<D>(dk_acc, a_ds, qt);
+      AccumulateRS<kCols>(dv_acc, a_p, dot + panel0 * 64 * 64);
+      AccumulateRS<kCols>(dk_acc, a_ds, qt + panel0 * 64 * 64);
       WgmmaCommit();
       FenceProxyAsync();
       __syncthreads();  // dS^T complete in shared memory
@@ -194,7 +209,7 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdSm90Kernel(const DflashAt
       float* row = p.dq_accum +
                    (static_cast<int64_t>(pos + (r >> gshift)) * p.hq + g * group + (r & gmask)) * D;
 #pragma unroll
-      for (int panel = 0; panel < D / 64; ++panel) {
+      for (int panel = panel0; panel < panel0 + kPanels; ++panel) {
         float acc[8][4];
         WgmmaFence();  // acc was read by the previous panel's atomics
 #pragma unroll
@@ -236,9 +251,9 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdSm90Kernel(const DflashAt
   for (int h = 0; h < 2; ++h) {
     const int key = key0 + h * 8;
     if (key >= it.n_keys) continue;
-    const int64_t off = (it.key_row + key) * kv_row_stride + g * D;
+    const int64_t off = (it.key_row + key) * kv_row_stride + g * D + col0;
 #pragma unroll
-    for (int nt = 0; nt < 2 * kSteps; ++nt) {
+    for (int nt = 0; nt < kCols / 8; ++nt) {
       const int col = nt * 8 + (lane & 3) * 2;
       *reinterpret_cast<uint32_t*>(dk + off + col) =
           PackBf16(dk_acc[nt][2 * h] * p.scale, dk_acc[nt][2 * h + 1] * p.scale);

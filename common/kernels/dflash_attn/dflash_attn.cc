@@ -164,7 +164,13 @@ bool SupportsFusedDflashAttention(const at::Tensor& q, const at::Tensor& k) {
     return false;
   }
   const int64_t d = q.size(2);
-  return (d == 64 || d == 128) && PositionsPerTile(q.size(1) / k.size(1)).ok();
+  if (d == 256) {
+    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
+    if (prop->major != 9 || prop->minor != 0) return false;
+  } else if (d != 64 && d != 128) {
+    return false;
+  }
+  return PositionsPerTile(q.size(1) / k.size(1)).ok();
 }
 
 at::Tensor FusedDflashAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -8,6 +8,20 @@
 namespace dflash::kernels {
 namespace {
 
+template <typename Kernel>
+int LaunchKernel(Kernel* kernel, int smem, int col_splits, const DflashAttnBwdParams& p,
+                 cudaStream_t stream) {
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return static_cast<int>(e);
+  }
+  const dim3 grid(static_cast<unsigned>(p.n_items), static_cast<unsigned>(p.hkv),
+                  static_cast<unsigned>(col_splits));
+  kernel<<<grid, 128, smem, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
 template <int D>
 int Launch(const DflashAttnBwdParams& p, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.q_rows) * p.hq;
@@ -18,18 +32,17 @@ int Launch(const DflashAttnBwdParams& p, cudaStream_t stream) {
     if (e != cudaSuccess) return static_cast<int>(e);
   }
   if (p.n_items > 0) {
-    const bool sm90 = attn::UseSm90Kernels("DFLASH_ATTN_BWD_KERNEL");
-    const int smem = sm90 ? attn::BwdSm90SmemBytes<D>() : attn::BwdSmemBytes<D>();
-    auto* kernel = sm90 ? attn::DflashAttnBwdSm90Kernel<D> : attn::DflashAttnBwdKernel<D>;
-    if (smem > 48 * 1024) {
-      const cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      if (e != cudaSuccess) return static_cast<int>(e);
+    // wgmma on compute capability 9.0 (DFLASH_ATTN_BWD_KERNEL=mma: the mma.sync kernel instead,
+    // which has no head dim 256).
+    const bool sm90 = attn::UseSm90Kernels(D == 256 ? nullptr : "DFLASH_ATTN_BWD_KERNEL");
+    int e = -1;
+    if (sm90) {
+      e = LaunchKernel(attn::DflashAttnBwdSm90Kernel<D>, attn::BwdSm90SmemBytes<D>(),
+                       D / attn::BwdSm90Cols<D>(), p, stream);
+    } else if constexpr (D <= 128) {
+      e = LaunchKernel(attn::DflashAttnBwdKernel<D>, attn::BwdSmemBytes<D>(), 1, p, stream);
     }
-    const dim3 grid(static_cast<unsigned>(p.n_items), static_cast<unsigned>(p.hkv));
-    kernel<<<grid, 128, smem, stream>>>(p);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return static_cast<int>(e);
+    if (e != 0) return e;
   }
   const int64_t n4 = rows * D / 4;
   if (n4 > 0) {
@@ -51,6 +64,8 @@ int LaunchDflashAttnBwd(const DflashAttnBwdParams& p, void* stream) {
       return Launch<64>(p, s);
     case 128:
       return Launch<128>(p, s);
+    case 256:
+      return Launch<256>(p, s);
     default:
       return -1;
   }

@@ -31,8 +31,8 @@
 namespace dflash::kernels::attn {
 
 // Host: whether to launch the wgmma kernels: on a device of compute capability 9.0 (the build
-// targets sm_90a), unless the environment variable `env` is "mma" (the mma.sync kernels, which
-// other devices run, kept for comparison in scripts/bench and for the GPU tests).
+// targets sm_90a), unless the environment variable `env` (when not null) is "mma" (the mma.sync
+// kernels, which other devices run, kept for comparison in scripts/bench and for the GPU tests).
 inline bool UseSm90Kernels(const char* env) {
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -40,7 +40,7 @@ inline bool UseSm90Kernels(const char* env) {
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     return false;
   }
-  const char* forced = std::getenv(env);
+  const char* forced = env != nullptr ? std::getenv(env) : nullptr;
   return major == 9 && minor == 0 && (forced == nullptr || std::strcmp(forced, "mma") != 0);
 }
 
