@@ -17,10 +17,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
+#include "common/nn/tensor_parallel.h"
 #include "common/nn/weights.h"
 
 namespace dflash::nn {
 namespace {
+
+// A failed all-reduce of a tensor-parallel forward, thrown through the layers to Forward.
+struct TensorParallelError {
+  absl::Status status;
+};
 
 // The tensors of one decoder layer as the checkpoint stores them, before fusing.
 struct RawLayer {
@@ -283,12 +289,15 @@ std::string ScalarName(c10::ScalarType t) { return c10::toString(t); }
 }  // namespace
 
 TargetModel::TargetModel(model::TransformerConfig config, std::vector<int64_t> layer_ids,
-                         c10::ScalarType dtype, c10::Device device, bool full)
+                         const TargetModelOptions& options)
     : config_(std::move(config)),
       layer_ids_(std::move(layer_ids)),
-      dtype_(dtype),
-      device_(device),
-      full_(full) {
+      dtype_(options.dtype),
+      device_(options.device),
+      full_(options.full),
+      tp_rank_(options.tp_rank),
+      tp_world_(options.tp_world),
+      tp_all_reduce_(options.tp_all_reduce) {
   const int64_t last = *std::max_element(layer_ids_.begin(), layer_ids_.end());
   slots_of_layer_.resize(last + 1);
   for (size_t slot = 0; slot < layer_ids_.size(); ++slot) {
@@ -305,8 +314,22 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("target model dtype ", ScalarName(options.dtype), " is not floating-point"));
   }
-  return std::unique_ptr<TargetModel>(new TargetModel(std::move(config), std::move(ids),
-                                                      options.dtype, options.device, options.full));
+  if (options.tp_world != 1 || options.tp_rank != 0) {
+    if (options.tp_rank < 0 || options.tp_rank >= options.tp_world) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor-parallel rank ", options.tp_rank,
+                                                     " is outside [0, ", options.tp_world, ")"));
+    }
+    if (options.full) {
+      return absl::UnimplementedError(
+          "generating with a tensor-parallel target (KV cache shards) is not implemented");
+    }
+    if (!options.tp_all_reduce) {
+      return absl::InvalidArgumentError("a tensor-parallel target needs an all-reduce");
+    }
+    const int64_t layers = *std::max_element(ids.begin(), ids.end()) + 1;
+    RETURN_IF_ERROR(CheckTensorParallel(config, layers, options.tp_world));
+  }
+  return std::unique_ptr<TargetModel>(new TargetModel(std::move(config), std::move(ids), options));
 }
 
 absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Load(const std::string& dir,
@@ -369,6 +392,7 @@ absl::Status TargetModel::LoadWeights(const WeightSource& source) {
       }
     }
     layers_.push_back(Fuse(std::move(raw), config_));
+    ShardLayer(layers_.back(), config_, tp_rank_, tp_world_);
   }
   return absl::OkStatus();
 }
@@ -423,6 +447,8 @@ absl::Status TargetModel::Forward(const at::Tensor& input_ids, const at::Tensor&
     ASSIGN_OR_RETURN(VarlenDocs docs, CheckInputs(input_ids, positions, cu_seqlens, features));
     RunLayers(input_ids, positions, docs, features);
     return absl::OkStatus();
+  } catch (const TensorParallelError& e) {
+    return e.status;
   } catch (const c10::OutOfMemoryError& e) {
     // RESOURCE_EXHAUSTED: the target worker recovers by running the batch's documents in halves.
     return absl::ResourceExhaustedError(
@@ -473,7 +499,8 @@ at::Tensor TargetModel::Norm(const at::Tensor& x, const at::Tensor& weight) cons
 TargetModel::Qkv TargetModel::Project(const TargetLayerWeights& w, const at::Tensor& x,
                                       const RopeTables& rope) const {
   const int64_t t = x.size(0), d = config_.head_dim;
-  const int64_t hq = config_.num_attention_heads, hkv = config_.num_key_value_heads;
+  const int64_t hq = config_.num_attention_heads / tp_world_;  // this shard's heads
+  const int64_t hkv = config_.num_key_value_heads / tp_world_;
   at::Tensor h = Norm(x, w.input_norm);
   at::Tensor qkv = Linear(h, w.qkv, w.qkv_bias);  // [T, (Hq + 2*Hkv) * D], or (2Hq + 2Hkv) * D
   Qkv out;
@@ -499,23 +526,41 @@ TargetModel::Qkv TargetModel::Project(const TargetLayerWeights& w, const at::Ten
 at::Tensor TargetModel::Finish(const TargetLayerWeights& w, const at::Tensor& x,
                                const at::Tensor& attn) const {
   const int64_t t = x.size(0);
-  return Mlp(w, x + Linear(attn.reshape({t, -1}), w.o_proj, w.o_bias));  // [T, H]
+  const at::Tensor out = Linear(attn.reshape({t, -1}), w.o_proj, w.o_bias);  // [T, H]
+  AllReduce(out);
+  return Mlp(w, x + out);
+}
+
+void TargetModel::AllReduce(const at::Tensor& partial) const {
+  if (tp_world_ == 1) return;
+  TORCH_CHECK(partial.is_contiguous(), "tensor-parallel all-reduce of a non-contiguous tensor");
+  absl::Status s = tp_all_reduce_(partial);
+  if (!s.ok()) throw TensorParallelError{std::move(s)};
 }
 
 at::Tensor TargetModel::Mlp(const TargetLayerWeights& w, const at::Tensor& y) const {
-  const int64_t inter = config_.intermediate_size;
   at::Tensor h = Norm(y, w.post_norm);
-  if (w.moe.defined()) return y + MoeMlp(h, w.moe);
+  if (w.moe.defined()) {
+    const at::Tensor out = MoeMlp(h, w.moe).contiguous();
+    AllReduce(out);
+    return y + out;
+  }
+  const int64_t inter = w.down.size(1);                       // this shard's intermediate size
   at::Tensor gate_up = Linear(h, w.gate_up, w.gate_up_bias);  // [T, 2I]
   at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
-  return y + Linear(act, w.down, w.down_bias);
+  const at::Tensor out = Linear(act, w.down, w.down_bias);
+  AllReduce(out);
+  return y + out;
 }
 
 at::Tensor TargetModel::RunLayer(const TargetLayerWeights& w, const at::Tensor& x,
                                  const RopeTables& rope, const VarlenDocs& docs) const {
   if (w.linear.defined()) {
     const at::Tensor h = Norm(x, w.input_norm);
-    return Mlp(w, x + GatedDeltaNet(h, w.linear, GatedDeltaDims::Of(config_), docs));
+    const GatedDeltaDims dims = ShardDims(GatedDeltaDims::Of(config_), tp_world_);
+    const at::Tensor out = GatedDeltaNet(h, w.linear, dims, docs).contiguous();
+    AllReduce(out);
+    return Mlp(w, x + out);
   }
   Qkv qkv = Project(w, x, rope);
   at::Tensor attn = VarlenCausalAttention(qkv.q, qkv.k, qkv.v, docs, AttentionScale());

@@ -15,6 +15,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,6 +42,11 @@ struct TargetModelOptions {
   // Also load every decoder layer after the last feature layer and the final norm, so that the
   // model can generate (Extend, Logits). Forward still stops at the last feature layer.
   bool full = false;
+  // Tensor parallelism (tensor_parallel.h): this process holds shard `tp_rank` of `tp_world` of
+  // every layer; `tp_all_reduce` sums a contiguous tensor of the model's dtype and device over the
+  // group in place, bit-identically on every rank (a transport::Communicator). Not with `full`.
+  int64_t tp_rank = 0, tp_world = 1;
+  std::function<absl::Status(const at::Tensor&)> tp_all_reduce;
 };
 
 class TargetModel;
@@ -113,8 +119,10 @@ class TargetModel {
       const TargetModelOptions& options);
 
   // Runs the packed batch and writes features into `features` [T, K*H] (model dtype and device;
-  // its contents are replaced). input_ids [T] int64 in [0, V); positions [T] int64 (restarting at
-  // 0 in each document); cu_seqlens [b+1] int32 from 0 to T. Inputs may live on any device.
+  // its contents are replaced). Tensor parallel: every rank of the group calls it with the same
+  // batch and gets the same features; a failed all-reduce ends it with that error. input_ids [T]
+  // int64 in [0, V); positions [T] int64 (restarting at 0 in each document); cu_seqlens [b+1] int32
+  // from 0 to T. Inputs may live on any device.
   absl::Status Forward(const at::Tensor& input_ids, const at::Tensor& positions,
                        const at::Tensor& cu_seqlens, const at::Tensor& features) const;
   // The same into a new tensor.
@@ -151,7 +159,7 @@ class TargetModel {
 
  private:
   TargetModel(model::TransformerConfig config, std::vector<int64_t> layer_ids,
-              c10::ScalarType dtype, c10::Device device, bool full);
+              const TargetModelOptions& options);
   // Checks the config and options, then the model without weights (INVALID_ARGUMENT or
   // UNIMPLEMENTED naming the problem).
   static absl::StatusOr<std::unique_ptr<TargetModel>> Create(model::TransformerConfig config,
@@ -175,6 +183,9 @@ class TargetModel {
   at::Tensor Finish(const TargetLayerWeights& w, const at::Tensor& x, const at::Tensor& attn) const;
   // y [T, H] -> y + MLP(post_norm(y)).
   at::Tensor Mlp(const TargetLayerWeights& w, const at::Tensor& y) const;
+  // A row-parallel output summed over the tensor-parallel group (in place; nothing when alone).
+  // Throws TensorParallelError (target_model.cc) when the all-reduce fails.
+  void AllReduce(const at::Tensor& partial) const;
   absl::Status CheckExtend(const std::vector<int64_t>& sequences,
                            const std::vector<std::vector<int64_t>>& tokens,
                            const KvCache& cache) const;
@@ -190,6 +201,8 @@ class TargetModel {
   std::vector<TargetLayerWeights> layers_;  // layers 0..max(layer_ids); all with options.full
   at::Tensor final_norm_;                   // [H] with options.full, else undefined
   bool full_ = false;
+  int64_t tp_rank_ = 0, tp_world_ = 1;
+  std::function<absl::Status(const at::Tensor&)> tp_all_reduce_;
 };
 
 }  // namespace dflash::nn

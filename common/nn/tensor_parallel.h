@@ -1,0 +1,39 @@
+// Tensor parallelism of the target model (issue 11, deliverable 3), Megatron style: each of the
+// `world` processes of a target group holds shard `rank` of every decoder layer and all of them
+// run the same packed batch.
+//   attention: q/k/v rows of heads [rank * Hq / world, ...) and of kv heads likewise (column
+//              parallel), o_proj's matching columns (row parallel);
+//   dense MLP: gate/up rows and down columns of intermediate [rank * I / world, ...);
+//   MoE:       the same split inside every expert and the shared expert (router and shared-expert
+//              gate replicated);
+//   linear attention (hybrids): key and value heads split like attention heads, with their conv
+//              channels, dt_bias and A_log; out_proj's matching columns.
+// A row-parallel output is a partial sum: TargetModel sums it over the group (the all-reduce of
+// TargetModelOptions) before the residual add, so every rank holds the same residual stream and the
+// same features. Biases of row-parallel layers stay on rank 0 only. Embeddings, norms and lm_head
+// are replicated.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/model/hf_config.h"
+#include "common/nn/gated_delta.h"
+
+namespace dflash::nn {
+
+struct TargetLayerWeights;
+
+// OK when `world` divides every split dimension of the layers [0, num_layers) of `c`;
+// INVALID_ARGUMENT naming the config field otherwise (and for world < 1).
+absl::Status CheckTensorParallel(const model::TransformerConfig& c, int64_t num_layers,
+                                 int64_t world);
+
+// Replaces the fused layer `w` (target_model.h; loaded whole) by shard `rank` of `world`.
+void ShardLayer(TargetLayerWeights& w, const model::TransformerConfig& c, int64_t rank,
+                int64_t world);
+
+// The linear-attention dimensions of one shard: heads divided by `world`.
+GatedDeltaDims ShardDims(const GatedDeltaDims& d, int64_t world);
+
+}  // namespace dflash::nn
