@@ -75,6 +75,7 @@ void Read(MapReader& m, LossSpec* l) {
 void Read(MapReader& m, PlacementSpec* p) {
   m.GetAutoInt("pairs", &p->pairs);
   m.Get("transport", &p->transport);
+  m.Get("target_parallel", &p->target_parallel);
   m.Finish();
 }
 
@@ -231,6 +232,12 @@ void Validate(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   if (s->placement.pairs) CheckRange(e, "placement.pairs", *s->placement.pairs, 1, 1024);
   CheckOneOf(e, "placement.transport", s->placement.transport,
              {"auto", "nccl", "cuda_ipc", "host"});
+  CheckRange(e, "placement.target_parallel", s->placement.target_parallel, 1, 64);
+  if (s->placement.target_parallel > 1 && s->eval.every_steps > 0) {
+    e->Add("placement.target_parallel",
+           "evaluation during training (eval.every_steps > 0) decodes with one target process; "
+           "generating with a tensor-parallel target is not implemented: set eval.every_steps: 0");
+  }
 
   CheckMin(e, "checkpoint.every_steps", s->checkpoint.every_steps, 1);
   CheckRange(e, "checkpoint.keep", s->checkpoint.keep, 1, 1000);
@@ -401,7 +408,9 @@ std::string EmitRunSpec(const RunSpec& s) {
   out << YAML::EndMap;
   out << YAML::Key << "placement" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "pairs" << YAML::Value << auto_or(s.placement.pairs);
-  out << YAML::Key << "transport" << YAML::Value << s.placement.transport << YAML::EndMap;
+  out << YAML::Key << "transport" << YAML::Value << s.placement.transport;
+  out << YAML::Key << "target_parallel" << YAML::Value << s.placement.target_parallel
+      << YAML::EndMap;
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "every_steps" << YAML::Value << s.checkpoint.every_steps;
   out << YAML::Key << "keep" << YAML::Value << s.checkpoint.keep << YAML::EndMap;

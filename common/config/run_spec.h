@@ -61,6 +61,7 @@ struct LossSpec {
 struct PlacementSpec {
   std::optional<int64_t> pairs;    // nullopt = auto: every idle pair
   std::string transport = "auto";  // auto|nccl|cuda_ipc|host
+  int64_t target_parallel = 1;     // target processes per pair (tensor parallelism)
 };
 
 struct CheckpointSpec {

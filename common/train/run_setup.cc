@@ -53,7 +53,8 @@ absl::StatusOr<c10::ScalarType> RunTargetDtype(const config::RunSpec& spec) {
 
 absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::RunSpec& spec,
                                                                c10::Device device,
-                                                               bool embeddings_only, bool full) {
+                                                               bool embeddings_only, bool full,
+                                                               const TargetShard& shard) {
   absl::StatusOr<model::TransformerConfig> config = RunTargetConfig(spec);
   if (!config.ok()) return config.status();
   nn::TargetModelOptions options;
@@ -65,6 +66,9 @@ absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::Run
   options.dtype = *dtype;
   options.device = device;
   options.full = full && !embeddings_only;
+  options.tp_rank = shard.rank;
+  options.tp_world = shard.world;
+  options.tp_all_reduce = shard.all_reduce;
   absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
       IsBuiltin(spec.target.path) ? nn::BuiltinTarget(BuiltinName(spec.target.path), options)
                                   : nn::TargetModel::Load(spec.target.path, options);

@@ -7,6 +7,7 @@
 
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,10 +39,18 @@ absl::StatusOr<c10::ScalarType> RunTargetDtype(const config::RunSpec& spec);
 // The target with the run's feature layers, on `device` (`full`: every layer and the final norm, to
 // generate). With `embeddings_only`, only what the
 // drafter borrows is needed (embed_tokens, lm_head): just layer 0 is loaded besides them.
+// This process's shard of a tensor-parallel target (placement.target_parallel; TargetModelOptions'
+// tp_* fields): rank `rank` of `world`, summing partial layer outputs with `all_reduce`.
+struct TargetShard {
+  int64_t rank = 0, world = 1;
+  std::function<absl::Status(const at::Tensor&)> all_reduce;
+};
+
 absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::RunSpec& spec,
                                                                c10::Device device,
                                                                bool embeddings_only = false,
-                                                               bool full = false);
+                                                               bool full = false,
+                                                               const TargetShard& shard = {});
 
 // A freshly initialized drafter (seeded by the run's seed) on `device`, borrowing `target`'s
 // embeddings and lm_head; fp32 master weights, compute in target.dtype.

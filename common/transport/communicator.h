@@ -12,7 +12,19 @@
 
 namespace dflash::transport {
 
-enum class ReduceType { kFloat32, kFloat64 };
+// kBFloat16 and kFloat16 (a tensor-parallel target's activations) on the nccl communicator only.
+enum class ReduceType { kFloat32, kFloat64, kBFloat16, kFloat16 };
+
+inline size_t ReduceTypeSize(ReduceType type) {
+  switch (type) {
+    case ReduceType::kFloat64:
+      return 8;
+    case ReduceType::kFloat32:
+      return 4;
+    default:
+      return 2;
+  }
+}
 
 class Communicator {
  public:

@@ -113,6 +113,10 @@ absl::Status HostCommunicator::AllReduceSum(void* data, size_t count, ReduceType
     return absl::InvalidArgumentError(
         absl::StrCat(kWhat, ": device memory; the host communicator reduces host buffers"));
   }
+  if (type != ReduceType::kFloat32 && type != ReduceType::kFloat64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": sums fp32 and fp64 buffers only (16-bit: the nccl communicator)"));
+  }
   if (options_.world == 1) return absl::OkStatus();
   if (header_->aborted.load(std::memory_order_acquire) != 0) {
     return absl::AbortedError(absl::StrCat(kWhat, " ", name_, " aborted"));

@@ -22,6 +22,19 @@ absl::Status CudaError(cudaError_t e, const char* what) {
       absl::StrCat("nccl communicator: ", what, ": ", cudaGetErrorString(e)));
 }
 
+ncclDataType_t NcclType(ReduceType type) {
+  switch (type) {
+    case ReduceType::kFloat64:
+      return ncclFloat64;
+    case ReduceType::kBFloat16:
+      return ncclBfloat16;
+    case ReduceType::kFloat16:
+      return ncclFloat16;
+    default:
+      return ncclFloat32;
+  }
+}
+
 }  // namespace
 
 struct NcclCommunicator::State {
@@ -141,7 +154,7 @@ absl::Status NcclCommunicator::AllReduceSum(void* data, size_t count, ReduceType
     return CudaError(e, "synchronizing the device");
   }
   if (absl::Status st = EnsureInitialized(); !st.ok()) return st;
-  const size_t bytes = count * (type == ReduceType::kFloat64 ? 8 : 4);
+  const size_t bytes = count * ReduceTypeSize(type);
   void* buffer = data;
   if (!device_memory) {
     if (s.scratch_bytes < bytes) {
@@ -159,8 +172,7 @@ absl::Status NcclCommunicator::AllReduceSum(void* data, size_t count, ReduceType
     }
   }
   const ncclResult_t r =
-      ncclAllReduce(buffer, buffer, count, type == ReduceType::kFloat64 ? ncclFloat64 : ncclFloat32,
-                    ncclSum, s.comm, s.stream);
+      ncclAllReduce(buffer, buffer, count, NcclType(type), ncclSum, s.comm, s.stream);
   if (r != ncclSuccess && r != ncclInProgress) {
     return absl::InternalError(
         absl::StrCat("nccl communicator: ncclAllReduce: ", ncclGetErrorString(r)));
@@ -199,8 +211,7 @@ absl::Status NcclCommunicator::StartAllReduceSum(void* data, size_t count, Reduc
   if (e == cudaSuccess) e = cudaStreamWaitEvent(s.stream, s.produced, 0);
   if (e != cudaSuccess) return CudaError(e, "ordering the reduction");
   const ncclResult_t r =
-      ncclAllReduce(data, data, count, type == ReduceType::kFloat64 ? ncclFloat64 : ncclFloat32,
-                    ncclSum, s.comm, s.stream);
+      ncclAllReduce(data, data, count, NcclType(type), ncclSum, s.comm, s.stream);
   if (r != ncclSuccess && r != ncclInProgress) {
     return absl::InternalError(
         absl::StrCat("nccl communicator: ncclAllReduce: ", ncclGetErrorString(r)));

@@ -17,7 +17,9 @@
 #include "common/train/run_setup.h"
 #include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_message.h"
+#include "common/transport/host_communicator.h"
 #include "common/transport/nccl_channel.h"
+#include "common/transport/nccl_communicator.h"
 #include "common/transport/shm_ring.h"
 #include "services/target_worker/shared_target.h"
 #include "services/worker_common/feature_channel.h"
@@ -55,10 +57,26 @@ class TargetRunner : public StepRunner {
     // With evaluations during training the target is loaded full and shared with the evaluator
     // (shared_target.h), which then decodes with these weights instead of loading a copy.
     const bool full = ctx.spec.eval.every_steps > 0;
+    Prepared prepared;
+    train::TargetShard shard;
+    if (ctx.tp_world > 1) {
+      absl::StatusOr<std::unique_ptr<transport::Communicator>> comm = JoinTargetGroup(&prepared);
+      if (!comm.ok()) return comm.status();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        tp_comm_ = *std::move(comm);
+      }
+      shard.rank = ctx.tp_rank;
+      shard.world = ctx.tp_world;
+      shard.all_reduce = [comm = tp_comm_.get()](const at::Tensor& t) {
+        return comm->AllReduceSum(t.data_ptr(), static_cast<size_t>(t.numel()),
+                                  ReduceTypeOf(t.scalar_type()), t.is_cuda());
+      };
+    }
     if (full) target_ = FindSharedTarget(TargetKey(ctx.spec, device));  // the evaluator's
     if (target_ == nullptr) {
       absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
-          train::LoadRunTarget(ctx.spec, device, /*embeddings_only=*/false, full);
+          train::LoadRunTarget(ctx.spec, device, /*embeddings_only=*/false, full, shard);
       if (!target.ok()) return target.status();
       target_ = std::shared_ptr<nn::TargetModel>(*std::move(target));
       if (full) ShareTarget(TargetKey(ctx.spec, device), target_);
@@ -81,7 +99,17 @@ class TargetRunner : public StepRunner {
     const int64_t budget = ctx.spec.batching.token_budget;
     const size_t feature_bytes =
         static_cast<size_t>(budget * target_->feature_dim()) * transport::FeatureDTypeSize(ftype_);
-    if (ctx.transport == "nccl") return PrepareNccl(*dc, feature_bytes);
+    if (ctx.tp_rank > 0) {
+      // A tensor-parallel rank other than 0: the same forward, no channel (rank 0 sends).
+      LOG_RUN(INFO, ctx.run_id, -1)
+          << "target ready: tensor-parallel rank " << ctx.tp_rank << " of " << ctx.tp_world << " ("
+          << ctx.tp_collective << "), " << target_->config().num_hidden_layers
+          << " layers, features " << target_->feature_dim() << " wide";
+      prepared.applied = train::RunSettings(ctx.spec, *dc);
+      prepared.applied["placement.transport"] = ctx.transport;
+      return prepared;
+    }
+    if (ctx.transport == "nccl") return PrepareNccl(*dc, feature_bytes, std::move(prepared));
     transport::ShmRing::Options ro;
     ro.slots = kChannelSlots;
     ro.slot_bytes = transport::MaxFeatureMessageBytes(budget, target_->feature_dim(), ftype_,
@@ -110,13 +138,65 @@ class TargetRunner : public StepRunner {
                                   << data_->summary.documents << " documents; channel "
                                   << ctx.channel << " (" << ctx.transport << ", " << ro.slots
                                   << " x " << ro.slot_bytes << " bytes)";
-    std::map<std::string, std::string> applied = train::RunSettings(ctx.spec, *dc);
-    applied["placement.transport"] = ctx.transport;
-    return Prepared{std::move(applied), {}, {}};
+    prepared.applied = train::RunSettings(ctx.spec, *dc);
+    prepared.applied["placement.transport"] = ctx.transport;
+    return prepared;
+  }
+
+  static transport::ReduceType ReduceTypeOf(c10::ScalarType t) {
+    switch (t) {
+      case c10::ScalarType::BFloat16:
+        return transport::ReduceType::kBFloat16;
+      case c10::ScalarType::Half:
+        return transport::ReduceType::kFloat16;
+      case c10::ScalarType::Double:
+        return transport::ReduceType::kFloat64;
+      default:
+        return transport::ReduceType::kFloat32;
+    }
+  }
+
+  // The pair's tensor-parallel group (placement.target_parallel > 1): rank 0 is prepared first and
+  // creates the host group or makes the NCCL unique id that the coordinator hands to the others
+  // (who join at the first all-reduce).
+  absl::StatusOr<std::unique_ptr<transport::Communicator>> JoinTargetGroup(Prepared* prepared) {
+    const int rank = static_cast<int>(ctx_.tp_rank), world = static_cast<int>(ctx_.tp_world);
+    if (ctx_.tp_collective == "nccl") {
+      if (ctx_.gpu < 0) return absl::FailedPreconditionError("tp_collective nccl: no GPU here");
+      std::string id = ctx_.tp_nccl_unique_id;
+      if (rank == 0) {
+        absl::StatusOr<std::string> made = transport::NewNcclUniqueId();
+        if (!made.ok()) return made.status();
+        id = *made;
+        prepared->tp_nccl_unique_id = id;
+      }
+      transport::NcclCommunicator::Options o;
+      o.rank = rank;
+      o.world = world;
+      o.device = ctx_.gpu;
+      o.timeout = kChannelTimeout;
+      return transport::NcclCommunicator::Create(id, o);
+    }
+    if (ctx_.tp_collective != "host") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tp_collective: '", ctx_.tp_collective, "' is neither host nor nccl"));
+    }
+    if (ctx_.tp_group.empty()) {
+      return absl::InvalidArgumentError("tp_group: must not be empty with tp_world > 1");
+    }
+    transport::HostCommunicator::Options o;
+    o.rank = rank;
+    o.world = world;
+    o.timeout = kChannelTimeout;
+    o.open_timeout = absl::Minutes(2);
+    // A group of this name left by a crashed attempt is stale: names are per attempt.
+    if (rank == 0) transport::ShmSegment::Unlink(ctx_.tp_group);
+    return transport::HostCommunicator::Create(ctx_.tp_group, o);
   }
 
   // nccl: the pair's own two-rank channel, whose descriptor the coordinator hands to the drafter.
-  absl::StatusOr<Prepared> PrepareNccl(const drafter::DrafterConfig& dc, size_t feature_bytes) {
+  absl::StatusOr<Prepared> PrepareNccl(const drafter::DrafterConfig& dc, size_t feature_bytes,
+                                       Prepared prepared) {
     const size_t message_bytes = transport::MaxFeatureMessageBytes(
         ctx_.spec.batching.token_budget, target_->feature_dim(), ftype_, /*inline_features=*/false);
     absl::StatusOr<std::string> descriptor =
@@ -138,9 +218,10 @@ class TargetRunner : public StepRunner {
         << "target ready: " << target_->config().num_hidden_layers << " layers, features "
         << target_->feature_dim() << " wide, " << data_->summary.documents
         << " documents; channel nccl (" << o.slots << " x " << feature_bytes << " bytes)";
-    std::map<std::string, std::string> applied = train::RunSettings(ctx_.spec, dc);
-    applied["placement.transport"] = ctx_.transport;
-    return Prepared{std::move(applied), {}, *std::move(descriptor)};
+    prepared.applied = train::RunSettings(ctx_.spec, dc);
+    prepared.applied["placement.transport"] = ctx_.transport;
+    prepared.channel_descriptor = *std::move(descriptor);
+    return prepared;
   }
 
   absl::StatusOr<StepReport> RunStep(const StepWork& work) override {
@@ -152,6 +233,17 @@ class TargetRunner : public StepRunner {
       absl::Status s = batching::MaterializeBatch(data_->source(), mb.pieces,
                                                   ctx_.spec.batching.token_budget, &scratch_);
       if (!s.ok()) return s;
+      if (ctx_.tp_rank > 0) {
+        // The same forward as rank 0 (its all-reduces need this rank), nothing to send. On host
+        // transport the checksum is over the same message bytes as rank 0's, which the coordinator
+        // compares.
+        absl::StatusOr<uint32_t> crc = ctx_.transport == "host" ? ForwardToHost() : ForwardOnly();
+        if (!crc.ok()) return Annotate(crc.status(), "batch ", mb.batch_id);
+        chain = ChainChecksum(chain, *crc);
+        report.tokens += static_cast<int64_t>(scratch_.input_ids.size());
+        ++report.micro_batches;
+        continue;
+      }
       // The device buffer to write the features into (cuda_ipc, nccl), once the batch that last
       // used it has been read by the drafter (cuda_ipc: the ring hands its slot back) or sent
       // (nccl).
@@ -273,6 +365,21 @@ class TargetRunner : public StepRunner {
                                            ftype_, &message_);
   }
 
+  // A tensor-parallel rank other than 0 on a GPU transport: the forward into a scratch buffer.
+  absl::StatusOr<uint32_t> ForwardOnly() {
+    const int64_t t = static_cast<int64_t>(scratch_.input_ids.size());
+    try {
+      at::Tensor out =
+          at::empty({t, target_->feature_dim()},
+                    at::TensorOptions().dtype(target_->dtype()).device(target_->device()));
+      if (absl::Status s = ForwardBatch(out); !s.ok()) return s;
+    } catch (const c10::Error& e) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("allocating target features: ", e.what_without_backtrace()));
+    }
+    return 0u;
+  }
+
   // cuda_ipc, nccl: runs the target straight into the device buffer the next message names
   // (cuda_ipc: the ring slot's; nccl: the channel's, sent device to device after the forward).
   absl::StatusOr<uint32_t> ForwardInto(void* buffer) {
@@ -296,6 +403,7 @@ class TargetRunner : public StepRunner {
     std::lock_guard<std::mutex> lock(mu_);
     if (ring_) ring_->Abort();
     if (nccl_) nccl_->Abort();
+    if (tp_comm_) tp_comm_->Abort();
   }
 
  private:
@@ -305,11 +413,12 @@ class TargetRunner : public StepRunner {
   transport::FeatureDType ftype_ = transport::FeatureDType::kFloat32;
   std::mutex mu_;
   std::unique_ptr<transport::ShmRing> ring_;
-  std::unique_ptr<transport::CudaIpcSlots> slots_;  // cuda_ipc only
-  std::unique_ptr<transport::NcclChannel> nccl_;    // nccl only
-  int64_t step_splits_ = 0;                         // this step's out-of-memory splits
-  int64_t inject_oom_above_ = 0;                    // test hook (DFLASH_TEST_OOM_ABOVE_TOKENS)
-  uint64_t sent_ = 0;                               // messages sent (= ring slot counter)
+  std::unique_ptr<transport::CudaIpcSlots> slots_;    // cuda_ipc only
+  std::unique_ptr<transport::NcclChannel> nccl_;      // nccl only
+  std::unique_ptr<transport::Communicator> tp_comm_;  // the tensor-parallel group (tp_world > 1)
+  int64_t step_splits_ = 0;                           // this step's out-of-memory splits
+  int64_t inject_oom_above_ = 0;                      // test hook (DFLASH_TEST_OOM_ABOVE_TOKENS)
+  uint64_t sent_ = 0;                                 // messages sent (= ring slot counter)
   batching::PackedBatch scratch_;
   std::vector<uint8_t> message_;
 };

@@ -32,6 +32,10 @@ struct RunContext {
   std::string nccl_unique_id;  // bytes
   // Drafters, transport nccl: the target's NcclChannel descriptor (bytes).
   std::string channel_descriptor;
+  // Targets, placement.target_parallel > 1: the tensor-parallel group (PrepareRunRequest fields).
+  int64_t tp_rank = 0, tp_world = 1;
+  std::string tp_group, tp_collective;
+  std::string tp_nccl_unique_id;  // bytes
 };
 
 // What Prepare hands back: the applied settings and, from the pair-0 drafter of an nccl group,
@@ -40,6 +44,7 @@ struct Prepared {
   std::map<std::string, std::string> applied;
   std::string nccl_unique_id;
   std::string channel_descriptor;  // a target on transport nccl: for its drafter
+  std::string tp_nccl_unique_id;   // rank 0 of an nccl tensor-parallel target group
 };
 
 struct StepMicroBatch {

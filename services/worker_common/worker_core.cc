@@ -138,6 +138,15 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   ctx.collective = req.collective();
   ctx.nccl_unique_id = req.nccl_unique_id();
   ctx.channel_descriptor = req.channel_descriptor();
+  ctx.tp_rank = req.tp_rank();
+  ctx.tp_world = std::max<int64_t>(1, req.tp_world());
+  ctx.tp_group = req.tp_group();
+  ctx.tp_collective = req.tp_collective();
+  ctx.tp_nccl_unique_id = req.tp_nccl_unique_id();
+  if (ctx.tp_rank < 0 || ctx.tp_rank >= ctx.tp_world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp_rank: ", ctx.tp_rank, " is outside [0, ", ctx.tp_world, ")"));
+  }
   if (ctx.channel.empty()) return absl::InvalidArgumentError("channel: must not be empty");
   if (ctx.total_steps < 1) return absl::InvalidArgumentError("total_steps: must be at least 1");
   if (!req.run_dir().empty()) {
@@ -168,6 +177,7 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   for (const auto& [k, v] : prepared->applied) (*resp.mutable_applied())[k] = v;
   resp.set_nccl_unique_id(prepared->nccl_unique_id);
   resp.set_channel_descriptor(prepared->channel_descriptor);
+  resp.set_tp_nccl_unique_id(prepared->tp_nccl_unique_id);
   std::lock_guard<std::mutex> lock(mu_);
   if (runner_) runner_->Abort();  // a previous attempt of the same run
   run_id_ = req.run_id();
