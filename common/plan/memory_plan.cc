@@ -300,15 +300,20 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   // loaded ones are still held: one layer at a time from a checkpoint (TargetModel::Load), every
   // layer for a built-in target (FromTensors: the drawn tensors live until it returns); the
   // forward keeps the features and one layer's intermediates.
+  // placement.target_parallel = n: each of the n processes holds 1/n of every layer
+  // (common/nn/tensor_parallel.h; embeddings and norms whole) and about 1/n of a layer's
+  // intermediates besides the two all-reduced [T, H] outputs.
   WorkerPlan& tw = plan.target;
   tw.role = "target";
   const bool moe = target.num_experts > 0;
+  const int64_t tp = spec.placement.target_parallel;
   const size_t weights =
       Add(&tw, "weights",
           absl::StrCat(spec.target.dtype, ", ", run_layers, " of ", target.num_hidden_layers,
                        " layers", moe ? absl::StrCat(" (", target.num_experts, " experts)") : "",
+                       tp > 1 ? absl::StrCat(", 1/", tp, " of each (tensor parallel)") : "",
                        " + embed_tokens", s.tied ? "" : " + lm_head", " + final norm"),
-          (embed + TargetLayersParams(target, s, run_layers) + s.h) * db);
+          (embed + TargetLayersParams(target, s, run_layers) / tp + s.h) * db);
   const bool built_in = absl::StartsWith(spec.target.path, kBuiltin);
   const int64_t fused_layers = built_in ? run_layers : 1;
   const size_t fused =
@@ -318,10 +323,13 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
                        built_in ? " layers (a built-in target holds every drawn tensor)"
                                 : " layer at a time (checkpoint)"),
           fused_layers * FusedLayerParams(target, s, run_layers) * db);
-  const size_t forward =
-      Add(&tw, "forward",
-          absl::StrCat(t, " tokens: features (", k, " x ", s.h, ") + one layer's intermediates"),
-          t * (k * s.h + LayerIntermediatesPerToken(target, s, run_layers, db)) * db);
+  const size_t forward = Add(
+      &tw, "forward",
+      absl::StrCat(t, " tokens: features (", k, " x ", s.h, ") + one layer's intermediates"),
+      t *
+          (k * s.h + (tp > 1 ? LayerIntermediatesPerToken(target, s, run_layers, db) / tp + 2 * s.h
+                             : LayerIntermediatesPerToken(target, s, run_layers, db))) *
+          db);
   AddPhase(&tw, "loading the target", {weights, fused});
   AddPhase(&tw, "forward", {weights, forward});
   if (evaluates) {

@@ -447,7 +447,10 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
           .IgnoreError();
       continue;
     }
-    size_t available = std::min(targets.size(), drafters.size());
+    // placement.target_parallel: each pair's target is a group of that many target processes.
+    const std::vector<std::vector<v1::WorkerInfo>> groups =
+        GroupTargets(targets, spec->placement.target_parallel);
+    size_t available = std::min(groups.size(), drafters.size());
     // placement.pairs auto: every idle pair. GPU drafters sum gradients over NCCL, which takes one
     // rank per GPU: auto stops before the first drafter on a GPU an earlier one holds.
     // A run that resumes keeps its pair count: its data cursor plans for it (and a cursor of
@@ -478,12 +481,18 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
     std::vector<std::string> ids;
     std::vector<std::string> described;
     for (size_t i = 0; i < wanted; ++i) {
-      p.pairs.emplace_back(targets[i], drafters[i]);
-      registry_.Assign(targets[i].worker_id(), run.run_id()).IgnoreError();
+      const std::vector<v1::WorkerInfo>& group = groups[i];
+      p.pairs.emplace_back(group[0], drafters[i]);
+      p.target_ranks.emplace_back(group.begin() + 1, group.end());
+      std::vector<std::string> names;
+      for (const v1::WorkerInfo& w : group) {
+        registry_.Assign(w.worker_id(), run.run_id()).IgnoreError();
+        ids.push_back(w.worker_id());
+        names.push_back(w.name());
+      }
       registry_.Assign(drafters[i].worker_id(), run.run_id()).IgnoreError();
-      ids.push_back(targets[i].worker_id());
       ids.push_back(drafters[i].worker_id());
-      described.push_back(absl::StrCat(targets[i].name(), "+", drafters[i].name()));
+      described.push_back(absl::StrCat(absl::StrJoin(names, "|"), "+", drafters[i].name()));
     }
     absl::Status s = TransitionLocked(
         run.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,

@@ -86,6 +86,9 @@ class Coordinator {
     std::string run_id;
     std::string resolved_yaml;
     std::vector<std::pair<v1::WorkerInfo, v1::WorkerInfo>> pairs;  // (target, drafter)
+    // placement.target_parallel > 1: pair i's other target processes (tensor-parallel ranks
+    // 1..n-1; rank 0 is pairs[i].first, the one the drafter's channel connects to).
+    std::vector<std::vector<v1::WorkerInfo>> target_ranks;
   };
   struct Training;     // run_driver.cc: what a started run's step loop holds
   struct PlannedStep;  // run_driver.cc: a step's requests and its RPCs in flight

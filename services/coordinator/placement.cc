@@ -18,6 +18,40 @@ std::string Collective(const v1::WorkerInfo& drafter) {
   return drafter.device().kind() == "cuda" ? "nccl" : "host";
 }
 
+std::vector<std::vector<v1::WorkerInfo>> GroupTargets(const std::vector<v1::WorkerInfo>& targets,
+                                                      int64_t n) {
+  std::vector<std::vector<v1::WorkerInfo>> groups;
+  std::vector<bool> used(targets.size(), false);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (used[i]) continue;
+    std::vector<size_t> members = {i};
+    for (size_t j = i + 1; j < targets.size() && static_cast<int64_t>(members.size()) < n; ++j) {
+      const v1::WorkerInfo& t = targets[j];
+      if (used[j] || HostOf(t.control_address()) != HostOf(targets[i].control_address()) ||
+          t.device().kind() != targets[i].device().kind()) {
+        continue;
+      }
+      bool same_gpu = false;
+      for (size_t m : members) {
+        same_gpu =
+            same_gpu || (t.device().kind() == "cuda" && DeviceKey(t) == DeviceKey(targets[m]));
+      }
+      if (!same_gpu) members.push_back(j);
+    }
+    if (static_cast<int64_t>(members.size()) < n) continue;
+    groups.emplace_back();
+    for (size_t m : members) {
+      used[m] = true;
+      groups.back().push_back(targets[m]);
+    }
+  }
+  return groups;
+}
+
+std::string TargetCollective(const v1::WorkerInfo& target) {
+  return target.device().kind() == "cuda" ? "nccl" : "host";
+}
+
 absl::Status CheckDrafterGroup(const WorkerPairs& pairs) {
   const v1::WorkerInfo& first = pairs[0].second;
   const bool host = Collective(first) == "host";

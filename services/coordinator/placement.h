@@ -40,6 +40,17 @@ absl::StatusOr<std::string> ResolveTransport(const config::RunSpec& spec,
                                              const v1::WorkerInfo& target,
                                              const v1::WorkerInfo& drafter);
 
+// Tensor-parallel target groups (placement.target_parallel = n) from idle target workers, in their
+// order: each group is n workers of one machine and one kind (CPU: a shared-memory group; GPU: n
+// different GPUs, one NCCL rank each). Workers that complete no group are left out. n = 1: every
+// worker alone.
+std::vector<std::vector<v1::WorkerInfo>> GroupTargets(const std::vector<v1::WorkerInfo>& targets,
+                                                      int64_t n);
+
+// How a tensor-parallel target group sums its partial layer outputs: `host` for CPU targets, `nccl`
+// for GPU targets.
+std::string TargetCollective(const v1::WorkerInfo& target);
+
 // What a run's memory plan is checked against before it is placed: for each role the registered
 // worker with the largest GPU (capacity 0 and no name when the role has no GPU worker), and the
 // transport a pair of them would use (placement.transport, or what auto resolves to: cuda_ipc when

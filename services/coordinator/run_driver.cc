@@ -77,6 +77,9 @@ struct Coordinator::PlannedStep {
   std::string eval_dir;  // the drafter snapshot evaluated after this step ("" = none)
   std::vector<v1::RunStepRequest> targets, drafters;
   std::vector<std::future<absl::StatusOr<v1::RunStepResponse>>> target_calls, drafter_calls;
+  // Tensor-parallel ranks 1..n-1 of each pair's target: the pair's target request, the same step.
+  std::vector<std::future<absl::StatusOr<v1::RunStepResponse>>> tp_calls;
+  std::vector<size_t> tp_pair;  // the pair of each tp call
 };
 
 std::string Coordinator::RunDir(const std::string& run_id) const {
@@ -189,11 +192,16 @@ void Coordinator::StartRun(const Placement& p) {
           training->spec, *tc, absl::StrCat("GPU ", target.device().index(), " of ", target.name()),
           static_cast<int64_t>(target.device().total_bytes()));
     }
-    for (const v1::WorkerInfo* w : {&target, &drafter}) {
+    std::vector<const v1::WorkerInfo*> checked = {&target, &drafter};
+    if (i < p.target_ranks.size()) {
+      for (const v1::WorkerInfo& w : p.target_ranks[i]) checked.push_back(&w);
+    }
+    for (const v1::WorkerInfo* w : checked) {
       if (!status.ok() || w->device().kind() != "cuda") continue;
-      status = plan::CheckFits(training->spec, *tc, *transport, w == &target ? "target" : "drafter",
-                               absl::StrCat(w->name(), " (GPU ", w->device().index(), ")"),
-                               static_cast<int64_t>(w->device().total_bytes()));
+      status =
+          plan::CheckFits(training->spec, *tc, *transport, w == &drafter ? "drafter" : "target",
+                          absl::StrCat(w->name(), " (GPU ", w->device().index(), ")"),
+                          static_cast<int64_t>(w->device().total_bytes()));
     }
     if (!status.ok()) break;
     if (i == 0) {
@@ -207,25 +215,40 @@ void Coordinator::StartRun(const Placement& p) {
         ExpectedSettings(training->spec, *layer_ids, *transport, training->total_steps,
                          training->step, static_cast<int64_t>(p.pairs.size()));
     std::string channel_descriptor;  // transport nccl: from the target, for its drafter
-    // Target first: it creates the pair's channel, which the drafter then opens.
-    for (const auto& [self, peer] :
-         {std::make_pair(target, drafter), std::make_pair(drafter, target)}) {
+    std::string tp_unique_id;        // nccl tensor-parallel group: from the target's rank 0
+    // Target first: it creates the pair's channel, which the drafter then opens; a
+    // tensor-parallel group's rank 0 before its other ranks (it creates the group or its id).
+    const std::vector<v1::WorkerInfo> extra =
+        i < p.target_ranks.size() ? p.target_ranks[i] : std::vector<v1::WorkerInfo>();
+    const int64_t tp_world = 1 + static_cast<int64_t>(extra.size());
+    std::vector<std::pair<v1::WorkerInfo, int64_t>> order = {{target, 0}};  // (worker, tp rank)
+    for (size_t r = 0; r < extra.size(); ++r) order.emplace_back(extra[r], r + 1);
+    order.emplace_back(drafter, -1);
+    for (const auto& [self, tp_rank] : order) {
+      const bool is_drafter = tp_rank < 0;
       v1::PrepareRunRequest req;
       req.set_run_id(p.run_id);
       req.set_resolved_config_yaml(p.resolved_yaml);
-      req.set_peer_worker_id(peer.worker_id());
+      req.set_peer_worker_id(is_drafter ? target.worker_id() : drafter.worker_id());
       req.set_pair(static_cast<int64_t>(i));
       req.set_num_pairs(static_cast<int64_t>(p.pairs.size()));
       req.set_total_steps(training->total_steps);
       req.set_resume_checkpoint(training->resume_from);
       req.set_channel(absl::StrCat(group_prefix, "-p", i));
       req.set_transport(*transport);
-      if (self.worker_id() == drafter.worker_id()) req.set_channel_descriptor(channel_descriptor);
+      if (is_drafter) req.set_channel_descriptor(channel_descriptor);
       req.set_run_dir(training->run_dir);
-      if (self.worker_id() == drafter.worker_id() && p.pairs.size() > 1) {
+      if (is_drafter && p.pairs.size() > 1) {
         req.set_drafter_group(absl::StrCat(group_prefix, "-dp"));
         req.set_collective(Collective(drafter));
         req.set_nccl_unique_id(nccl_unique_id);
+      }
+      if (!is_drafter && tp_world > 1) {
+        req.set_tp_rank(tp_rank);
+        req.set_tp_world(tp_world);
+        req.set_tp_group(absl::StrCat(group_prefix, "-p", i, "-tp"));
+        req.set_tp_collective(TargetCollective(target));
+        req.set_tp_nccl_unique_id(tp_unique_id);
       }
       auto resp = workers_->PrepareRun(self, req);
       if (!resp.ok()) {
@@ -233,9 +256,11 @@ void Coordinator::StartRun(const Placement& p) {
         failed_worker = self.worker_id();
         break;
       }
-      if (self.worker_id() == drafter.worker_id() && i == 0)
-        nccl_unique_id = resp->nccl_unique_id();
-      if (self.worker_id() == target.worker_id()) channel_descriptor = resp->channel_descriptor();
+      if (is_drafter && i == 0) nccl_unique_id = resp->nccl_unique_id();
+      if (tp_rank == 0) {
+        channel_descriptor = resp->channel_descriptor();
+        tp_unique_id = resp->tp_nccl_unique_id();
+      }
       status = CheckEcho(
           self.name(), expected,
           std::map<std::string, std::string>(resp->applied().begin(), resp->applied().end()));
@@ -374,10 +399,20 @@ void Coordinator::Dispatch(Training* t, PlannedStep* ps, bool drafters) {
   // The first failure releases every worker of the run, which aborts the channels, so that no
   // peer waits out its deadline for a partner that has given up.
   auto& calls = drafters ? ps->drafter_calls : ps->target_calls;
+  std::vector<std::pair<v1::WorkerInfo, size_t>> called;  // (worker, pair)
   for (size_t i = 0; i < t->p.pairs.size(); ++i) {
-    const v1::WorkerInfo& w = drafters ? t->p.pairs[i].second : t->p.pairs[i].first;
+    called.emplace_back(drafters ? t->p.pairs[i].second : t->p.pairs[i].first, i);
+  }
+  for (size_t i = 0; !drafters && i < t->p.target_ranks.size(); ++i) {
+    for (const v1::WorkerInfo& w : t->p.target_ranks[i]) called.emplace_back(w, i);
+  }
+  for (size_t c = 0; c < called.size(); ++c) {
+    const v1::WorkerInfo w = called[c].first;
+    const size_t i = called[c].second;
     const v1::RunStepRequest* req = drafters ? &ps->drafters[i] : &ps->targets[i];
-    calls.push_back(std::async(std::launch::async, [this, t, w, req] {
+    if (c >= t->p.pairs.size()) ps->tp_pair.push_back(i);
+    auto& into = c < t->p.pairs.size() ? calls : ps->tp_calls;
+    into.push_back(std::async(std::launch::async, [this, t, w, req] {
       absl::StatusOr<v1::RunStepResponse> r = workers_->RunStep(w, *req);
       if (!r.ok()) {
         if (Unreachable(r.status())) {
@@ -419,8 +454,11 @@ bool Coordinator::RunOneStep(Training* t) {
   std::vector<absl::StatusOr<v1::RunStepResponse>> results;  // target i, drafter i, ...
   std::vector<absl::StatusOr<v1::RunStepResponse>> target_results;
   for (auto& c : cur->target_calls) target_results.push_back(c.get());
+  std::vector<absl::StatusOr<v1::RunStepResponse>> tp_results;
+  for (auto& c : cur->tp_calls) tp_results.push_back(c.get());
   bool targets_ok = true;
   for (const auto& r : target_results) targets_ok = targets_ok && r.ok();
+  for (const auto& r : tp_results) targets_ok = targets_ok && r.ok();
   if (targets_ok && step + 1 < t->total_steps) {
     // Run ahead: plan the next step and start its targets while the drafters train on this one.
     absl::StatusOr<std::unique_ptr<PlannedStep>> next = PlanStep(t);
@@ -436,6 +474,9 @@ bool Coordinator::RunOneStep(Training* t) {
     results.push_back(cur->drafter_calls[i].get());
   }
   absl::Status failed;
+  for (auto& r : tp_results) {
+    if (!r.ok() && failed.ok()) failed = r.status();
+  }
   for (const auto& r : results) {
     // The root cause, not the ABORTED of a peer that was released because of it.
     if (!r.ok() && (failed.ok() || failed.code() == absl::StatusCode::kAborted))
@@ -444,6 +485,19 @@ bool Coordinator::RunOneStep(Training* t) {
   if (!failed.ok()) {
     EndRun(t, Annotate(failed, absl::StrCat("step ", step)));
     return false;
+  }
+  for (size_t c = 0; c < tp_results.size(); ++c) {
+    // Every rank of a tensor-parallel target holds the same residual stream: on host transport
+    // (the ranks report the CRC of the same feature message) the features must be equal.
+    const size_t i = cur->tp_pair[c];
+    const uint64_t rank0 = results[2 * i]->checksum(), other = tp_results[c]->checksum();
+    if (other != 0 && other != rank0) {
+      EndRun(t, absl::DataLossError(absl::StrCat("step ", step, ": pair ", i,
+                                                 ": tensor-parallel target ranks computed "
+                                                 "different features (checksum ",
+                                                 other, " != rank 0's ", rank0, ")")));
+      return false;
+    }
   }
   for (size_t i = 0; i < t->p.pairs.size(); ++i) {
     const uint64_t sent = results[2 * i]->checksum(), trained = results[2 * i + 1]->checksum();
@@ -573,8 +627,14 @@ void Coordinator::EndRun(Training* t, const absl::Status& status) {
 }
 
 void Coordinator::ReleaseWorkers(const Placement& p) {
+  std::vector<v1::WorkerInfo> all;
   for (const auto& [target, drafter] : p.pairs) {
-    for (const auto& w : {target, drafter}) {
+    all.push_back(target);
+    all.push_back(drafter);
+  }
+  for (const auto& ranks : p.target_ranks) all.insert(all.end(), ranks.begin(), ranks.end());
+  {
+    for (const auto& w : all) {
       {
         // A worker marked down is not called (it may hang); it drops the run when it heartbeats
         // again and the reply no longer names it.
