@@ -522,4 +522,52 @@ std::vector<int64_t> DefaultTargetLayerIds(int64_t num_target_layers, int64_t k)
   return ids;
 }
 
+namespace {
+
+absl::Status Divides(int64_t world, int64_t value, const char* field) {
+  if (value % world == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("tensor parallelism over ", world,
+                                                 " processes: ", field, " ", value,
+                                                 " is not a multiple of ", world));
+}
+
+}  // namespace
+
+absl::Status CheckTensorParallel(const model::TransformerConfig& c, int64_t num_layers,
+                                 int64_t world) {
+  if (world < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor parallelism over ", world, " processes: need at least 1"));
+  }
+  bool attention = false, linear = false, dense = false, moe = false;
+  for (int64_t i = 0; i < num_layers; ++i) {
+    (model::IsLinearAttentionLayer(c, i) ? linear : attention) = true;
+    (model::IsMoeLayer(c, i) ? moe : dense) = true;
+  }
+  if (attention) {
+    if (auto s = Divides(world, c.num_attention_heads, "num_attention_heads"); !s.ok()) return s;
+    if (auto s = Divides(world, c.num_key_value_heads, "num_key_value_heads"); !s.ok()) return s;
+  }
+  if (linear) {
+    if (auto s = Divides(world, c.linear_num_key_heads, "linear_num_key_heads"); !s.ok()) return s;
+    if (auto s = Divides(world, c.linear_num_value_heads, "linear_num_value_heads"); !s.ok()) {
+      return s;
+    }
+  }
+  if (dense) {
+    if (auto s = Divides(world, c.intermediate_size, "intermediate_size"); !s.ok()) return s;
+  }
+  if (moe) {
+    if (auto s = Divides(world, c.moe_intermediate_size, "moe_intermediate_size"); !s.ok()) {
+      return s;
+    }
+    if (auto s =
+            Divides(world, c.shared_expert_intermediate_size, "shared_expert_intermediate_size");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace dflash::model

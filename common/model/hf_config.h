@@ -99,6 +99,12 @@ bool IsHybrid(const TransformerConfig& c);  // any linear-attention layer
 // speculative decoding need a KV cache): the hybrid families, whose linear-attention layers would
 // need a recurrent-state cache. Training on their features works.
 absl::Status CheckCanGenerate(const TransformerConfig& c);
+
+// Tensor parallelism over `world` processes (common/nn/tensor_parallel.h): OK when `world` divides
+// every split dimension (attention and kv heads, intermediate sizes, linear-attention heads) of
+// the layers [0, num_layers) of `c`; INVALID_ARGUMENT naming the config field otherwise (and for
+// world < 1).
+absl::Status CheckTensorParallel(const TransformerConfig& c, int64_t num_layers, int64_t world);
 // The dimensions of each head that RoPE rotates: int(head_dim * partial_rotary_factor), as HF.
 int64_t RotaryDim(const TransformerConfig& c);
 

@@ -327,7 +327,7 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Create(
       return absl::InvalidArgumentError("a tensor-parallel target needs an all-reduce");
     }
     const int64_t layers = *std::max_element(ids.begin(), ids.end()) + 1;
-    RETURN_IF_ERROR(CheckTensorParallel(config, layers, options.tp_world));
+    RETURN_IF_ERROR(model::CheckTensorParallel(config, layers, options.tp_world));
   }
   return std::unique_ptr<TargetModel>(new TargetModel(std::move(config), std::move(ids), options));
 }

@@ -24,10 +24,7 @@ namespace dflash::nn {
 
 struct TargetLayerWeights;
 
-// OK when `world` divides every split dimension of the layers [0, num_layers) of `c`;
-// INVALID_ARGUMENT naming the config field otherwise (and for world < 1).
-absl::Status CheckTensorParallel(const model::TransformerConfig& c, int64_t num_layers,
-                                 int64_t world);
+// Which shapes allow it: model::CheckTensorParallel (hf_config.h).
 
 // Replaces the fused layer `w` (target_model.h; loaded whole) by shard `rank` of `world`.
 void ShardLayer(TargetLayerWeights& w, const model::TransformerConfig& c, int64_t rank,

@@ -1,5 +1,6 @@
 #include "services/coordinator/coordinator.h"
 
+#include <algorithm>
 #include <optional>
 #include <random>
 #include <set>
@@ -137,14 +138,25 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   const std::string source = source_name.empty() ? "run.yaml" : source_name;
   // What the workers would refuse only when the run starts, refused now, naming the field: the
   // target's config, its feature layers, the drafter's mask token, evaluations the target cannot
-  // generate for.
+  // generate for, a tensor-parallel width the target's shapes do not divide.
   absl::StatusOr<model::TransformerConfig> target = plan::RunTargetConfig(spec);
   absl::Status checked = target.status();
   if (checked.code() == absl::StatusCode::kNotFound) {  // no config.json: a config error here
     checked = absl::InvalidArgumentError(checked.message());
   }
-  if (checked.ok()) checked = plan::RunLayerIds(spec, *target).status();
+  absl::StatusOr<std::vector<int64_t>> layer_ids =
+      checked.ok() ? plan::RunLayerIds(spec, *target) : checked;
+  checked = layer_ids.status();
   if (checked.ok()) checked = plan::RunMaskTokenId(spec, *target).status();
+  if (checked.ok() && spec.placement.target_parallel > 1) {
+    const int64_t layers = *std::max_element(layer_ids->begin(), layer_ids->end()) + 1;
+    if (absl::Status s =
+            model::CheckTensorParallel(*target, layers, spec.placement.target_parallel);
+        !s.ok()) {
+      checked =
+          absl::InvalidArgumentError(absl::StrCat("placement.target_parallel: ", s.message()));
+    }
+  }
   if (checked.ok() && spec.eval.every_steps > 0) {
     if (absl::Status s = model::CheckCanGenerate(*target); !s.ok()) {
       checked = absl::InvalidArgumentError(

@@ -94,5 +94,13 @@ TEST_F(TrainingCluster, ATensorParallelRunWithEvaluationIsRefusedNamingTheField)
   EXPECT_THAT(r.err, HasSubstr("placement.target_parallel"));
 }
 
+TEST_F(TrainingCluster, ATensorParallelWidthTheTargetCannotSplitIsRefusedAtSubmit) {
+  // builtin:tiny-qwen3 has 4 attention heads.
+  CtlResult r = RunCtl(address_, {"submit", WriteRunYaml("three.yaml", Yaml("three", 3))});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("placement.target_parallel: tensor parallelism over 3 processes: "
+                               "num_attention_heads 4 is not a multiple of 3"));
+}
+
 }  // namespace
 }  // namespace dflash::testing
