@@ -4,9 +4,11 @@
 // GPUs). The sharded CUDA paths (grouped expert GEMMs over shards, the delta-rule kernels over a
 // shard's heads, attention over a shard's heads) against the one-process model and transformers'
 // features in fp32. In bf16 the ranks must agree and, for the dense model, stay within bf16
-// rounding of the one-process bf16 model; the tiny random MoE and hybrid models are not compared
-// in bf16: rounding alone flips their routing and their deep features (the one-process bf16 model
-// is 7-47% off transformers' fp32 features there). Labelled gpu; skipped without a CUDA device.
+// rounding of the one-process bf16 model. The tiny random MoE and hybrid models are not held to a
+// bf16 bound: measured (2026-12-04, H200), their two-rank bf16 features are 4-28% off the
+// one-process bf16 model and 7-48% off transformers' fp32 features, while the same code in fp32
+// agrees to 6e-6; bf16 rounding differences grow through their routing and gated recurrences.
+// Labelled gpu; skipped without a CUDA device.
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/equal.h>
