@@ -1,14 +1,14 @@
 // Tensor-parallel target models on one GPU (common/nn/tensor_parallel.h): a group of two ranks as
 // two threads of this process sharing the GPU, their all-reduce a rank-ordered sum of device
 // tensors behind a barrier (NCCL refuses two ranks on one device; the NCCL group itself needs two
-// GPUs). The sharded CUDA paths (grouped expert GEMMs over shards, the delta-rule kernels over a
-// shard's heads, attention over a shard's heads) against the one-process model and transformers'
-// features in fp32. In bf16 the ranks must agree and, for the dense model, stay within bf16
-// rounding of the one-process bf16 model. The tiny random MoE and hybrid models are not held to a
-// bf16 bound: measured (2026-12-04, H200), their two-rank bf16 features are 4-28% off the
-// one-process bf16 model and 7-48% off transformers' fp32 features, while the same code in fp32
-// agrees to 6e-6; bf16 rounding differences grow through their routing and gated recurrences.
-// Labelled gpu; skipped without a CUDA device.
+// GPUs). The sharded CUDA paths (expert GEMMs over intermediate shards, the delta-rule kernels
+// over a shard's heads, attention over a shard's heads) against the one-process model and
+// transformers' features in fp32 (the grouped expert GEMM runs in bf16 only). In bf16 the ranks
+// must agree and, for the dense model, stay within bf16 rounding of the one-process bf16 model. The
+// tiny random MoE and hybrid models are not held to a bf16 bound: measured (2026-12-04, H200),
+// their two-rank bf16 features are 4-28% off the one-process bf16 model and 7-48% off transformers'
+// fp32 features, while the same code in fp32 agrees to 6e-6; bf16 rounding differences grow through
+// their routing and gated recurrences. Labelled gpu; skipped without a CUDA device.
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/equal.h>
