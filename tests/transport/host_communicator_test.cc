@@ -147,6 +147,10 @@ TEST(HostCommunicatorTest, RefusesBadRanksWorldsAndDeviceMemory) {
   float f = 0;
   EXPECT_EQ((*zero)->AllReduceSum(&f, 1, ReduceType::kFloat32, true).code(),
             absl::StatusCode::kInvalidArgument);
+  // 16-bit sums are the nccl communicator's (a tensor-parallel target on GPUs).
+  uint16_t half = 0;
+  EXPECT_EQ((*zero)->AllReduceSum(&half, 1, ReduceType::kBFloat16, false).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -43,6 +44,33 @@ TEST(NcclCommunicatorGpu, OneRankSumsDeviceAndHostBuffersInPlace) {
   ASSERT_TRUE(
       (*comm)->AllReduceSum(scalars.data(), scalars.size(), ReduceType::kFloat64, false).ok());
   EXPECT_EQ(scalars, (std::vector<double>{1.5, -2.25, 1e300}));
+}
+
+// 16-bit sums (a tensor-parallel target's bf16 / fp16 activations): one rank leaves the bits as
+// they are, in the element count given (not bytes).
+TEST(NcclCommunicatorGpu, OneRankSums16BitBuffers) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine";
+  auto id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto comm = NcclCommunicator::Create(*id, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  std::vector<uint16_t> host(1001);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint16_t>(0x3c00 + i);
+  for (ReduceType type : {ReduceType::kBFloat16, ReduceType::kFloat16}) {
+    uint16_t* device = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), host.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(device, host.data(), host.size() * 2, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_TRUE((*comm)->AllReduceSum(device, host.size(), type, true).ok());
+    std::vector<uint16_t> back(host.size(), 0);
+    ASSERT_EQ(cudaMemcpy(back.data(), device, host.size() * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(back, host);
+    cudaFree(device);
+    std::vector<uint16_t> staged = host;  // a host buffer goes through the device
+    ASSERT_TRUE((*comm)->AllReduceSum(staged.data(), staged.size(), type, false).ok());
+    EXPECT_EQ(staged, host);
+  }
 }
 
 // The overlapped form (StartAllReduceSum ... WaitStarted): started behind work queued on the
