@@ -17,9 +17,8 @@
 #include "common/train/trainer.h"
 #include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_message.h"
-#include "common/transport/host_communicator.h"
+#include "common/transport/group.h"
 #include "common/transport/nccl_channel.h"
-#include "common/transport/nccl_communicator.h"
 #include "common/transport/shm_ring.h"
 #include "services/worker_common/feature_channel.h"
 
@@ -218,40 +217,17 @@ class DrafterRunner : public StepRunner {
   }
 
   absl::StatusOr<std::unique_ptr<transport::Communicator>> NewCommunicator(Prepared* prepared) {
-    const int rank = static_cast<int>(ctx_.pair), world = static_cast<int>(ctx_.num_pairs);
-    if (ctx_.collective == "nccl") {
-      if (ctx_.gpu < 0) {
-        return absl::FailedPreconditionError("collective nccl: this drafter has no GPU");
-      }
-      std::string id = ctx_.nccl_unique_id;
-      if (rank == 0) {
-        absl::StatusOr<std::string> made = transport::NewNcclUniqueId();
-        if (!made.ok()) return made.status();
-        id = *made;
-        prepared->nccl_unique_id = id;
-      }
-      transport::NcclCommunicator::Options o;
-      o.rank = rank;
-      o.world = world;
-      o.device = ctx_.gpu;
-      o.timeout = kChannelTimeout;
-      return transport::NcclCommunicator::Create(id, o);
-    }
-    if (ctx_.collective != "host") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("collective: '", ctx_.collective, "' is neither host nor nccl"));
-    }
-    if (ctx_.drafter_group.empty()) {
-      return absl::InvalidArgumentError("drafter_group: must not be empty with num_pairs > 1");
-    }
-    transport::HostCommunicator::Options o;
-    o.rank = rank;
-    o.world = world;
+    transport::GroupOptions o;
+    o.rank = static_cast<int>(ctx_.pair);
+    o.world = static_cast<int>(ctx_.num_pairs);
+    o.collective = ctx_.collective;
+    o.name = ctx_.drafter_group;
+    o.nccl_unique_id = ctx_.nccl_unique_id;
+    o.gpu = ctx_.gpu;
     o.timeout = kChannelTimeout;
     o.open_timeout = kOpenTimeout;
-    // A group of this name left by a crashed attempt is stale: names are per attempt.
-    if (rank == 0) transport::ShmSegment::Unlink(ctx_.drafter_group);
-    return transport::HostCommunicator::Create(ctx_.drafter_group, o);
+    o.name_field = "drafter_group";
+    return transport::JoinGroup(o, &prepared->nccl_unique_id);
   }
 
   absl::Status OpenChannel() {

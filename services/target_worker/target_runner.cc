@@ -17,9 +17,8 @@
 #include "common/train/run_setup.h"
 #include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_message.h"
-#include "common/transport/host_communicator.h"
+#include "common/transport/group.h"
 #include "common/transport/nccl_channel.h"
-#include "common/transport/nccl_communicator.h"
 #include "common/transport/shm_ring.h"
 #include "services/target_worker/shared_target.h"
 #include "services/worker_common/feature_channel.h"
@@ -160,41 +159,19 @@ class TargetRunner : public StepRunner {
   // creates the host group or makes the NCCL unique id that the coordinator hands to the others
   // (who join at the first all-reduce).
   absl::StatusOr<std::unique_ptr<transport::Communicator>> JoinTargetGroup(Prepared* prepared) {
-    const int rank = static_cast<int>(ctx_.tp_rank), world = static_cast<int>(ctx_.tp_world);
-    if (ctx_.tp_collective == "nccl") {
-      if (ctx_.gpu < 0) return absl::FailedPreconditionError("tp_collective nccl: no GPU here");
-      std::string id = ctx_.tp_nccl_unique_id;
-      if (rank == 0) {
-        absl::StatusOr<std::string> made = transport::NewNcclUniqueId();
-        if (!made.ok()) return made.status();
-        id = *made;
-        prepared->tp_nccl_unique_id = id;
-      }
-      transport::NcclCommunicator::Options o;
-      o.rank = rank;
-      o.world = world;
-      o.device = ctx_.gpu;
-      o.timeout = kChannelTimeout;
-      return transport::NcclCommunicator::Create(id, o);
-    }
-    if (ctx_.tp_collective != "host") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tp_collective: '", ctx_.tp_collective, "' is neither host nor nccl"));
-    }
-    if (ctx_.tp_group.empty()) {
-      return absl::InvalidArgumentError("tp_group: must not be empty with tp_world > 1");
-    }
-    transport::HostCommunicator::Options o;
-    o.rank = rank;
-    o.world = world;
+    transport::GroupOptions o;
+    o.rank = static_cast<int>(ctx_.tp_rank);
+    o.world = static_cast<int>(ctx_.tp_world);
+    o.collective = ctx_.tp_collective;
+    o.name = ctx_.tp_group;
+    o.nccl_unique_id = ctx_.tp_nccl_unique_id;
+    o.gpu = ctx_.gpu;
     o.timeout = kChannelTimeout;
-    o.open_timeout = absl::Minutes(2);
-    // A group of this name left by a crashed attempt is stale: names are per attempt.
-    if (rank == 0) transport::ShmSegment::Unlink(ctx_.tp_group);
-    return transport::HostCommunicator::Create(ctx_.tp_group, o);
+    o.collective_field = "tp_collective";
+    o.name_field = "tp_group";
+    return transport::JoinGroup(o, &prepared->tp_nccl_unique_id);
   }
 
-  // nccl: the pair's own two-rank channel, whose descriptor the coordinator hands to the drafter.
   absl::StatusOr<Prepared> PrepareNccl(const drafter::DrafterConfig& dc, size_t feature_bytes,
                                        Prepared prepared) {
     const size_t message_bytes = transport::MaxFeatureMessageBytes(
