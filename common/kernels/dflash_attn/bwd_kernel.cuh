@@ -12,6 +12,7 @@
 
 #include "common/kernels/dflash_attn/mma.cuh"
 #include "common/kernels/dflash_attn/params.h"
+#include "common/kernels/dflash_attn/tile_common.cuh"
 
 namespace dflash::kernels::attn {
 
@@ -132,20 +133,12 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
       const int limit = it.masked ? min(it.n_keys, anchor - it.key_row) : it.n_keys;
       const bool key_ok[2] = {key0 < limit, key0 + 8 < limit};
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
-          s_acc[nt][e] = key_ok[e >> 1] ? exp2f(s_acc[nt][e] * p.scale_log2 - lse[col]) : 0.f;
-        }
-      }
-      // dV += P^T dO: k-steps over the 64 query rows.
+      for (int jj = 0; jj < 4; ++jj) ProbsT(s_acc, jj, lse, key_ok, p.scale_log2, lane);
+        // dV += P^T dO: k-steps over the 64 query rows.
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        const uint32_t a[4] = {PackBf16(s_acc[2 * jj][0], s_acc[2 * jj][1]),
-                               PackBf16(s_acc[2 * jj][2], s_acc[2 * jj][3]),
-                               PackBf16(s_acc[2 * jj + 1][0], s_acc[2 * jj + 1][1]),
-                               PackBf16(s_acc[2 * jj + 1][2], s_acc[2 * jj + 1][3])};
+        uint32_t a[4];
+        PackA(s_acc, jj, a);
 #pragma unroll
         for (int dp = 0; dp < kSteps; ++dp) {
           uint32_t b[4];
@@ -171,20 +164,12 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
         }
       }
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
-          s_acc[nt][e] = s_acc[nt][e] * (dp_acc[nt][e] - delta[col]);
-        }
-      }
-      // dK += dS^T Q; dS^T also goes to shared memory for dQ.
+      for (int jj = 0; jj < 4; ++jj) GradScoresT(s_acc, jj, dp_acc, delta, lane);
+        // dK += dS^T Q; dS^T also goes to shared memory for dQ.
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        const uint32_t a[4] = {PackBf16(s_acc[2 * jj][0], s_acc[2 * jj][1]),
-                               PackBf16(s_acc[2 * jj][2], s_acc[2 * jj][3]),
-                               PackBf16(s_acc[2 * jj + 1][0], s_acc[2 * jj + 1][1]),
-                               PackBf16(s_acc[2 * jj + 1][2], s_acc[2 * jj + 1][3])};
+        uint32_t a[4];
+        PackA(s_acc, jj, a);
         const int col = jj * 16 + (lane & 3) * 2;
         *reinterpret_cast<uint32_t*>(s_ds + Swz<64>(key0, col)) = a[0];
         *reinterpret_cast<uint32_t*>(s_ds + Swz<64>(key0 + 8, col)) = a[1];
@@ -203,7 +188,9 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
       uint32_t a_ds[4][4];
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) Ldsm4T(a_ds[kk], AddrAt<64>(s_ds, kk * 16, warp * 16, lane));
-      const int r_lo = warp * 16 + (lane >> 2);
+      const int r = warp * 16 + (lane >> 2) + ((lane & 1) ? 8 : 0);  // AtomicAddRows' row
+      float* row = p.dq_accum +
+                   (static_cast<int64_t>(pos + (r >> gshift)) * p.hq + g * group + (r & gmask)) * D;
 #pragma unroll
       for (int dc = 0; dc < kSteps / 2; ++dc) {
         float acc[4][4];
@@ -219,46 +206,14 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
             Mma(acc[2 * dp + 1], a_ds[kk], b[2], b[3]);
           }
         }
-        // Lanes l and l^1 swap halves so that each adds 4 consecutive columns of one row (one
-        // 16-byte atomic instead of two 8-byte ones): even lanes take row r_lo, odd lanes r_lo+8.
-        const bool odd = lane & 1;
-        const int r = r_lo + (odd ? 8 : 0);
-        float* row =
-            p.dq_accum +
-            (static_cast<int64_t>(pos + (r >> gshift)) * p.hq + g * group + (r & gmask)) * D;
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const float recv0 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][0] : acc[nt][2], 1);
-          const float recv1 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][1] : acc[nt][3], 1);
-          const int col = dc * 32 + nt * 8 + ((lane & 3) & ~1) * 2;
-          if ((r >> gshift) < n_pos) {
-            atomicAdd(reinterpret_cast<float4*>(row + col),
-                      odd ? make_float4(recv0, recv1, acc[nt][2], acc[nt][3])
-                          : make_float4(acc[nt][0], acc[nt][1], recv0, recv1));
-          }
-        }
+        AtomicAddRows(acc, row, dc * 32, lane, (r >> gshift) < n_pos);
       }
     }
     __syncthreads();  // s_ds and this visit's buffers are rewritten next
   }
   CpAsyncWait<0>();
 
-  bf16* dk = static_cast<bf16*>(p.dk);
-  bf16* dv = static_cast<bf16*>(p.dv);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int key = key0 + h * 8;
-    if (key >= it.n_keys) continue;
-    const int64_t off = (it.key_row + key) * kv_row_stride + g * D;
-#pragma unroll
-    for (int nt = 0; nt < 2 * kSteps; ++nt) {
-      const int col = nt * 8 + (lane & 3) * 2;
-      *reinterpret_cast<uint32_t*>(dk + off + col) =
-          PackBf16(dk_acc[nt][2 * h] * p.scale, dk_acc[nt][2 * h + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv + off + col) =
-          PackBf16(dv_acc[nt][2 * h], dv_acc[nt][2 * h + 1]);
-    }
-  }
+  WriteKeyRows(p, it, g, /*col0=*/0, key0, lane, dk_acc, dv_acc);
 }
 
 // delta[row] = sum_d dO[row, d] * O[row, d] in fp32, one warp per (position, head) row.

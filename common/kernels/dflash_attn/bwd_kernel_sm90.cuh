@@ -19,6 +19,7 @@
 #include <math_constants.h>
 
 #include "common/kernels/dflash_attn/params.h"
+#include "common/kernels/dflash_attn/tile_common.cuh"
 #include "common/kernels/dflash_attn/wgmma.cuh"
 
 namespace dflash::kernels::attn {
@@ -168,26 +169,10 @@ __global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
       uint32_t a_p[4][4], a_ds[4][4];
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        float pv[2][4], dsv[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int nt = 2 * jj + h;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
-            const float pe = key_ok[e >> 1] ? exp2f(s_acc[nt][e] * p.scale_log2 - lse[col]) : 0.f;
-            pv[h][e] = pe;
-            dsv[h][e] = pe * (dp_acc[nt][e] - delta[col]);
-          }
-        }
-        a_p[jj][0] = PackBf16(pv[0][0], pv[0][1]);
-        a_p[jj][1] = PackBf16(pv[0][2], pv[0][3]);
-        a_p[jj][2] = PackBf16(pv[1][0], pv[1][1]);
-        a_p[jj][3] = PackBf16(pv[1][2], pv[1][3]);
-        a_ds[jj][0] = PackBf16(dsv[0][0], dsv[0][1]);
-        a_ds[jj][1] = PackBf16(dsv[0][2], dsv[0][3]);
-        a_ds[jj][2] = PackBf16(dsv[1][0], dsv[1][1]);
-        a_ds[jj][3] = PackBf16(dsv[1][2], dsv[1][3]);
+        ProbsT(s_acc, jj, lse, key_ok, p.scale_log2, lane);
+        PackA(s_acc, jj, a_p[jj]);
+        GradScoresT(s_acc, jj, dp_acc, delta, lane);
+        PackA(s_acc, jj, a_ds[jj]);
         // dS^T to shared memory for dQ: rows key0 and key0 + 8, query columns jj*16 + ....
         const int col = jj * 16 + (lane & 3) * 2;
         *reinterpret_cast<uint32_t*>(s_ds + Sw128(key0, col)) = a_ds[jj][0];
@@ -203,9 +188,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
       FenceProxyAsync();
       __syncthreads();  // dS^T complete in shared memory
       // dQ rows 16w..16w+15 += dS K, 64 columns (one panel of K) at a time, into fp32 atomics.
-      const int r_lo = warp * 16 + (lane >> 2);
-      const bool odd = lane & 1;
-      const int r = r_lo + (odd ? 8 : 0);
+      const int r = warp * 16 + (lane >> 2) + ((lane & 1) ? 8 : 0);  // AtomicAddRows' row
       float* row = p.dq_accum +
                    (static_cast<int64_t>(pos + (r >> gshift)) * p.hq + g * group + (r & gmask)) * D;
 #pragma unroll
@@ -219,19 +202,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
         WgmmaCommit();
         WgmmaWait<0>();
         FenceRegs(acc);
-        // Lanes l and l^1 swap halves so that each adds 4 consecutive columns of one row (one
-        // 16-byte atomic): even lanes take row r_lo, odd lanes r_lo + 8.
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const float recv0 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][0] : acc[nt][2], 1);
-          const float recv1 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][1] : acc[nt][3], 1);
-          const int col = panel * 64 + nt * 8 + ((lane & 3) & ~1) * 2;
-          if ((r >> gshift) < n_pos) {
-            atomicAdd(reinterpret_cast<float4*>(row + col),
-                      odd ? make_float4(recv0, recv1, acc[nt][2], acc[nt][3])
-                          : make_float4(acc[nt][0], acc[nt][1], recv0, recv1));
-          }
-        }
+        AtomicAddRows(acc, row, panel * 64, lane, (r >> gshift) < n_pos);
       }
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
@@ -245,22 +216,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
   }
   CpAsyncWait<0>();
 
-  bf16* dk = static_cast<bf16*>(p.dk);
-  bf16* dv = static_cast<bf16*>(p.dv);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int key = key0 + h * 8;
-    if (key >= it.n_keys) continue;
-    const int64_t off = (it.key_row + key) * kv_row_stride + g * D + col0;
-#pragma unroll
-    for (int nt = 0; nt < kCols / 8; ++nt) {
-      const int col = nt * 8 + (lane & 3) * 2;
-      *reinterpret_cast<uint32_t*>(dk + off + col) =
-          PackBf16(dk_acc[nt][2 * h] * p.scale, dk_acc[nt][2 * h + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv + off + col) =
-          PackBf16(dv_acc[nt][2 * h], dv_acc[nt][2 * h + 1]);
-    }
-  }
+  WriteKeyRows(p, it, g, col0, key0, lane, dk_acc, dv_acc);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

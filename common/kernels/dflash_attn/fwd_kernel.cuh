@@ -12,6 +12,7 @@
 
 #include "common/kernels/dflash_attn/mma.cuh"
 #include "common/kernels/dflash_attn/params.h"
+#include "common/kernels/dflash_attn/tile_common.cuh"
 
 namespace dflash::kernels::attn {
 
@@ -106,60 +107,21 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
         }
       }
     }
-    // Scale, mask (keys past the tile; causal: keys after the row's position), row maxima.
+    // Scale, mask (keys past the tile; causal: keys after the row's position), online softmax.
     const bool is_ctx = t < n_ctx_tiles;
     const bool need_mask = klen < 64 || (kCausal && is_ctx && kstart + 63 > it.q_pos);
-    float m_tile[2] = {-CUDART_INF_F, -CUDART_INF_F};
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s_acc[nt][e] * p.scale_log2;
-        if (need_mask) {
-          const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
-          bool ok = col < klen;
-          if (kCausal && is_ctx) ok = ok && kstart + col <= (e < 2 ? pos0 : pos1);
-          if (!ok) x = -CUDART_INF_F;
-        }
-        s_acc[nt][e] = x;
-        m_tile[e >> 1] = fmaxf(m_tile[e >> 1], x);
-      }
-    }
-    float alpha[2], m_use[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      m_tile[h] = fmaxf(m_tile[h], __shfl_xor_sync(0xffffffffu, m_tile[h], 1));
-      m_tile[h] = fmaxf(m_tile[h], __shfl_xor_sync(0xffffffffu, m_tile[h], 2));
-      const float m_new = fmaxf(m_run[h], m_tile[h]);
-      m_use[h] = m_new == -CUDART_INF_F ? 0.f : m_new;  // a row with nothing visible yet
-      alpha[h] = exp2f(m_run[h] - m_use[h]);
-      m_run[h] = m_new;
-      l_run[h] *= alpha[h];
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pe = exp2f(s_acc[nt][e] - m_use[e >> 1]);
-        s_acc[nt][e] = pe;
-        l_run[e >> 1] += pe;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 2 * kSteps; ++i) {
-      o_acc[i][0] *= alpha[0], o_acc[i][1] *= alpha[0];
-      o_acc[i][2] *= alpha[1], o_acc[i][3] *= alpha[1];
-    }
+    float alpha[2];
+    SoftmaxTile<kCausal>(s_acc, p.scale_log2, lane, klen, need_mask, is_ctx, kstart, pos0, pos1,
+                         m_run, l_run, alpha);
+    ScaleRows(o_acc, alpha);
     CpAsyncWait<1>();  // V(t) landed (K(t+1) may be in flight)
     __syncthreads();
     // O += P V: the accumulators of n-tiles 2j, 2j+1 are the A fragment of key step j.
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (j < key_steps) {
-        const uint32_t a[4] = {PackBf16(s_acc[2 * j][0], s_acc[2 * j][1]),
-                               PackBf16(s_acc[2 * j][2], s_acc[2 * j][3]),
-                               PackBf16(s_acc[2 * j + 1][0], s_acc[2 * j + 1][1]),
-                               PackBf16(s_acc[2 * j + 1][2], s_acc[2 * j + 1][3])};
+        uint32_t a[4];
+        PackA(s_acc, j, a);
 #pragma unroll
         for (int dp = 0; dp < kSteps; ++dp) {
           uint32_t b[4];
@@ -175,31 +137,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
   }
   CpAsyncWait<0>();
 
-  // Normalize and write this thread's rows; rows past n_pos belong to no position.
-  bf16* o = static_cast<bf16*>(p.o);
-  bf16* o_tile = o + it.q_pos * q_row_stride + static_cast<int64_t>(g) * group * D;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int r = r0 + h * 8;
-    if ((r >> gshift) >= it.n_pos) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int64_t row_off = ((r >> gshift)) * q_row_stride + ((r & gmask)) * D;
-    bf16* orow = o_tile + row_off;
-#pragma unroll
-    for (int nt = 0; nt < 2 * kSteps; ++nt) {
-      const int col = nt * 8 + (lane & 3) * 2;
-      *reinterpret_cast<uint32_t*>(orow + col) =
-          PackBf16(o_acc[nt][2 * h] * inv, o_acc[nt][2 * h + 1] * inv);
-    }
-    if ((lane & 3) == 0) {
-      const int64_t lse_idx =
-          static_cast<int64_t>(it.q_pos + (r >> gshift)) * p.hq + g * group + ((r & gmask));
-      p.lse[lse_idx] = l > 0.f ? m_run[h] + log2f(l) : CUDART_INF_F;
-    }
-  }
+  WriteForwardRows<D>(p, it, g, group, gshift, r0, lane, o_acc, l_run, m_run);
 }
 
 }  // namespace dflash::kernels::attn
