@@ -72,6 +72,20 @@ TEST(MemoryPlanTest, ArithmeticOfTheQwen3_8BShape) {
   EXPECT_GT(p.drafter.device_bytes, p.drafter.allocator_peak);
 }
 
+// placement.target_parallel 4: each target process holds a quarter of every layer it runs (and
+// the whole embeddings), and about a quarter of a layer's intermediates.
+TEST(MemoryPlanTest, ATensorParallelTargetPlansOneShardPerProcess) {
+  config::RunSpec spec = Spec(8192, 512, 5);
+  const RunPlan whole = Plan(spec);
+  spec.placement.target_parallel = 4;
+  const RunPlan shard = Plan(spec);
+  EXPECT_EQ(TermBytes(shard.target, "weights"),
+            (int64_t{2} * 151936 * 4096 + 34 * int64_t{192946432} / 4 + 4096) * 2);
+  EXPECT_LT(TermBytes(shard.target, "forward"), TermBytes(whole.target, "forward"));
+  EXPECT_GT(TermBytes(shard.target, "forward"), int64_t{8192} * 5 * 4096 * 2);  // the features
+  EXPECT_EQ(TermBytes(shard.drafter, "activations"), TermBytes(whole.drafter, "activations"));
+}
+
 // With evaluations during training the target holds every layer (shared with the evaluator) and
 // plans an evaluation beside a forward: the fp32 drafter snapshot and a batch of KV caches.
 TEST(MemoryPlanTest, EvaluationsLoadTheWholeTargetAndPlanTheDecoding) {
