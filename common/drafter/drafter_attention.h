@@ -72,9 +72,9 @@ class ReferenceDrafterAttention : public DrafterAttention {
 };
 
 // The fused block-sparse kernel of common/kernels/dflash_attn for the calls it supports (CUDA,
-// bf16, head_dim 64 or 128, query heads per kv head a power of two <= 64, block_size <= 64), the
-// reference for every other call (CPU, fp32, ...). Online softmax: no score matrix exists, forward
-// or backward. In builds without CUDA it is the reference.
+// bf16, head_dim 64 or 128 (256 on compute capability 9.0), 1 to 64 query heads per kv head,
+// block_size <= 64), the reference for every other call (CPU, fp32, ...). Online softmax: no score
+// matrix exists, forward or backward. In builds without CUDA it is the reference.
 class FusedDrafterAttention : public DrafterAttention {
  public:
   at::Tensor Forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -152,13 +152,17 @@ TEST_F(DflashAttnGpu, Hd256MatchesTheReference) {
   if (prop->major != 9 || prop->minor != 0) GTEST_SKIP() << "head dim 256 needs sm_90";
   RunDrafterCase({6, 20, 300, 40, 8, 2, 256, 16});  // the backward splits its columns in halves
   RunDrafterCase({4, 10, 200, 25, 2, 2, 256, 10});
+  RunDrafterCase({5, 20, 300, 30, 24, 4, 256, 16});  // Qwen3.5-27B's heads: 6 per kv head
 }
 
 TEST_F(DflashAttnGpu, Hd64AndOtherGroupingsMatchTheReference) {
   RunDrafterCase({6, 20, 300, 40, 4, 1, 64, 16});    // 4 heads per kv head
   RunDrafterCase({5, 30, 200, 30, 16, 2, 128, 16});  // 8 per kv head: 2 tiles per block
   RunDrafterCase({4, 10, 150, 25, 2, 2, 64, 16});    // no grouping
-  RunDrafterCase({7, 5, 250, 50, 8, 2, 128, 10});    // block size 10
+  RunDrafterCase({7, 5, 250, 50, 8, 2, 128, 10});
+  RunDrafterCase({5, 20, 300, 30, 12, 4, 128, 16});  // 3 per kv head: 21 positions, 63 rows
+  RunDrafterCase(
+      {4, 20, 200, 20, 10, 2, 64, 10});  // 5 per kv head, B 10: 12 positions    // block size 10
 }
 
 void RunCausalCases() {
@@ -166,7 +170,8 @@ void RunCausalCases() {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   at::Generator gen = at::detail::createCPUGenerator(seed);
-  for (const auto& [hq, hkv, d] : {std::tuple{8, 2, 128}, std::tuple{4, 4, 64}}) {
+  for (const auto& [hq, hkv, d] :
+       {std::tuple{8, 2, 128}, std::tuple{4, 4, 64}, std::tuple{12, 2, 128}}) {
     std::vector<int64_t> cu = {0};
     for (int i = 0; i < 9; ++i) {
       cu.push_back(cu.back() + std::uniform_int_distribution<int64_t>(1, 300)(rng));
@@ -222,9 +227,9 @@ TEST_F(DflashAttnGpu, UnsupportedCallsFallBackOrAreRefused) {
       drafter::BuildBlockMask(Long({3}).to(cuda), Long(std::vector<int64_t>(16, 0)).to(cuda), 16);
   EXPECT_FALSE(drafter::FusedDrafterAttention::Supports(q32, k32, mask)) << "fp32 -> reference";
   EXPECT_FALSE(drafter::FusedDrafterAttention::Supports(
-      at::randn({16, 6, 64}, opts.dtype(at::kBFloat16)),
-      at::randn({32, 2, 64}, opts.dtype(at::kBFloat16)), mask))
-      << "3 heads per kv head";
+      at::randn({16, 4, 96}, opts.dtype(at::kBFloat16)),
+      at::randn({32, 2, 96}, opts.dtype(at::kBFloat16)), mask))
+      << "head dim 96";
   const at::Tensor out = drafter::FusedDrafterAttention().Forward(q32, k32, k32, mask, 0.125);
   EXPECT_EQ(out.sizes(), q32.sizes());
   EXPECT_THROW(MakeDflashAttnPlan(Long({5, 3}), Long({0, 0}), 16, 16, 4, cuda), c10::Error)

@@ -116,8 +116,9 @@ TEST(DflashAttnSchedule, CoversExactlyTheMaskOnRandomBatches) {
   std::mt19937_64 rng(seed);
   for (int round = 0; round < 20; ++round) {
     const Mask m = RandomMask(rng, 1 + round % 7, 5 + round * 7);
-    for (const auto& [b, group] : {std::pair{16, 4}, std::pair{16, 8}, std::pair{10, 1},
-                                   std::pair{8, 64}, std::pair{64, 2}}) {
+    for (const auto& [b, group] :
+         {std::pair{16, 4}, std::pair{16, 8}, std::pair{10, 1}, std::pair{8, 64}, std::pair{64, 2},
+          std::pair{16, 6}, std::pair{16, 3}}) {
       SCOPED_TRACE(testing::Message() << "round " << round << " B " << b << " G " << group);
       CheckSchedule(m, b, group);
     }
@@ -130,7 +131,8 @@ TEST(DflashAttnSchedule, RefusesBadMasks) {
   EXPECT_FALSE(BuildDflashSchedule({10}, {0}, 10, 16, 4).ok()) << "past the context";
   EXPECT_FALSE(BuildDflashSchedule({4}, {5}, 10, 16, 4).ok()) << "document starts after anchor";
   EXPECT_FALSE(BuildDflashSchedule({4}, {0}, 10, 65, 4).ok()) << "block over 64";
-  EXPECT_FALSE(BuildDflashSchedule({4}, {0}, 10, 16, 3).ok()) << "3 heads per kv head";
+  EXPECT_FALSE(BuildDflashSchedule({4}, {0}, 10, 16, 65).ok()) << "65 heads per kv head";
+  EXPECT_FALSE(BuildDflashSchedule({4}, {0}, 10, 16, 0).ok()) << "no heads";
   EXPECT_FALSE(BuildDflashSchedule({4}, {0, 0}, 10, 16, 4).ok()) << "length mismatch";
   EXPECT_TRUE(BuildDflashSchedule({-1, -1}, {0, 0}, 0, 16, 4).ok()) << "all padding";
 }

@@ -40,7 +40,7 @@ struct Case {
 void RunCase(const Case& c) {
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " rows " << c.rows << " V " << c.vocab
-                                  << " chunk " << c.chunk << " " << c.dtype);
+                                    << " chunk " << c.chunk << " " << c.dtype);
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const at::Tensor h = at::randn({c.rows, c.hidden}, gen, at::kFloat);
   const at::Tensor w_head = at::randn({c.vocab, c.hidden}, gen, at::kFloat) * 0.3;

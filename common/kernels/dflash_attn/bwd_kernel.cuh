@@ -36,8 +36,8 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
 
   const AttnBwdItem it = p.items[blockIdx.x];
   const int g = blockIdx.y;
-  const int group = p.hq / p.hkv;  // a power of two (schedule.h): shifts, not divisions
-  const int gshift = __ffs(group) - 1, gmask = group - 1;
+  const int group = p.hq / p.hkv;
+  const GroupRows gr(group);  // tile row -> (position, head)
   const int pos_per_tile = 64 / group;
   const int q_tiles_per_anchor = (p.block_size + pos_per_tile - 1) / pos_per_tile;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
     int n_pos;
     const int pos = visit_pos(u, &n_pos);
     const int64_t base = pos * q_row_stride + static_cast<int64_t>(g) * group * D;
-    auto row_off = [&](int r) { return ((r >> gshift)) * q_row_stride + ((r & gmask)) * D; };
+    auto row_off = [&](int r) { return gr.pos(r) * q_row_stride + gr.head(r) * D; };
     LoadTile<D>(
         s_q + buf * TileElems<D>(), n_pos * group, [&](int r) { return q + base + row_off(r); }, q,
         tid);
@@ -76,9 +76,8 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
         s_do + buf * TileElems<D>(), n_pos * group, [&](int r) { return dout + base + row_off(r); },
         dout, tid);
     if (tid < 64) {
-      const bool valid = (tid >> gshift) < n_pos;
-      const int64_t idx =
-          static_cast<int64_t>(pos + (tid >> gshift)) * p.hq + g * group + (tid & gmask);
+      const bool valid = gr.pos(tid) < n_pos;
+      const int64_t idx = static_cast<int64_t>(pos + gr.pos(tid)) * p.hq + g * group + gr.head(tid);
       s_lse[buf * 64 + tid] = valid ? p.lse[idx] : CUDART_INF_F;
       s_delta[buf * 64 + tid] = valid ? p.delta[idx] : 0.f;
     }
@@ -189,8 +188,8 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) Ldsm4T(a_ds[kk], AddrAt<64>(s_ds, kk * 16, warp * 16, lane));
       const int r = warp * 16 + (lane >> 2) + ((lane & 1) ? 8 : 0);  // AtomicAddRows' row
-      float* row = p.dq_accum +
-                   (static_cast<int64_t>(pos + (r >> gshift)) * p.hq + g * group + (r & gmask)) * D;
+      float* row =
+          p.dq_accum + (static_cast<int64_t>(pos + gr.pos(r)) * p.hq + g * group + gr.head(r)) * D;
 #pragma unroll
       for (int dc = 0; dc < kSteps / 2; ++dc) {
         float acc[4][4];
@@ -206,7 +205,7 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
             Mma(acc[2 * dp + 1], a_ds[kk], b[2], b[3]);
           }
         }
-        AtomicAddRows(acc, row, dc * 32, lane, (r >> gshift) < n_pos);
+        AtomicAddRows(acc, row, dc * 32, lane, gr.pos(r) < n_pos);
       }
     }
     __syncthreads();  // s_ds and this visit's buffers are rewritten next

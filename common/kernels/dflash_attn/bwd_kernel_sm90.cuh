@@ -72,8 +72,8 @@ __global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
 
   const AttnBwdItem it = p.items[blockIdx.x];
   const int g = blockIdx.y;
-  const int group = p.hq / p.hkv;  // a power of two (schedule.h)
-  const int gshift = __ffs(group) - 1, gmask = group - 1;
+  const int group = p.hq / p.hkv;
+  const GroupRows gr(group);  // tile row -> (position, head)
   const int pos_per_tile = 64 / group;
   const int q_tiles_per_anchor = (p.block_size + pos_per_tile - 1) / pos_per_tile;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -103,16 +103,15 @@ __global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
     int n_pos;
     const int pos = visit_pos(u, &n_pos);
     const int64_t base = pos * q_row_stride + static_cast<int64_t>(g) * group * D;
-    auto row_off = [&](int r) { return (r >> gshift) * q_row_stride + (r & gmask) * D; };
+    auto row_off = [&](int r) { return gr.pos(r) * q_row_stride + gr.head(r) * D; };
     LoadTileSw128<D>(
         s_q + buf * kTile, n_pos * group, [&](int r) { return q + base + row_off(r); }, q, tid);
     LoadTileSw128<D>(
         s_do + buf * kTile, n_pos * group, [&](int r) { return dout + base + row_off(r); }, dout,
         tid);
     if (tid < 64) {
-      const bool valid = (tid >> gshift) < n_pos;
-      const int64_t idx =
-          static_cast<int64_t>(pos + (tid >> gshift)) * p.hq + g * group + (tid & gmask);
+      const bool valid = gr.pos(tid) < n_pos;
+      const int64_t idx = static_cast<int64_t>(pos + gr.pos(tid)) * p.hq + g * group + gr.head(tid);
       s_lse[buf * 64 + tid] = valid ? p.lse[idx] : CUDART_INF_F;
       s_delta[buf * 64 + tid] = valid ? p.delta[idx] : 0.f;
     }
@@ -189,8 +188,8 @@ __global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
       __syncthreads();  // dS^T complete in shared memory
       // dQ rows 16w..16w+15 += dS K, 64 columns (one panel of K) at a time, into fp32 atomics.
       const int r = warp * 16 + (lane >> 2) + ((lane & 1) ? 8 : 0);  // AtomicAddRows' row
-      float* row = p.dq_accum +
-                   (static_cast<int64_t>(pos + (r >> gshift)) * p.hq + g * group + (r & gmask)) * D;
+      float* row =
+          p.dq_accum + (static_cast<int64_t>(pos + gr.pos(r)) * p.hq + g * group + gr.head(r)) * D;
 #pragma unroll
       for (int panel = panel0; panel < panel0 + kPanels; ++panel) {
         float acc[8][4];
@@ -202,7 +201,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
         WgmmaCommit();
         WgmmaWait<0>();
         FenceRegs(acc);
-        AtomicAddRows(acc, row, panel * 64, lane, (r >> gshift) < n_pos);
+        AtomicAddRows(acc, row, panel * 64, lane, gr.pos(r) < n_pos);
       }
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {

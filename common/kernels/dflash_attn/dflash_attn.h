@@ -1,7 +1,7 @@
 // Fused block-sparse DFlash attention on CUDA (issue 5, deliverables 1-2): the LibTorch side of
 // fwd_kernel*.cuh / bwd_kernel*.cuh (wgmma on compute capability 9.0, mma.sync elsewhere). bf16
 // only, head_dim 64 or 128, or 256 on compute capability 9.0 (the backward of 256 exists only as
-// wgmma); query heads per kv head a power of two <= 64. SupportsFusedDflashAttention says whether
+// wgmma); 1 to 64 query heads per kv head. SupportsFusedDflashAttention says whether
 // a call qualifies.
 // The CPU reference is drafter::ReferenceDrafterAttention (the GPU tests' oracle).
 #pragma once

@@ -35,8 +35,8 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
 
   const AttnFwdItem it = p.items[blockIdx.x];
   const int g = blockIdx.y;
-  const int group = p.hq / p.hkv;  // a power of two (schedule.h): shifts, not divisions
-  const int gshift = __ffs(group) - 1, gmask = group - 1;
+  const int group = p.hq / p.hkv;
+  const GroupRows gr(group);  // tile row -> (position, head)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const bf16* q = static_cast<const bf16*>(p.q);
   const bf16* k = static_cast<const bf16*>(p.k);
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
   const int64_t kv_row_stride = static_cast<int64_t>(p.hkv) * D;
   const bf16* q_tile = q + it.q_pos * q_row_stride + static_cast<int64_t>(g) * group * D;
   // Tile row r -> position r / group, head r % group of the kv group.
-  auto q_row = [&](int r) { return q_tile + ((r >> gshift)) * q_row_stride + ((r & gmask)) * D; };
+  auto q_row = [&](int r) { return q_tile + gr.pos(r) * q_row_stride + gr.head(r) * D; };
 
   const int n_ctx_tiles = it.kv_end > it.kv_begin ? (it.kv_end - it.kv_begin + 63) / 64 : 0;
   const int n_tiles = n_ctx_tiles + (it.blk_row >= 0 ? 1 : 0);
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
 
   // Rows of this thread in the tile: r0 = 16*warp + lane/4 and r0 + 8.
   const int r0 = warp * 16 + (lane >> 2);
-  const int pos0 = it.q_pos + (r0 >> gshift), pos1 = it.q_pos + ((r0 + 8) >> gshift);
+  const int pos0 = it.q_pos + gr.pos(r0), pos1 = it.q_pos + gr.pos(r0 + 8);
   float o_acc[2 * kSteps][4];
 #pragma unroll
   for (int i = 0; i < 2 * kSteps; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
   }
   CpAsyncWait<0>();
 
-  WriteForwardRows<D>(p, it, g, group, gshift, r0, lane, o_acc, l_run, m_run);
+  WriteForwardRows<D>(p, it, g, gr, r0, lane, o_acc, l_run, m_run);
 }
 
 }  // namespace dflash::kernels::attn

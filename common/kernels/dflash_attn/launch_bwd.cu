@@ -57,7 +57,7 @@ int Launch(const DflashAttnBwdParams& p, cudaStream_t stream) {
 
 int LaunchDflashAttnBwd(const DflashAttnBwdParams& p, void* stream) {
   const int group = p.hkv > 0 ? p.hq / p.hkv : 0;
-  if (group < 1 || group > 64 || (group & (group - 1)) != 0 || p.hq % p.hkv != 0) return -1;
+  if (group < 1 || group > 64 || p.hq % p.hkv != 0) return -1;
   auto s = static_cast<cudaStream_t>(stream);
   switch (p.head_dim) {
     case 64:

@@ -48,7 +48,7 @@ int LaunchCausal(const DflashAttnFwdParams& p, cudaStream_t stream) {
 
 int LaunchDflashAttnFwd(const DflashAttnFwdParams& p, void* stream) {
   const int group = p.hkv > 0 ? p.hq / p.hkv : 0;
-  if (group < 1 || group > 64 || (group & (group - 1)) != 0 || p.hq % p.hkv != 0) return -1;
+  if (group < 1 || group > 64 || p.hq % p.hkv != 0) return -1;
   if (p.n_items == 0) return cudaSuccess;
   auto s = static_cast<cudaStream_t>(stream);
   return p.causal ? LaunchCausal<true>(p, s) : LaunchCausal<false>(p, s);

@@ -3,9 +3,10 @@
 // translation units stay free of LibTorch headers.
 //
 // Row layout. q and o are [Q, Hq, D] and k, v are [rows_kv, Hkv, D], all contiguous bf16; a CTA
-// owns one kv head g and a tile of 64 "rows" = P positions x G query heads (G = Hq / Hkv, a power
-// of two <= 64, P = 64 / G): tile row r is position r / G and query head g*G + r % G. All G heads
-// of a group read the same keys under the same mask, so a K/V tile loaded once serves 64 rows.
+// owns one kv head g and a tile of 64 "rows" = P positions x G query heads (G = Hq / Hkv in 1..64,
+// P = 64 / G; the last 64 % G rows stay empty): tile row r is position r / G and query head
+// g*G + r % G. All G heads of a group read the same keys under the same mask, so a K/V tile
+// loaded once serves up to 64 rows.
 #pragma once
 
 #include <cstdint>

@@ -19,10 +19,10 @@ void SortByCost(std::vector<Item>& items, Cost cost) {
 }  // namespace
 
 absl::StatusOr<int> PositionsPerTile(int64_t group) {
-  if (group < 1 || group > kAttnTileRows || (group & (group - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "fused attention: ", group,
-        " query heads per kv head; the kernels need a power of two <= ", kAttnTileRows));
+  if (group < 1 || group > kAttnTileRows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fused attention: ", group, " query heads per kv head; the kernels take 1 to ",
+                     kAttnTileRows));
   }
   return static_cast<int>(kAttnTileRows / group);
 }

@@ -26,7 +26,8 @@ struct DflashSchedule {
   std::vector<AttnBwdItem> bwd;
 };
 
-// Positions of one CTA tile for `group` query heads per kv head (a power of two <= 64).
+// Positions of one CTA tile for `group` query heads per kv head (1..64): 64 / group, so a tile of
+// a group that does not divide 64 leaves 64 % group rows empty (6 heads: 10 positions, 60 rows).
 absl::StatusOr<int> PositionsPerTile(int64_t group);
 
 // anchors [n]: -1 (padding) or rows in [0, T), strictly ascending among the others; ctx_begin [n]:

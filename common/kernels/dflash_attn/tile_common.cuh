@@ -11,6 +11,16 @@
 
 namespace dflash::kernels::attn {
 
+// Tile row r of a kv group of G query heads (params.h) -> position r / G and head r % G, by a
+// multiply and a shift instead of a division: exact for r < 128 and G <= 64 (checked for every
+// pair); for a power of two it costs one multiply more than a shift and a mask.
+struct GroupRows {
+  int group, magic;
+  __device__ explicit GroupRows(int g) : group(g), magic((65536 + g - 1) / g) {}
+  __device__ __forceinline__ int pos(int r) const { return (r * magic) >> 16; }
+  __device__ __forceinline__ int head(int r) const { return r - pos(r) * group; }
+};
+
 // The forward's online softmax over one tile of scores s [64 rows x 64 keys] (this thread's part):
 // scales to the log2 domain, masks keys past `klen` (and, causal context tiles, keys after the
 // row's position), updates the running max and sum, and leaves P = exp2(s - max) in s and the
@@ -80,22 +90,21 @@ __device__ __forceinline__ void PackA(const float (&p)[8][4], int j, uint32_t (&
 // log-sum-exp (+inf for a row that saw nothing); rows past the item's positions are not written.
 template <int D>
 __device__ __forceinline__ void WriteForwardRows(const DflashAttnFwdParams& p,
-                                                 const AttnFwdItem& it, int g, int group,
-                                                 int gshift, int r0, int lane,
-                                                 const float (&o_acc)[D / 8][4],
+                                                 const AttnFwdItem& it, int g, const GroupRows& gr,
+                                                 int r0, int lane, const float (&o_acc)[D / 8][4],
                                                  const float (&l_run)[2], const float (&m_run)[2]) {
   const int64_t q_row_stride = static_cast<int64_t>(p.hq) * D;
   bf16* o_tile =
-      static_cast<bf16*>(p.o) + it.q_pos * q_row_stride + static_cast<int64_t>(g) * group * D;
+      static_cast<bf16*>(p.o) + it.q_pos * q_row_stride + static_cast<int64_t>(g) * gr.group * D;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float l = l_run[h];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int r = r0 + h * 8;
-    if ((r >> gshift) >= it.n_pos) continue;
+    if (gr.pos(r) >= it.n_pos) continue;
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    bf16* orow = o_tile + (r >> gshift) * q_row_stride + (r & (group - 1)) * D;
+    bf16* orow = o_tile + gr.pos(r) * q_row_stride + gr.head(r) * D;
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
       const int col = nt * 8 + (lane & 3) * 2;
@@ -104,7 +113,7 @@ __device__ __forceinline__ void WriteForwardRows(const DflashAttnFwdParams& p,
     }
     if ((lane & 3) == 0) {
       const int64_t lse_idx =
-          static_cast<int64_t>(it.q_pos + (r >> gshift)) * p.hq + g * group + (r & (group - 1));
+          static_cast<int64_t>(it.q_pos + gr.pos(r)) * p.hq + g * gr.group + gr.head(r);
       p.lse[lse_idx] = l > 0.f ? m_run[h] + log2f(l) : CUDART_INF_F;
     }
   }
