@@ -528,8 +528,9 @@ bool Coordinator::RunOneStep(Training* t) {
   const auto now = std::chrono::steady_clock::now();
   // Pair 0's drafter: its loss, weight sum and slot counts are the sums over all pairs.
   v1::StepMetrics metrics = results[1]->metrics();
-  int64_t oom_splits = 0;  // targets' and drafters'
+  int64_t oom_splits = 0;  // targets' (every tensor-parallel rank) and drafters'
   for (const auto& r : results) oom_splits += r->metrics().oom_splits();
+  for (const auto& r : tp_results) oom_splits += r->metrics().oom_splits();
   metrics.set_oom_splits(oom_splits);
   metrics.set_tokens(tokens);
   // From the previous commit (or the start of the step loop): with the targets running ahead,
