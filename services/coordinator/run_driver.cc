@@ -634,19 +634,17 @@ void Coordinator::ReleaseWorkers(const Placement& p) {
     all.push_back(drafter);
   }
   for (const auto& ranks : p.target_ranks) all.insert(all.end(), ranks.begin(), ranks.end());
-  {
-    for (const auto& w : all) {
-      {
-        // A worker marked down is not called (it may hang); it drops the run when it heartbeats
-        // again and the reply no longer names it.
-        std::lock_guard<std::mutex> lock(mu_);
-        auto now = registry_.Get(w.worker_id());
-        if (now.ok() && now->health() == v1::WORKER_HEALTH_DOWN) continue;
-      }
-      absl::Status s = workers_->ReleaseRun(w, p.run_id);
-      if (!s.ok()) {
-        LOG_RUN(WARNING, p.run_id, -1) << "release: " << s;
-      }
+  for (const auto& w : all) {
+    {
+      // A worker marked down is not called (it may hang); it drops the run when it heartbeats
+      // again and the reply no longer names it.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto now = registry_.Get(w.worker_id());
+      if (now.ok() && now->health() == v1::WORKER_HEALTH_DOWN) continue;
+    }
+    absl::Status s = workers_->ReleaseRun(w, p.run_id);
+    if (!s.ok()) {
+      LOG_RUN(WARNING, p.run_id, -1) << "release: " << s;
     }
   }
 }
