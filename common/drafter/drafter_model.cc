@@ -30,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
 #include "common/config/run_spec.h"
+#include "common/drafter/lean_ops.h"
 #include "common/drafter/weighted_ce.h"
 #include "common/nn/layers.h"
 
@@ -71,14 +72,6 @@ std::vector<LayerSpec> LayerSpecs(const model::TransformerConfig& c) {
       {"mlp.up_proj.weight", {inter, h}, &DrafterLayerParams::up},
       {"mlp.down_proj.weight", {h, inter}, &DrafterLayerParams::down},
   };
-}
-
-// The layer's parameters in `dtype`, through differentiable casts (no-ops when already in it).
-DrafterLayerParams CastLayer(const DrafterLayerParams& w, const model::TransformerConfig& c,
-                             c10::ScalarType dtype) {
-  DrafterLayerParams out;
-  for (const LayerSpec& s : LayerSpecs(c)) out.*s.field = (w.*s.field).to(dtype);
-  return out;
 }
 
 bool IsNormName(const std::string& name) {
@@ -209,7 +202,7 @@ struct DrafterModel::Prepared {
   at::Tensor doc_ids;       // [T] int64
   at::Tensor loss_mask;     // [T] fp32 0/1, when asked for
   at::Tensor anchors;       // [n] int64, -1 padding
-  at::Tensor block_tokens;  // [Q] int64: slot 0 input_ids[a_j], others MASK
+  at::Tensor slot0_tokens;  // [n] int64: input_ids[a_j] (MASK for padding); other slots MASK
   nn::RopeTables q_rope;    // [Q, D]: block positions pos[a_j] + k
   nn::RopeTables k_rope;    // [T + Q, D]: context positions, then block positions
   BlockMask mask;
@@ -312,8 +305,11 @@ void DrafterModel::InitParameters(const at::Tensor& embed_tokens, const at::Tens
   at::NoGradGuard no_grad;
   const c10::Device device = options_.device;
   // Frozen: detached, so that no gradient is ever computed for them; moved once to the device.
-  embed_tokens_ = embed_tokens.detach().to(device);
-  lm_head_ = lm_head.is_same(embed_tokens) ? embed_tokens_ : lm_head.detach().to(device);
+  lm_head_ = lm_head.detach().to(device);
+  // The embedding serves only the n + 1 distinct rows of a batch's blocks (EmbedBlocks): an untied
+  // table stays in host memory (1.16 GiB of device memory less at Qwen3-8B's shape).
+  embed_tokens_ =
+      lm_head.is_same(embed_tokens) ? lm_head_ : embed_tokens.detach().to(c10::DeviceType::CPU);
   inv_freq_ = nn::RopeInvFreq(config_.target).to(device);
   at::Generator gen = at::detail::createCPUGenerator(options_.seed);
   std::map<std::string, at::Tensor> by_name;
@@ -355,10 +351,14 @@ absl::StatusOr<DrafterModel::Prepared> DrafterModel::Prepare(const DrafterBatch&
   const auto long_opts = p.anchors.options();
   at::Tensor valid = p.anchors.ge(0);
   at::Tensor a = p.anchors.clamp_min(0);
-  at::Tensor mask_id = at::full({p.n}, config_.mask_token_id, long_opts);
-  at::Tensor slot0 = p.t > 0 ? at::where(valid, p.input_ids.index_select(0, a), mask_id) : mask_id;
-  p.block_tokens = at::cat({slot0.unsqueeze(1), mask_id.unsqueeze(1).expand({p.n, b - 1})}, 1)
-                       .reshape({p.n * b});
+  // Slot 0's tokens from the batch as given (host tensors in a worker), where the embedding
+  // gathers them: no device round trip for a table in host memory.
+  const at::Tensor given_anchors = batch.anchors.to(batch.input_ids.device());
+  p.slot0_tokens =
+      p.t > 0 ? at::where(given_anchors.ge(0),
+                          batch.input_ids.to(at::kLong).index_select(0, given_anchors.clamp_min(0)),
+                          at::full({p.n}, config_.mask_token_id, given_anchors.options()))
+              : at::full({p.n}, config_.mask_token_id, given_anchors.options());
   at::Tensor positions = batch.positions.to(device);
   at::Tensor base = p.t > 0 ? at::where(valid, positions.index_select(0, a), at::zeros_like(a)) : a;
   at::Tensor block_pos = (base.unsqueeze(1) + at::arange(b, long_opts).unsqueeze(0)).reshape({-1});
@@ -374,13 +374,24 @@ at::Tensor DrafterModel::RunForward(const Prepared& p, const at::Tensor& feature
   // Block stream [Q, H] from the frozen embedding; ctx [T, H] = hidden_norm(fc(features)), shared
   // by every layer (no input norm on it).
   const c10::ScalarType dtype = compute_dtype();
-  at::Tensor x = at::embedding(embed_tokens_, p.block_tokens).to(dtype);
+  at::Tensor x = EmbedBlocks(p).to(dtype);
   at::Tensor ctx =
-      nn::RmsNorm(nn::Linear(features.to(dtype), fc_.to(dtype)), hidden_norm_.to(dtype), eps);
-  for (const DrafterLayerParams& w : layers_) {
-    x = RunLayer(CastLayer(w, config_.target, dtype), x, ctx, p);
-  }
+      nn::RmsNorm(CastLinear(features.to(dtype), fc_, dtype), hidden_norm_.to(dtype), eps);
+  for (const DrafterLayerParams& w : layers_) x = RunLayer(w, x, ctx, p);
   return nn::RmsNorm(x, norm_.to(dtype), eps);
+}
+
+at::Tensor DrafterModel::EmbedBlocks(const Prepared& p) const {
+  // Block j is [input_ids[a_j], MASK, ..., MASK]: n + 1 distinct rows of the frozen embedding,
+  // gathered where the table lives (host memory for a CUDA drafter) and expanded on the device.
+  const c10::Device table = embed_tokens_.device();
+  at::Tensor ids =
+      at::cat({p.slot0_tokens, at::full({1}, config_.mask_token_id, p.slot0_tokens.options())});
+  at::Tensor rows = at::embedding(embed_tokens_, ids.to(table));  // [n + 1, H]
+  if (table != options_.device) rows = rows.to(options_.device);
+  const int64_t h = rows.size(1), b = config_.block_size;
+  at::Tensor mask = rows.narrow(0, p.n, 1).unsqueeze(0).expand({p.n, b - 1, h});
+  return at::cat({rows.narrow(0, 0, p.n).unsqueeze(1), mask}, 1).reshape({p.n * b, h});
 }
 
 at::Tensor DrafterModel::RunLayer(const DrafterLayerParams& w, const at::Tensor& x,
@@ -389,21 +400,29 @@ at::Tensor DrafterModel::RunLayer(const DrafterLayerParams& w, const at::Tensor&
   const int64_t q_rows = x.size(0), kv_rows = ctx.size(0) + q_rows, d = c.head_dim;
   const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
   const double eps = c.rms_norm_eps;
+  // The fp32 master weights go in as they are: the lean ops cast them to the compute dtype for
+  // their products and again in the backward, so no bf16 copy lives from forward to backward.
+  const c10::ScalarType dtype = compute_dtype();
 
-  at::Tensor h = nn::RmsNorm(x, w.input_norm, eps);
-  at::Tensor q = nn::RmsNorm(nn::Linear(h, w.q_proj).reshape({q_rows, hq, d}), w.q_norm, eps);
+  at::Tensor h = nn::RmsNorm(x, w.input_norm.to(dtype), eps);
+  at::Tensor q =
+      nn::RmsNorm(CastLinear(h, w.q_proj, dtype).reshape({q_rows, hq, d}), w.q_norm.to(dtype), eps);
   q = nn::ApplyRope(q, p.q_rope);  // at the block positions
-  // The same k_proj / k_norm / v_proj serve context rows and block rows.
-  at::Tensor kv_in = at::cat({ctx, h}, 0);  // [T + Q, H]
-  at::Tensor k = nn::RmsNorm(nn::Linear(kv_in, w.k_proj).reshape({kv_rows, hkv, d}), w.k_norm, eps);
+  // The same k_proj / k_norm / v_proj serve context rows and block rows, projected apart so that
+  // the backward keeps ctx (one tensor for every layer) and h, not a [T + Q, H] copy per layer.
+  auto project = [&](const at::Tensor& weight) {
+    return at::cat({CastLinear(ctx, weight, dtype), CastLinear(h, weight, dtype)}, 0)
+        .reshape({kv_rows, hkv, d});
+  };
+  at::Tensor k = nn::RmsNorm(project(w.k_proj), w.k_norm.to(dtype), eps);
   k = nn::ApplyRope(k, p.k_rope);  // context positions, then block positions
-  at::Tensor v = nn::Linear(kv_in, w.v_proj).reshape({kv_rows, hkv, d});
+  at::Tensor v = project(w.v_proj);
   const double scale = std::pow(static_cast<double>(d), -0.5);
   at::Tensor attn = attention_->Forward(q, k, v, p.mask, scale).reshape({q_rows, hq * d});
-  at::Tensor y = x + nn::Linear(attn, w.o_proj);  // [Q, H]
+  at::Tensor y = x + CastLinear(attn, w.o_proj, dtype);  // [Q, H]
 
-  h = nn::RmsNorm(y, w.post_norm, eps);
-  return y + nn::Linear(at::silu(nn::Linear(h, w.gate)) * nn::Linear(h, w.up), w.down);
+  h = nn::RmsNorm(y, w.post_norm.to(dtype), eps);
+  return y + SwiGluMlp(h, w.gate, w.up, w.down, dtype);
 }
 
 absl::StatusOr<at::Tensor> DrafterModel::Forward(const DrafterBatch& batch) const {

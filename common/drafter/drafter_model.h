@@ -164,6 +164,8 @@ class DrafterModel {
   void InitParameters(const at::Tensor& embed_tokens, const at::Tensor& lm_head);
   absl::StatusOr<Prepared> Prepare(const DrafterBatch& batch, bool with_loss_mask) const;
   at::Tensor RunForward(const Prepared& p, const at::Tensor& features) const;
+  // The block stream's input [Q, H]: slot 0 the anchor token's embedding, the others MASK's.
+  at::Tensor EmbedBlocks(const Prepared& p) const;
   // x [Q, H] -> [Q, H]; ctx [T, H].
   at::Tensor RunLayer(const DrafterLayerParams& w, const at::Tensor& x, const at::Tensor& ctx,
                       const Prepared& p) const;

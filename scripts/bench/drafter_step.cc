@@ -15,9 +15,9 @@
 // Reports (one JSON line on stdout, and --json FILE): median ms per step over --steps timed steps
 // after --warmup, steps/s, context tokens/s, the CUDA caching allocator's peak of allocated bytes
 // over the WHOLE process (setup included, never reset), the static bytes (fp32 parameters 4 B +
-// gradients 4 B + AdamW exp_avg and exp_avg_sq 8 B per trainable element; the frozen embed_tokens
-// and lm_head the drafter borrows; the other target tensors the process holds) and the loss of
-// every step.
+// gradients 4 B + AdamW exp_avg and exp_avg_sq 8 B per trainable element; the frozen lm_head the
+// drafter borrows, and embed_tokens where it stays on the device: tied, or a CPU run; the other
+// target tensors the process held at load) and the loss of every step.
 //
 // For drafter_step_ref.py (the PyTorch reference of the same step, in the same run):
 //   --dump-dir DIR       DIR/batch.safetensors: features, input_ids, positions, cu_seqlens,
@@ -218,11 +218,16 @@ int main(int argc, char** argv) {
   const int64_t train_static = param_bytes * 4;  // params + grads + exp_avg + exp_avg_sq (fp32)
   const at::Tensor embed = (*target)->embed_tokens();  // handles: the drafter shares them
   const at::Tensor lm_head = (*target)->lm_head();
+  const bool tied = lm_head.is_same(embed);
+  const int64_t loaded =
+      static_cast<int64_t>(embed.nbytes()) + (tied ? 0 : static_cast<int64_t>(lm_head.nbytes()));
+  // On the drafter's device: lm_head; an untied embed_tokens only on the CPU (a CUDA drafter
+  // keeps it in host memory, DrafterModel::InitParameters).
   const int64_t frozen =
-      static_cast<int64_t>(embed.nbytes()) +
-      (lm_head.is_same(embed) ? int64_t{0} : static_cast<int64_t>(lm_head.nbytes()));
-  // What else the embeddings-only target held on the device (layer 0, its final norm), freed
-  // here as the drafter worker frees it once the drafter exists.
+      tied || !device.is_cuda() ? loaded : static_cast<int64_t>(lm_head.nbytes());
+  // What else the embeddings-only target held on the device (layer 0, its final norm, and now the
+  // device copy of embed_tokens), freed here as the drafter worker frees it once the drafter
+  // exists.
   const int64_t other_held = device.is_cuda() ? target_bytes - frozen : 0;
   target->reset();
 

@@ -1,0 +1,31 @@
+// Memory-lean differentiable ops of the drafter's layers (docs/memory.md, "drafter activations").
+//
+// With bf16 compute and fp32 master weights, plain autograd over `linear(x, w.to(bf16))` keeps the
+// bf16 copy of every weight from the forward to the backward (2 bytes per parameter: 1.95 GiB for
+// a 5-layer Qwen3-8B-shaped drafter), and a SwiGLU MLP keeps four [rows, intermediate] tensors
+// (gate, silu(gate), up and their product). These ops keep only what the backward cannot
+// recompute cheaply: the inputs and the fp32 master weights (alive anyway); the backward casts the
+// weight again (a memory-bound pass, about 1 ms per step at that shape) and recomputes
+// silu(gate) * up. The arithmetic is that of the plain autograd graph, op for op: the results
+// match it to rounding (tests/drafter/lean_ops_test.cc).
+//
+// When `dtype` is the weight's own dtype there is no cast to save: CastLinear is plain linear;
+// SwiGluMlp still recomputes silu(gate) * up.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+namespace dflash::drafter {
+
+// x [..., In] in `dtype`, weight [Out, In] (any floating dtype, usually fp32 master) ->
+// x weight^T [..., Out] in `dtype`. Differentiable in x and weight (weight's gradient arrives in
+// weight's dtype).
+at::Tensor CastLinear(const at::Tensor& x, const at::Tensor& weight, c10::ScalarType dtype);
+
+// down(silu(gate(h)) * up(h)): h [N, H] in `dtype`; gate, up [I, H], down [H, I]. Keeps h and the
+// two [N, I] projections for the backward (not silu(gate) or the product).
+at::Tensor SwiGluMlp(const at::Tensor& h, const at::Tensor& gate, const at::Tensor& up,
+                     const at::Tensor& down, c10::ScalarType dtype);
+
+}  // namespace dflash::drafter

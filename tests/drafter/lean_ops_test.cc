@@ -1,0 +1,123 @@
+// The drafter's memory-lean ops against the plain autograd graph they replace: the same outputs
+// and the same gradients for the input and for the fp32 master weights, in fp32 and with bf16
+// compute (where the plain graph is linear(x, w.to(bf16))).
+#include "common/drafter/lean_ops.h"
+
+#include <ATen/Context.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/silu.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dflash::drafter {
+namespace {
+
+// max |a - b| / max(max |b|, tiny).
+double RelDiff(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor a32 = a.to(at::kFloat), b32 = b.to(at::kFloat);
+  const double scale = std::max(b32.abs().max().item<double>(), 1e-30);
+  return (a32 - b32).abs().max().item<double>() / scale;
+}
+
+struct Case {
+  c10::ScalarType dtype;
+  double tolerance;  // relative, against the largest element
+};
+
+// Runs `f(inputs)` twice (lean and plain), back-propagates the same random cotangent and compares
+// the outputs and every input's gradient.
+void Compare(const std::string& label, const Case& c, const std::vector<at::Tensor>& inputs,
+             const std::function<at::Tensor(const std::vector<at::Tensor>&)>& lean,
+             const std::function<at::Tensor(const std::vector<at::Tensor>&)>& plain) {
+  auto run = [&](const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f,
+                 std::vector<at::Tensor>* grads) {
+    std::vector<at::Tensor> leaves;
+    for (const at::Tensor& x : inputs) leaves.push_back(x.detach().clone().requires_grad_(true));
+    at::Tensor y = f(leaves);
+    at::Tensor cot = at::randn(y.sizes(), at::TensorOptions().dtype(at::kFloat)).to(y.dtype());
+    torch::autograd::backward({y}, {cot});
+    for (const at::Tensor& l : leaves) grads->push_back(l.grad());
+    return y.detach();
+  };
+  at::manual_seed(7);
+  std::vector<at::Tensor> g_lean, g_plain;
+  const at::Tensor y_lean = run(lean, &g_lean);
+  at::manual_seed(7);
+  const at::Tensor y_plain = run(plain, &g_plain);
+  EXPECT_EQ(y_lean.scalar_type(), y_plain.scalar_type()) << label;
+  EXPECT_LE(RelDiff(y_lean, y_plain), c.tolerance) << label << ": output";
+  ASSERT_EQ(g_lean.size(), g_plain.size());
+  for (size_t i = 0; i < g_lean.size(); ++i) {
+    ASSERT_TRUE(g_lean[i].defined() && g_plain[i].defined()) << label << ": input " << i;
+    EXPECT_EQ(g_lean[i].scalar_type(), inputs[i].scalar_type()) << label << ": input " << i;
+    EXPECT_EQ(g_lean[i].sizes(), inputs[i].sizes()) << label << ": input " << i;
+    const double diff = RelDiff(g_lean[i], g_plain[i]);
+    std::printf("%s: gradient of input %zu, relative difference %.3g\n", label.c_str(), i, diff);
+    EXPECT_LE(diff, c.tolerance) << label << ": gradient of input " << i;
+  }
+}
+
+const std::vector<Case>& Cases() {
+  // fp32: the same products in another association at most; bf16: one rounding of the output.
+  static const std::vector<Case> cases = {{at::kFloat, 1e-5}, {at::kBFloat16, 1e-2}};
+  return cases;
+}
+
+TEST(LeanOpsTest, CastLinearMatchesLinearOfTheCastWeight) {
+  for (const Case& c : Cases()) {
+    for (const std::vector<int64_t>& x_shape :
+         {std::vector<int64_t>{37, 24}, std::vector<int64_t>{3, 5, 24}}) {
+      const at::Tensor x = at::randn(x_shape).to(c.dtype);
+      const at::Tensor w = at::randn({19, 24}) * 0.2;  // fp32 master
+      Compare(
+          std::string("CastLinear ") + c10::toString(c.dtype) + " x " +
+              std::to_string(x_shape.size()) + "-d",
+          c, {x, w},
+          [&](const std::vector<at::Tensor>& in) { return CastLinear(in[0], in[1], c.dtype); },
+          [&](const std::vector<at::Tensor>& in) { return at::linear(in[0], in[1].to(c.dtype)); });
+    }
+  }
+}
+
+TEST(LeanOpsTest, SwiGluMlpMatchesThePlainGraph) {
+  for (const Case& c : Cases()) {
+    const at::Tensor h = at::randn({41, 16}).to(c.dtype);
+    const at::Tensor gate = at::randn({48, 16}) * 0.3, up = at::randn({48, 16}) * 0.3;
+    const at::Tensor down = at::randn({16, 48}) * 0.3;
+    Compare(
+        std::string("SwiGluMlp ") + c10::toString(c.dtype), c, {h, gate, up, down},
+        [&](const std::vector<at::Tensor>& in) {
+          return SwiGluMlp(in[0], in[1], in[2], in[3], c.dtype);
+        },
+        [&](const std::vector<at::Tensor>& in) {
+          const at::Tensor& x = in[0];
+          return at::linear(
+              at::silu(at::linear(x, in[1].to(c.dtype))) * at::linear(x, in[2].to(c.dtype)),
+              in[3].to(c.dtype));
+        });
+  }
+}
+
+// Only what is asked for: a frozen weight gets no gradient, and the input's is skipped when the
+// input does not require one (the drafter's fc over the target features).
+TEST(LeanOpsTest, GradientsOnlyWhereRequired) {
+  const at::Tensor x = at::randn({8, 6}).to(at::kBFloat16);  // no grad
+  const at::Tensor w = (at::randn({4, 6}) * 0.1).requires_grad_(true);
+  at::Tensor y = CastLinear(x, w, at::kBFloat16);
+  y.to(at::kFloat).sum().backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().scalar_type(), at::kFloat);
+  EXPECT_FALSE(x.grad().defined());
+}
+
+}  // namespace
+}  // namespace dflash::drafter
