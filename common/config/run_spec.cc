@@ -31,6 +31,7 @@ void Read(MapReader& m, DrafterSpec* d) {
   m.Get("block_size", &d->block_size);
   m.GetAutoInt("mask_token_id", &d->mask_token_id);
   m.Get("init_from", &d->init_from);
+  m.Get("recompute", &d->recompute);
   m.Finish();
 }
 
@@ -175,6 +176,7 @@ void Validate(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   CheckRange(e, "drafter.block_size", s->drafter.block_size, 2, 64);
   if (s->drafter.mask_token_id) CheckMin(e, "drafter.mask_token_id", *s->drafter.mask_token_id, 0);
   NormalizePath(opt, e, "drafter.init_from", &s->drafter.init_from, /*want_dir=*/true, nullptr);
+  CheckOneOf(e, "drafter.recompute", s->drafter.recompute, {"none", "mlp", "layers"});
 
   NormalizePath(opt, e, "data.train", &s->data.train, /*want_dir=*/false, &BuiltinDatasets());
   CheckOneOf(e, "data.format", s->data.format, {"chat", "pretokenized", "text"});
@@ -377,6 +379,7 @@ std::string EmitRunSpec(const RunSpec& s) {
     out << YAML::Null;
   else
     out << s.drafter.init_from;
+  out << YAML::Key << "recompute" << YAML::Value << s.drafter.recompute;
   out << YAML::EndMap;
   out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "train" << YAML::Value << s.data.train;

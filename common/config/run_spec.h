@@ -23,6 +23,7 @@ struct DrafterSpec {
   int64_t block_size = 16;
   std::optional<int64_t> mask_token_id;  // nullopt = auto (tokenizer's mask token)
   std::string init_from;                 // empty = random init
+  std::string recompute = "none";        // none|mlp|layers: activations recomputed in backward
 };
 
 struct DataSpec {

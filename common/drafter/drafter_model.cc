@@ -208,6 +208,25 @@ struct DrafterModel::Prepared {
   BlockMask mask;
 };
 
+std::optional<Recompute> ParseRecompute(const std::string& name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "mlp") return Recompute::kMlp;
+  if (name == "layers") return Recompute::kLayers;
+  return std::nullopt;
+}
+
+const char* RecomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kMlp:
+      return "mlp";
+    case Recompute::kLayers:
+      return "layers";
+    case Recompute::kNone:
+      break;
+  }
+  return "none";
+}
+
 double ExpectedAcceptanceLength(const std::vector<int64_t>& slot_correct,
                                 const std::vector<int64_t>& slot_total) {
   double tau = 1.0, prefix = 1.0;
@@ -369,7 +388,9 @@ absl::StatusOr<DrafterModel::Prepared> DrafterModel::Prepare(const DrafterBatch&
   return p;
 }
 
-at::Tensor DrafterModel::RunForward(const Prepared& p, const at::Tensor& features) const {
+at::Tensor DrafterModel::RunForward(const std::shared_ptr<const Prepared>& prepared,
+                                    const at::Tensor& features) const {
+  const Prepared& p = *prepared;
   const double eps = config_.target.rms_norm_eps;
   // Block stream [Q, H] from the frozen embedding; ctx [T, H] = hidden_norm(fc(features)), shared
   // by every layer (no input norm on it).
@@ -377,7 +398,21 @@ at::Tensor DrafterModel::RunForward(const Prepared& p, const at::Tensor& feature
   at::Tensor x = EmbedBlocks(p).to(dtype);
   at::Tensor ctx =
       nn::RmsNorm(CastLinear(features.to(dtype), fc_, dtype), hidden_norm_.to(dtype), eps);
-  for (const DrafterLayerParams& w : layers_) x = RunLayer(w, x, ctx, p);
+  for (const DrafterLayerParams& w : layers_) {
+    if (options_.recompute != Recompute::kLayers) {
+      x = RunLayer(w, x, ctx, p);
+      continue;
+    }
+    // Only x and ctx are kept; the backward runs the layer again (`prepared` lives as long as the
+    // graph does).
+    std::vector<at::Tensor> weights;
+    for (const LayerSpec& s : LayerSpecs(config_.target)) weights.push_back(w.*s.field);
+    x = Checkpoint(
+        [this, &w, prepared](const std::vector<at::Tensor>& in) {
+          return RunLayer(w, in[0], in[1], *prepared);
+        },
+        {x, ctx}, weights);
+  }
   return nn::RmsNorm(x, norm_.to(dtype), eps);
 }
 
@@ -422,13 +457,14 @@ at::Tensor DrafterModel::RunLayer(const DrafterLayerParams& w, const at::Tensor&
   at::Tensor y = x + CastLinear(attn, w.o_proj, dtype);  // [Q, H]
 
   h = nn::RmsNorm(y, w.post_norm.to(dtype), eps);
-  return y + SwiGluMlp(h, w.gate, w.up, w.down, dtype);
+  return y + SwiGluMlp(h, w.gate, w.up, w.down, dtype, options_.recompute == Recompute::kMlp);
 }
 
 absl::StatusOr<at::Tensor> DrafterModel::Forward(const DrafterBatch& batch) const {
   try {
     ASSIGN_OR_RETURN(Prepared p, Prepare(batch, /*with_loss_mask=*/false));
-    return RunForward(p, p.features);
+    auto prepared = std::make_shared<const Prepared>(std::move(p));
+    return RunForward(prepared, prepared->features);
   } catch (const c10::Error& e) {
     return TorchError(e, "drafter forward");
   }

@@ -55,6 +55,15 @@ struct DrafterConfig {
 // INVALID_ARGUMENT naming the field when the drafter cannot be built from `config`.
 absl::Status ValidateDrafterConfig(const DrafterConfig& config);
 
+// What the backward computes again instead of keeping from the forward (docs/memory.md): nothing
+// beyond the cheap elementwise ops; the MLP's gate and up projections; or each whole layer (only
+// its input is kept). The same values either way: the loss and gradients do not change.
+enum class Recompute { kNone, kMlp, kLayers };
+
+// "none" | "mlp" | "layers" (drafter.recompute in run.yaml).
+std::optional<Recompute> ParseRecompute(const std::string& name);
+const char* RecomputeName(Recompute r);
+
 struct DrafterOptions {
   c10::ScalarType dtype = c10::ScalarType::Float;  // parameters (fp32 master weights)
   // Activations and matmuls (method.md §4: bf16 compute with fp32 master weights). The forward
@@ -65,6 +74,7 @@ struct DrafterOptions {
   // `seed` (the same values on every device), RMSNorm weights 1.
   uint64_t seed = 0;
   double init_std = 0.02;
+  Recompute recompute = Recompute::kNone;
 };
 
 // One packed batch. Tensors may live on any device; they are moved to the model's device.
@@ -163,7 +173,8 @@ class DrafterModel {
   DrafterModel(DrafterConfig config, DrafterOptions options);
   void InitParameters(const at::Tensor& embed_tokens, const at::Tensor& lm_head);
   absl::StatusOr<Prepared> Prepare(const DrafterBatch& batch, bool with_loss_mask) const;
-  at::Tensor RunForward(const Prepared& p, const at::Tensor& features) const;
+  at::Tensor RunForward(const std::shared_ptr<const Prepared>& prepared,
+                        const at::Tensor& features) const;
   // The block stream's input [Q, H]: slot 0 the anchor token's embedding, the others MASK's.
   at::Tensor EmbedBlocks(const Prepared& p) const;
   // x [Q, H] -> [Q, H]; ctx [T, H].

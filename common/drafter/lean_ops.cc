@@ -1,12 +1,19 @@
 #include "common/drafter/lean_ops.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/core/ivalue.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/silu_backward.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <functional>
+#include <utility>
+#include <vector>
 
 namespace dflash::drafter {
 namespace {
@@ -47,20 +54,27 @@ struct CastLinearFunction : public torch::autograd::Function<CastLinearFunction>
 
 struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& gate,
-                            const at::Tensor& up, const at::Tensor& down, c10::ScalarType dtype) {
+                            const at::Tensor& up, const at::Tensor& down, c10::ScalarType dtype,
+                            bool recompute_projections) {
     at::Tensor g = at::linear(h, gate.to(dtype));
     at::Tensor u = at::linear(h, up.to(dtype));
     at::Tensor out = at::linear(at::silu(g) * u, down.to(dtype));
-    ctx->save_for_backward({h, g, u, gate, up, down});
+    if (recompute_projections) {
+      ctx->save_for_backward({h, gate, up, down});
+    } else {
+      ctx->save_for_backward({h, gate, up, down, g, u});
+    }
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &h = saved[0], &g = saved[1], &u = saved[2];
-    const at::Tensor &gate = saved[3], &up = saved[4], &down = saved[5];
+    const at::Tensor &h = saved[0], &gate = saved[1], &up = saved[2], &down = saved[3];
     const c10::ScalarType dtype = SavedDtype(ctx);
+    // The same products as the forward's, so the same values.
+    const at::Tensor g = saved.size() > 4 ? saved[4] : at::linear(h, gate.to(dtype));
+    const at::Tensor u = saved.size() > 4 ? saved[5] : at::linear(h, up.to(dtype));
     const at::Tensor& dout = grads[0];
     at::Tensor s = at::silu(g);
     at::Tensor d_down;
@@ -76,7 +90,66 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
       dh = at::matmul(dg, gate.to(dtype)) + at::matmul(du, up.to(dtype));
     if (ctx->needs_input_grad(1)) d_gate = WeightGrad(dg, h, gate.scalar_type());
     if (ctx->needs_input_grad(2)) d_up = WeightGrad(du, h, up.scalar_type());
-    return {dh, d_gate, d_up, d_down, at::Tensor()};
+    return {dh, d_gate, d_up, d_down, at::Tensor(), at::Tensor()};
+  }
+};
+
+// The function a Checkpoint runs twice, kept by the autograd node until its backward.
+struct CheckpointedFn : public torch::CustomClassHolder {
+  explicit CheckpointedFn(std::function<at::Tensor(const std::vector<at::Tensor>&)> f)
+      : fn(std::move(f)) {}
+  std::function<at::Tensor(const std::vector<at::Tensor>&)> fn;
+};
+
+struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList inputs, at::TensorList weights,
+                            const c10::intrusive_ptr<CheckpointedFn>& fn) {
+    // Function::apply runs this without recording: nothing of fn's graph is kept.
+    at::Tensor out = fn->fn(inputs.vec());
+    // The weights are inputs so that their gradients reach them through this node; fn reads the
+    // same tensors itself. Saving them (and the inputs, alive anyway) costs nothing.
+    std::vector<at::Tensor> keep = inputs.vec();
+    keep.insert(keep.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(keep);
+    ctx->saved_data["fn"] = at::IValue::make_capsule(fn);
+    ctx->saved_data["inputs"] = static_cast<int64_t>(inputs.size());
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const auto fn =
+        c10::static_intrusive_pointer_cast<CheckpointedFn>(ctx->saved_data["fn"].toCapsule());
+    const size_t num_inputs = static_cast<size_t>(ctx->saved_data["inputs"].toInt());
+    const size_t num_weights = saved.size() - num_inputs;
+    std::vector<at::Tensor> inputs, wrt;
+    std::vector<size_t> wrt_index;  // position among the node's inputs
+    for (size_t i = 0; i < num_inputs; ++i) {
+      inputs.push_back(saved[i].detach().requires_grad_(ctx->needs_input_grad(i)));
+      if (ctx->needs_input_grad(i)) {
+        wrt.push_back(inputs.back());
+        wrt_index.push_back(i);
+      }
+    }
+    at::Tensor out;
+    {
+      at::AutoGradMode record(true);
+      out = fn->fn(inputs);
+    }
+    // The recomputed graph reads the same leaf weights: their gradients are asked of it (not
+    // accumulated there) and returned through this node, which accumulates them, hooks included.
+    for (size_t j = 0; j < num_weights; ++j) {
+      if (ctx->needs_input_grad(num_inputs + j)) {
+        wrt.push_back(saved[num_inputs + j]);
+        wrt_index.push_back(num_inputs + j);
+      }
+    }
+    variable_list result(num_inputs + num_weights + 1);
+    if (wrt.empty()) return result;
+    const variable_list g = torch::autograd::grad({out}, wrt, {grads[0]}, /*retain_graph=*/false,
+                                                  /*create_graph=*/false, /*allow_unused=*/true);
+    for (size_t k = 0; k < wrt.size(); ++k) result[wrt_index[k]] = g[k];
+    return result;
   }
 };
 
@@ -87,9 +160,17 @@ at::Tensor CastLinear(const at::Tensor& x, const at::Tensor& weight, c10::Scalar
   return CastLinearFunction::apply(x, weight, dtype);
 }
 
+at::Tensor Checkpoint(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& fn,
+                      const std::vector<at::Tensor>& inputs,
+                      const std::vector<at::Tensor>& weights) {
+  if (!at::GradMode::is_enabled()) return fn(inputs);
+  return CheckpointFunction::apply(at::TensorList(inputs), at::TensorList(weights),
+                                   c10::make_intrusive<CheckpointedFn>(fn));
+}
+
 at::Tensor SwiGluMlp(const at::Tensor& h, const at::Tensor& gate, const at::Tensor& up,
-                     const at::Tensor& down, c10::ScalarType dtype) {
-  return SwiGluMlpFunction::apply(h, gate, up, down, dtype);
+                     const at::Tensor& down, c10::ScalarType dtype, bool recompute_projections) {
+  return SwiGluMlpFunction::apply(h, gate, up, down, dtype, recompute_projections);
 }
 
 }  // namespace dflash::drafter

@@ -16,6 +16,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <functional>
+#include <vector>
+
 namespace dflash::drafter {
 
 // x [..., In] in `dtype`, weight [Out, In] (any floating dtype, usually fp32 master) ->
@@ -24,8 +27,20 @@ namespace dflash::drafter {
 at::Tensor CastLinear(const at::Tensor& x, const at::Tensor& weight, c10::ScalarType dtype);
 
 // down(silu(gate(h)) * up(h)): h [N, H] in `dtype`; gate, up [I, H], down [H, I]. Keeps h and the
-// two [N, I] projections for the backward (not silu(gate) or the product).
+// two [N, I] projections for the backward (not silu(gate) or the product); with
+// `recompute_projections` only h, and the backward computes the two projections again (two of the
+// MLP's three forward GEMMs: 2 [N, I] tensors less kept, for about a third more MLP backward work).
 at::Tensor SwiGluMlp(const at::Tensor& h, const at::Tensor& gate, const at::Tensor& up,
-                     const at::Tensor& down, c10::ScalarType dtype);
+                     const at::Tensor& down, c10::ScalarType dtype,
+                     bool recompute_projections = false);
+
+// Activation checkpointing: out = fn(inputs), keeping only `inputs` for the backward, which runs
+// fn again with recording and back-propagates through it (one more forward of fn per step; fn
+// must compute the same values again: no randomness). `weights` are the leaf tensors fn reads by
+// capture; their gradients arrive through this op like any other (accumulated by the outer
+// backward, post-accumulate hooks included). Without grad mode, plainly fn(inputs).
+at::Tensor Checkpoint(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& fn,
+                      const std::vector<at::Tensor>& inputs,
+                      const std::vector<at::Tensor>& weights);
 
 }  // namespace dflash::drafter

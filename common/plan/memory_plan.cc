@@ -360,11 +360,16 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   Finish(&tw, {forward}, slots, slots_what);
 
   // Drafter worker (common/drafter, common/train/trainer.cc): fp32 master weights, gradients and
-  // AdamW's two moments; the target's embed_tokens and lm_head, frozen; the forward's casts of
-  // every parameter to the compute dtype, which the backward keeps; per layer the query rows'
-  // (anchors x block) saved activations and the context rows' keys and values. Gradients exist
-  // from the backward to the optimizer step: the peak is the end of the forward (all activations,
-  // no gradients) or the step (all gradients, no activations).
+  // AdamW's two moments; the target's lm_head, frozen (an untied embed_tokens stays in host
+  // memory); the compute casts of the weights, made per product and again in the backward
+  // (common/drafter/lean_ops.h), so one layer's MLP weights at most; per layer the query rows'
+  // (anchors x block) saved activations (x, h, q before and after norm + RoPE, the attention
+  // output, y, the MLP input, gate and up) and the context rows' keys (before and after norm +
+  // RoPE) and values. Gradients exist from the backward to the optimizer step: the peak is the
+  // end of the forward (all kept activations, no gradients) or the end of the backward (all
+  // gradients and the activations of layer 0, the last one back-propagated; with
+  // drafter.recompute: layers that one layer's activations are recomputed there, beside every
+  // layer's kept input).
   WorkerPlan& dw = plan.drafter;
   dw.role = "drafter";
   const int64_t ld = spec.drafter.layers;
@@ -376,29 +381,48 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
           drafter_params * 4);
   const size_t adam = Add(&dw, "AdamW state", "fp32 exp_avg + exp_avg_sq", drafter_params * 8);
   const size_t grads = Add(&dw, "gradients", "fp32", drafter_params * 4);
-  const size_t frozen = Add(&dw, "frozen embed_tokens + lm_head",
-                            absl::StrCat(spec.target.dtype, ", the target's"), embed * db);
+  const size_t frozen =
+      Add(&dw, "frozen lm_head",
+          absl::StrCat(spec.target.dtype, ", the target's",
+                       s.tied ? " (tied to embed_tokens)" : "; embed_tokens stays in host memory"),
+          s.vocab * s.h * db);
   const size_t casts = Add(&dw, "compute casts of the weights",
-                           db < 4 ? absl::StrCat(spec.target.dtype, ", kept for the backward")
+                           db < 4 ? absl::StrCat(spec.target.dtype, ", one layer's MLP at a time")
                                   : std::string("none (fp32 compute)"),
-                           db < 4 ? drafter_params * db : 0);
+                           db < 4 ? 3 * s.h * s.inter * db : 0);
   const size_t feats =
       Add(&dw, "features",
           plan.transport == "host" ? absl::StrCat(t, " x ", k * s.h, ", copied to the device")
                                    : absl::StrCat("none: read in place (", plan.transport, ")"),
           plan.transport == "host" ? features : 0);
-  const int64_t row = (4 * s.h + 2 * s.kv + 4 * s.inter) * db + 2 * s.h * 4;
-  const int64_t ctx = (s.h + 2 * s.kv) * db;
-  const size_t acts =
-      Add(&dw, "activations",
-          absl::StrCat(ld, " layers x (", q_rows, " query rows + ", t, " context rows)"),
-          ld * (q_rows * row + t * ctx) + 2 * t * s.h * db + 2 * q_rows * s.h * db);
+  const int64_t mlp_row = 2 * s.inter * db;  // gate and up
+  const int64_t row = (4 * s.h + 3 * s.q + 3 * s.kv) * db + mlp_row + 2 * s.h * 4;
+  const int64_t ctx = 3 * s.kv * db;
+  const int64_t layer_acts = q_rows * row + t * ctx;
+  // drafter.recompute (DrafterOptions::recompute): what the backward computes again.
+  int64_t kept = ld * layer_acts;
+  std::string what = absl::StrCat(ld, " layers x (", q_rows, " query rows + ", t, " context rows)");
+  if (spec.drafter.recompute == "mlp") {
+    kept = ld * (layer_acts - q_rows * mlp_row) + q_rows * mlp_row;
+    what += ", gate and up of one layer at a time";
+  } else if (spec.drafter.recompute == "layers") {
+    kept = ld * q_rows * s.h * db;
+    what = absl::StrCat(ld, " layer inputs (", q_rows, " rows)");
+  }
+  const int64_t outside = 2 * t * s.h * db + 2 * q_rows * s.h * db;  // fc output, final norm
+  const size_t acts = Add(&dw, "activations", what, kept + outside);
+  const bool inputs_kept = spec.drafter.recompute == "layers";
+  const size_t last_layer =
+      Add(&dw, "backward: layer 0's activations",
+          absl::StrCat(q_rows, " query rows + ", t, " context rows",
+                       inputs_kept ? absl::StrCat(", recomputed; and ", ld, " layer inputs") : ""),
+          layer_acts + (inputs_kept ? ld * q_rows * s.h * db : 0) + outside);
   const size_t chunk =
       Add(&dw, "loss chunk", absl::StrCat("fp32 logits, ", kLossChunkRows, " rows x ", s.vocab),
           kLossChunkRows * s.vocab * 4);
   AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk});
-  AddPhase(&dw, "optimizer step", {master, adam, grads, frozen, casts, feats});
-  Finish(&dw, {acts, feats}, plan.transport == "nccl" ? 2 * features : 0,
+  AddPhase(&dw, "end of the backward", {master, adam, grads, frozen, casts, feats, last_layer});
+  Finish(&dw, {acts, last_layer, feats}, plan.transport == "nccl" ? 2 * features : 0,
          absl::StrCat("nccl: 2 receive buffers of ", t, " x ", k * s.h, " features"));
   return plan;
 }

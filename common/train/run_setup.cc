@@ -89,6 +89,13 @@ absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> CreateRunDrafter(
   absl::StatusOr<c10::ScalarType> dtype = RunTargetDtype(spec);
   if (!dtype.ok()) return dtype.status();
   if (*dtype != c10::ScalarType::Float) options.compute_dtype = *dtype;
+  const std::optional<drafter::Recompute> recompute =
+      drafter::ParseRecompute(spec.drafter.recompute);
+  if (!recompute) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "drafter.recompute: unknown value \"", spec.drafter.recompute, "\" (none, mlp or layers)"));
+  }
+  options.recompute = *recompute;
   return drafter::DrafterModel::Create(*config, options, target.embed_tokens(), target.lm_head());
 }
 

@@ -30,7 +30,8 @@
 //
 // Usage: drafter_step [--tokens 8192] [--anchors 512] [--steps 10] [--warmup 3] [--seed 1]
 //          [--doc-min 200] [--doc-max 2000] [--target builtin:qwen3-8b-random] [--dtype bfloat16]
-//          [--layers 5] [--device cuda|cpu] [--json FILE] [--dump-dir DIR] [--export-weights DIR]
+//          [--layers 5] [--recompute none|mlp|layers] [--device cuda|cpu] [--json FILE] [--dump-dir
+//          DIR] [--export-weights DIR]
 // --target builtin:tiny-qwen3 --device cpu --dtype float32 --tokens 512 --anchors 32 --doc-min 60
 // --doc-max 200 is a CPU smoke-test geometry (with 256 tokens / 8 anchors the first step can have
 // no supervised anchor and is refused as skipped).
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
   const int64_t doc_min = Flag(argc, argv, "--doc-min", 200);
   const int64_t doc_max = Flag(argc, argv, "--doc-max", 2000);
   const int64_t layers = Flag(argc, argv, "--layers", 5);
+  const std::string recompute = StrFlag(argc, argv, "--recompute", "none");
   const std::string target_path = StrFlag(argc, argv, "--target", "builtin:qwen3-8b-random");
   const std::string dtype = StrFlag(argc, argv, "--dtype", "bfloat16");
   const std::string device_name = StrFlag(argc, argv, "--device", "cuda");
@@ -179,7 +181,7 @@ int main(int argc, char** argv) {
   // The run.yaml the drafter worker would get (only target, drafter, seed and optim matter here).
   const std::string yaml = absl::StrCat(
       "name: drafter-step-bench\nseed: ", seed, "\ntarget: {path: \"", target_path,
-      "\", dtype: ", dtype, "}\ndrafter: {layers: ", layers,
+      "\", dtype: ", dtype, "}\ndrafter: {layers: ", layers, ", recompute: ", recompute,
       ", block_size: 16}\ndata: {train: \"builtin:long-synthetic\", max_length: ",
       std::min<int64_t>(2048, tokens), "}\n", "batching: {token_budget: ", tokens,
       ", max_anchors: ", max_anchors, ", grad_accum: 1}\n",
@@ -337,12 +339,13 @@ int main(int argc, char** argv) {
   }
   char buf[8192];
   std::snprintf(buf, sizeof(buf),
-                "{\"impl\": \"dflash\", \"tokens\": %lld, \"anchors\": %lld, \"documents\": %zu, "
+                "{\"impl\": \"dflash%s\", \"tokens\": %lld, \"anchors\": %lld, \"documents\": %zu, "
                 "\"steps_timed\": %lld, \"ms_median\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, "
                 "\"steps_per_s\": %.4f, \"ctx_tok_per_s\": %.1f, \"peak_bytes\": %lld, "
                 "\"param_elems\": %lld, \"train_static_bytes\": %lld, \"frozen_bytes\": %lld, "
                 "\"static_bytes\": %lld, \"beyond_bytes\": %lld, \"other_target_bytes\": %lld, "
                 "\"setup_s\": %.1f, \"grad_norm0\": %.6g, \"first_loss\": %.6f, \"losses\": [%s]}",
+                recompute == "none" ? "" : (", recompute " + recompute).c_str(),
                 static_cast<long long>(tokens), static_cast<long long>(batch.anchors.size(0)),
                 pieces.size(), static_cast<long long>(steps), median, sorted.front(), sorted.back(),
                 1e3 / median, static_cast<double>(tokens) * 1e3 / median,

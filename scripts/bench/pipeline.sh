@@ -4,7 +4,8 @@
 # target (Qwen3-8B shape, random bf16 weights), builtin:long-synthetic data (documents of
 # 200-2000 tokens), 5-layer drafter, block 16. Prints per-geometry steps/s, context tokens/s and
 # the peak GPU memory of each worker process (LibTorch's caching allocator).
-# Env: GEOMS ("8192:512 16384:1024"), each tokens:anchors or tokens:anchors:drafter_layers.
+# Env: GEOMS ("8192:512 16384:1024"), each tokens:anchors[:drafter_layers[:recompute]]
+# (drafter.recompute: none, mlp or layers).
 #   scripts/bench/pipeline.sh BUILD_DIR [STEPS] [OUT_DIR]
 set -euo pipefail
 build=${1:?usage: pipeline.sh BUILD_DIR [STEPS] [OUT_DIR]}
@@ -32,7 +33,8 @@ for geom in $geoms; do
   geom=${geom//:/ }
   set -- $geom
   layers=${3:-5}
-  d=$out/run_$1_$2_$layers; rm -rf "$d"; mkdir -p "$d"
+  recompute=${4:-none}
+  d=$out/run_$1_$2_${layers}_$recompute; rm -rf "$d"; mkdir -p "$d"
   "$bin/coordinator/dflash-coordinator" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 \
     --state_dir "$d/state" --ready_file "$d/c.ready" --log_file "$d/c.log" 2>/dev/null &
   pc=$!
@@ -48,7 +50,7 @@ for geom in $geoms; do
   cat >"$d/run.yaml" <<YAML
 name: bench-$1
 target: {path: "builtin:qwen3-8b-random", dtype: bfloat16}
-drafter: {layers: $layers, block_size: 16}
+drafter: {layers: $layers, block_size: 16, recompute: $recompute}
 data: {train: "builtin:long-synthetic", max_length: 2048}
 batching: {token_budget: $1, max_anchors: $2, grad_accum: 1}
 optim: {lr: 6.0e-4, max_steps: $steps}
@@ -67,7 +69,8 @@ YAML
   grep "\] loss " "$d/c.log" | sed -n 's/.* step=\([0-9]*\) .* \([0-9]*\) tok  \([0-9.]*\) s.*/\1 \2 \3/p' \
     | awk -v n="$steps" '$1 >= 3 && $1 < n - 1' >"$d/steps.txt"
   rm -rf "$d/state"  # checkpoints of a Qwen3-8B-sized drafter are 12.6 GB each
-  "$py" - "$d/steps.txt" "$1" "$2" "$tp" "$dp" "$layers" "$tr" "$dr" <<'PY'
+  lr=$layers; [ "$recompute" = none ] || lr="$layers (recompute $recompute)"
+  "$py" - "$d/steps.txt" "$1" "$2" "$tp" "$dp" "$lr" "$tr" "$dr" <<'PY'
 import sys, statistics
 rows = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
 secs = [r[2] for r in rows]; toks = [r[1] for r in rows]

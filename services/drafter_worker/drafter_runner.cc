@@ -105,6 +105,7 @@ class DrafterRunner : public StepRunner {
                                           : absl::StrCat(", resumed from ", ctx.resume_checkpoint));
     std::map<std::string, std::string> applied = train::RunSettings(ctx.spec, drafter_->config());
     applied["batching.max_anchors"] = std::to_string(options_.max_anchors);
+    applied["drafter.recompute"] = drafter::RecomputeName(drafter_->options().recompute);
     applied["batching.grad_accum"] = std::to_string(options_.batching.grad_accum);
     applied["loss.gamma"] = absl::StrCat(options_.loss.gamma);
     applied["optim.lr"] = absl::StrCat(options_.optim.lr);

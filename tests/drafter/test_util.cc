@@ -100,8 +100,8 @@ DrafterConfig TinyConfig() {
   return c;
 }
 
-std::unique_ptr<DrafterModel> MakeModel(const DrafterConfig& config, uint64_t seed) {
-  DrafterOptions options;
+std::unique_ptr<DrafterModel> MakeModel(const DrafterConfig& config, uint64_t seed,
+                                        DrafterOptions options) {
   options.seed = seed;
   options.init_std = 0.2;  // larger than the training default, so that every path shows in outputs
   const int64_t v = config.target.vocab_size, h = config.target.hidden_size;

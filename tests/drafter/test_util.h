@@ -29,8 +29,10 @@ double MaxRelError(const at::Tensor& a, const at::Tensor& b);
 // a 2-layer drafter, K=3, B=4, mask id 255: the reference script's shapes.
 DrafterConfig TinyConfig();
 
-// A model of TinyConfig (or `config`) with seeded random weights and random frozen embed/lm_head.
-std::unique_ptr<DrafterModel> MakeModel(const DrafterConfig& config, uint64_t seed);
+// A model of TinyConfig (or `config`) with seeded random weights and random frozen embed/lm_head;
+// `options` but for its seed and init_std.
+std::unique_ptr<DrafterModel> MakeModel(const DrafterConfig& config, uint64_t seed,
+                                        DrafterOptions options = {});
 
 // A fresh empty directory under the test temp dir, removed with everything in it on destruction.
 class ScopedDir {

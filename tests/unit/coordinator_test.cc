@@ -377,7 +377,7 @@ optim: {max_steps: 5}
     return coordinator_->Register(w)->worker_id();
   };
   gpu("t0", v1::WORKER_ROLE_TARGET, 0, 80);
-  gpu("d0", v1::WORKER_ROLE_DRAFTER, 0, 24);  // the drafter needs ~25.4 GiB
+  gpu("d0", v1::WORKER_ROLE_DRAFTER, 0, 20);  // the drafter needs ~21.3 GiB
   auto plan = coordinator_->PlanRun(kBig);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_THAT(plan->table(), HasSubstr("transport cuda_ipc"));

@@ -225,6 +225,8 @@ const BadCase kBadCases[] = {
      "target.path: unknown builtin 'huge-model' (known: tiny-qwen3, qwen3-8b-random)"},
     {"UnknownBuiltinDataset", WithData("train: \"builtin:nope\""),
      "data.train: unknown builtin 'nope' (known: tiny-chat, long-synthetic)"},
+    {"RecomputeUnknown", Minimal("drafter: {recompute: all}\n"),
+     "drafter.recompute: must be one of none|mlp|layers, got 'all'"},
     {"BuiltinInitFrom", Minimal("drafter: {init_from: \"builtin:tiny-qwen3\"}\n"),
      "drafter.init_from: builtin: names are not accepted here"},
     {"BuiltinTokenizer", WithData("train: \"builtin:tiny-chat\", tokenizer: \"builtin:x\""),
