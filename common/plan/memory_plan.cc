@@ -467,6 +467,27 @@ absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConf
       }
     }
   }
+  // The same batches with less kept for the backward (drafter.recompute), the cheapest first.
+  std::string recompute_fix;
+  if (role == "drafter") {
+    config::RunSpec r = spec;
+    for (const std::string mode : {"mlp", "layers"}) {
+      if (spec.drafter.recompute == mode || spec.drafter.recompute == "layers") break;
+      r.drafter.recompute = mode;
+      absl::StatusOr<RunPlan> p = PlanRun(r, target, transport);
+      if (p.ok() && p->drafter.device_bytes <= capacity_bytes) {
+        recompute_fix = absl::StrCat("drafter.recompute: ", mode,
+                                     " fits with the same batches (slower: the backward "
+                                     "recomputes ",
+                                     mode == "mlp" ? "the MLP's gate and up" : "every layer", ")");
+        break;
+      }
+    }
+  }
+  if (!recompute_fix.empty()) {
+    fix =
+        fix.empty() ? absl::StrCat("; ", recompute_fix) : absl::StrCat(fix, "; or ", recompute_fix);
+  }
   if (fix.empty() && role == "drafter") {
     config::RunSpec fewer = spec;
     for (int64_t l = spec.drafter.layers - 1; l >= 1 && fix.empty(); --l) {

@@ -20,6 +20,7 @@ namespace dflash::plan {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
@@ -243,6 +244,16 @@ TEST(MemoryPlanTest, ARunThatDoesNotFitNamesTheDominantTermAndASettingThatFits) 
   EXPECT_THAT(s.message(), HasSubstr("the drafter worker d0 needs"));
   EXPECT_THAT(s.message(), HasSubstr("the largest term is activations"));
   EXPECT_THAT(s.message(), HasSubstr("batching.max_anchors 1024 -> "));
+  // Or the same batches with the MLP's projections recomputed; already recomputing everything,
+  // nothing of the kind is offered.
+  EXPECT_THAT(s.message(), HasSubstr("; or drafter.recompute: mlp fits with the same batches"));
+  config::RunSpec recomputing = spec;
+  recomputing.drafter.recompute = "mlp";
+  EXPECT_TRUE(CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
+  recomputing.drafter.recompute = "layers";
+  const absl::Status still =
+      CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", static_cast<int64_t>(20 * kGiB));
+  EXPECT_THAT(still.message(), Not(HasSubstr("drafter.recompute")));
   // The suggested value does fit, and the next step up does not.
   const std::string msg(s.message());
   const size_t at = msg.find("1024 -> ") + 8;
