@@ -73,17 +73,23 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
     const at::Tensor &h = saved[0], &gate = saved[1], &up = saved[2], &down = saved[3];
     const c10::ScalarType dtype = SavedDtype(ctx);
     // The same products as the forward's, so the same values.
-    const at::Tensor g = saved.size() > 4 ? saved[4] : at::linear(h, gate.to(dtype));
-    const at::Tensor u = saved.size() > 4 ? saved[5] : at::linear(h, up.to(dtype));
+    at::Tensor g = saved.size() > 4 ? saved[4] : at::linear(h, gate.to(dtype));
+    at::Tensor u = saved.size() > 4 ? saved[5] : at::linear(h, up.to(dtype));
     const at::Tensor& dout = grads[0];
+    // The product's gradient, then mul's and silu's backward as autograd writes them, with the
+    // same kernels (so the same values) but in place where autograd would allocate: at most four
+    // [N, I] tensors at once (g, u, silu(g), the product's gradient), not six; recomputed g and u
+    // are freed as soon as they are used.
     at::Tensor s = at::silu(g);
     at::Tensor d_down;
     if (ctx->needs_input_grad(3)) d_down = WeightGrad(dout, s * u, down.scalar_type());
-    // The product's gradient, then mul's and silu's backward as autograd writes them.
     at::Tensor da = at::matmul(dout, down.to(dtype));
     at::Tensor du = da * s;
     s.reset();
-    at::Tensor dg = at::silu_backward(da * u, g);
+    da.mul_(u);  // d(silu(g)) = da * u
+    u.reset();
+    at::Tensor dg = at::silu_backward_out(da, da, g);
+    g.reset();
     da.reset();
     at::Tensor dh, d_gate, d_up;
     if (ctx->needs_input_grad(0))

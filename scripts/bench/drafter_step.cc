@@ -218,19 +218,29 @@ int main(int argc, char** argv) {
     param_bytes += static_cast<int64_t>(p.tensor.nbytes());
   }
   const int64_t train_static = param_bytes * 4;  // params + grads + exp_avg + exp_avg_sq (fp32)
-  const at::Tensor embed = (*target)->embed_tokens();  // handles: the drafter shares them
-  const at::Tensor lm_head = (*target)->lm_head();
-  const bool tied = lm_head.is_same(embed);
-  const int64_t loaded =
-      static_cast<int64_t>(embed.nbytes()) + (tied ? 0 : static_cast<int64_t>(lm_head.nbytes()));
-  // On the drafter's device: lm_head; an untied embed_tokens only on the CPU (a CUDA drafter
-  // keeps it in host memory, DrafterModel::InitParameters).
-  const int64_t frozen =
-      tied || !device.is_cuda() ? loaded : static_cast<int64_t>(lm_head.nbytes());
-  // What else the embeddings-only target held on the device (layer 0, its final norm, and now the
-  // device copy of embed_tokens), freed here as the drafter worker frees it once the drafter
-  // exists.
-  const int64_t other_held = device.is_cuda() ? target_bytes - frozen : 0;
+  int64_t frozen = 0, other_held = 0;
+  {
+    // Handles only while the target exists: the drafter keeps what it uses (lm_head on the
+    // device, embed_tokens in host memory), and a handle kept here would hold the device copy of
+    // embed_tokens (1.16 GiB) in the peak.
+    const at::Tensor embed = (*target)->embed_tokens();
+    const at::Tensor lm_head = (*target)->lm_head();
+    const bool tied = lm_head.is_same(embed);
+    const int64_t loaded =
+        static_cast<int64_t>(embed.nbytes()) + (tied ? 0 : static_cast<int64_t>(lm_head.nbytes()));
+    // On the drafter's device: lm_head; an untied embed_tokens only on the CPU (a CUDA drafter
+    // keeps it in host memory, DrafterModel::InitParameters).
+    frozen = tied || !device.is_cuda() ? loaded : static_cast<int64_t>(lm_head.nbytes());
+    // What else the embeddings-only target held on the device (layer 0, its final norm, the
+    // device copy of embed_tokens), freed here as the drafter worker frees it once the drafter
+    // exists.
+    other_held = device.is_cuda() ? target_bytes - frozen : 0;
+    if (!export_dir.empty()) {
+      std::filesystem::create_directories(export_dir);
+      WriteTensors(export_dir + "/frozen.safetensors",
+                   {{"embed_tokens", embed}, {"lm_head", lm_head}});
+    }
+  }
   target->reset();
 
   // Documents filling the budget exactly; ids in [16, min(V, 151000)), never the mask id.
@@ -281,8 +291,6 @@ int main(int argc, char** argv) {
     eo.dtype = dflash::model::DType::kF32;  // bit-exact master weights
     eo.overwrite = true;
     Check(dflash::drafter::ExportDrafter(**drafter, export_dir + "/drafter", eo), "export");
-    WriteTensors(export_dir + "/frozen.safetensors",
-                 {{"embed_tokens", embed}, {"lm_head", lm_head}});
   }
   if (!dump_dir.empty()) {
     std::filesystem::create_directories(dump_dir);
@@ -331,6 +339,27 @@ int main(int argc, char** argv) {
   const double median = sorted[sorted.size() / 2];
   const Memory mem = DeviceMemory(device);
   const int64_t stat = train_static + frozen;
+  // Where the peak lies: one more micro-batch as the trainer runs it (forward + loss, then the
+  // backward into gradients that do not exist yet), the allocator's peak reset before each phase.
+  // The optimizer step's peak is the whole run's when neither of these reaches it.
+  int64_t forward_peak = 0, backward_peak = 0;
+#ifdef DFLASH_BENCH_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+    absl::StatusOr<at::Tensor> hidden = (*drafter)->Forward(batch);
+    Check(hidden.status(), "forward");
+    absl::StatusOr<dflash::drafter::DrafterLoss> loss =
+        (*drafter)->Loss(batch, *hidden, run_options->loss);
+    Check(loss.status(), "loss");
+    Synchronize(device);
+    forward_peak = DeviceMemory(device).peak;
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+    loss->numerator.backward();
+    Synchronize(device);
+    backward_peak = DeviceMemory(device).peak;
+    for (const auto& p : (*drafter)->parameters()) p.tensor.mutable_grad() = at::Tensor();
+  }
+#endif
   std::string loss_list;
   for (double l : losses) {
     char one[32];
@@ -344,6 +373,7 @@ int main(int argc, char** argv) {
                 "\"steps_per_s\": %.4f, \"ctx_tok_per_s\": %.1f, \"peak_bytes\": %lld, "
                 "\"param_elems\": %lld, \"train_static_bytes\": %lld, \"frozen_bytes\": %lld, "
                 "\"static_bytes\": %lld, \"beyond_bytes\": %lld, \"other_target_bytes\": %lld, "
+                "\"forward_peak_bytes\": %lld, \"backward_peak_bytes\": %lld, "
                 "\"setup_s\": %.1f, \"grad_norm0\": %.6g, \"first_loss\": %.6f, \"losses\": [%s]}",
                 recompute == "none" ? "" : (", recompute " + recompute).c_str(),
                 static_cast<long long>(tokens), static_cast<long long>(batch.anchors.size(0)),
@@ -352,7 +382,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(mem.peak), static_cast<long long>(param_elems),
                 static_cast<long long>(train_static), static_cast<long long>(frozen),
                 static_cast<long long>(stat), static_cast<long long>(mem.peak - stat),
-                static_cast<long long>(other_held), setup_s, grad_norm0, losses.front(),
+                static_cast<long long>(other_held), static_cast<long long>(forward_peak),
+                static_cast<long long>(backward_peak), setup_s, grad_norm0, losses.front(),
                 loss_list.c_str());
   std::printf("%s\n", buf);
   if (!json_path.empty()) {
