@@ -89,41 +89,26 @@ TEST(LeanOpsTest, CastLinearMatchesLinearOfTheCastWeight) {
   }
 }
 
+// Both ways of keeping activations (the projections kept, or recomputed in the backward).
 TEST(LeanOpsTest, SwiGluMlpMatchesThePlainGraph) {
-  for (const Case& c : Cases()) {
-    const at::Tensor h = at::randn({41, 16}).to(c.dtype);
-    const at::Tensor gate = at::randn({48, 16}) * 0.3, up = at::randn({48, 16}) * 0.3;
-    const at::Tensor down = at::randn({16, 48}) * 0.3;
-    Compare(
-        std::string("SwiGluMlp ") + c10::toString(c.dtype), c, {h, gate, up, down},
-        [&](const std::vector<at::Tensor>& in) {
-          return SwiGluMlp(in[0], in[1], in[2], in[3], c.dtype);
-        },
-        [&](const std::vector<at::Tensor>& in) {
-          const at::Tensor& x = in[0];
-          return at::linear(
-              at::silu(at::linear(x, in[1].to(c.dtype))) * at::linear(x, in[2].to(c.dtype)),
-              in[3].to(c.dtype));
-        });
-  }
-}
-
-TEST(LeanOpsTest, SwiGluMlpRecomputingTheProjectionsMatchesThePlainGraph) {
-  for (const Case& c : Cases()) {
-    const at::Tensor h = at::randn({23, 16}).to(c.dtype);
-    const at::Tensor gate = at::randn({40, 16}) * 0.3, up = at::randn({40, 16}) * 0.3;
-    const at::Tensor down = at::randn({16, 40}) * 0.3;
-    Compare(
-        std::string("SwiGluMlp recomputing ") + c10::toString(c.dtype), c, {h, gate, up, down},
-        [&](const std::vector<at::Tensor>& in) {
-          return SwiGluMlp(in[0], in[1], in[2], in[3], c.dtype, /*recompute_projections=*/true);
-        },
-        [&](const std::vector<at::Tensor>& in) {
-          const at::Tensor& x = in[0];
-          return at::linear(
-              at::silu(at::linear(x, in[1].to(c.dtype))) * at::linear(x, in[2].to(c.dtype)),
-              in[3].to(c.dtype));
-        });
+  for (const bool recompute : {false, true}) {
+    for (const Case& c : Cases()) {
+      const at::Tensor h = at::randn({41, 16}).to(c.dtype);
+      const at::Tensor gate = at::randn({48, 16}) * 0.3, up = at::randn({48, 16}) * 0.3;
+      const at::Tensor down = at::randn({16, 48}) * 0.3;
+      Compare(
+          std::string("SwiGluMlp ") + (recompute ? "recomputing " : "") + c10::toString(c.dtype), c,
+          {h, gate, up, down},
+          [&](const std::vector<at::Tensor>& in) {
+            return SwiGluMlp(in[0], in[1], in[2], in[3], c.dtype, recompute);
+          },
+          [&](const std::vector<at::Tensor>& in) {
+            const at::Tensor& x = in[0];
+            return at::linear(
+                at::silu(at::linear(x, in[1].to(c.dtype))) * at::linear(x, in[2].to(c.dtype)),
+                in[3].to(c.dtype));
+          });
+    }
   }
 }
 
