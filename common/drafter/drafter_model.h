@@ -27,8 +27,7 @@
 
 namespace dflash::drafter {
 
-// method.md §3.2: Qwen3's tokenizer has no mask token; drafters for it use this id.
-inline constexpr int64_t kQwen3MaskTokenId = 151669;
+using model::kQwen3MaskTokenId;
 
 // method.md §3.6: expected acceptance length 1 + sum_k prod_{i<=k} acc_i over slots k = 1..B-1,
 // acc_i = slot_correct[i] / slot_total[i] (0 where slot_total[i] is 0). Counts summed over

@@ -26,7 +26,7 @@ TransformerConfig Qwen3_8B() {
   t.rms_norm_eps = 1e-6;
   t.qk_norm = true;
   t.torch_dtype = "bfloat16";
-  t.mask_token_id = 151669;  // method.md §3.2
+  t.mask_token_id = kQwen3MaskTokenId;
   return t;
 }
 

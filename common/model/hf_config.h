@@ -13,6 +13,9 @@
 
 namespace dflash::model {
 
+// method.md §3.2: Qwen3's tokenizer has no mask token; drafters for it use this id.
+inline constexpr int64_t kQwen3MaskTokenId = 151669;
+
 // rope_scaling of type "llama3" (Llama-3.1+); other types are refused by name.
 struct RopeScaling {
   std::string rope_type;  // "llama3"

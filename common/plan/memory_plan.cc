@@ -254,7 +254,7 @@ absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
 
 absl::StatusOr<int64_t> RunMaskTokenId(const config::RunSpec& spec,
                                        const model::TransformerConfig& target) {
-  constexpr int64_t kQwen3MaskTokenId = 151669;  // method.md §3.2
+  using model::kQwen3MaskTokenId;
   int64_t id = 0;
   if (spec.drafter.mask_token_id) {
     id = *spec.drafter.mask_token_id;
