@@ -292,15 +292,19 @@ TEST(DrafterTrainerTest, RecomputeModesTrainTheSameRun) {
   }
 }
 
-TEST(DrafterTrainerTest, DataParallelRanksEqualOneRankAccumulating) {
+// Two data-parallel ranks (overlapped bucketed all-reduce) against one rank accumulating both
+// micro-batches: the same losses and parameters bit for bit, with `mode` on both sides.
+void CheckDataParallelEqualsOneRankAccumulating(drafter::Recompute mode) {
   const DrafterConfig c = TinyConfig();
+  drafter::DrafterOptions options;
+  options.recompute = mode;
   constexpr int kSteps = 5;
   const auto batch = [&](int step, int rank) {
     DrafterBatch b = Batch(c, 300 + 2 * step + rank);
     if (step == 2 && rank == 1) b.features[3][1] = std::numeric_limits<float>::quiet_NaN();
     return b;
   };
-  auto single = MakeModel(c, 3);
+  auto single = MakeModel(c, 3, options);
   auto one = DrafterTrainer::Create(single.get(), Config(kSteps), Loss());
   ASSERT_TRUE(one.ok());
   std::vector<double> want;
@@ -313,8 +317,10 @@ TEST(DrafterTrainerTest, DataParallelRanksEqualOneRankAccumulating) {
     want.push_back(s->loss);
   }
 
-  const std::string name = "dflash-test-dp-" + std::to_string(getpid());
-  std::unique_ptr<drafter::DrafterModel> models[2] = {MakeModel(c, 3), MakeModel(c, 3)};
+  const std::string name =
+      "dflash-test-dp-" + std::to_string(getpid()) + "-" + drafter::RecomputeName(mode);
+  std::unique_ptr<drafter::DrafterModel> models[2] = {MakeModel(c, 3, options),
+                                                      MakeModel(c, 3, options)};
   std::vector<double> got[2];
   absl::Status status[2];
   auto rank_main = [&](int rank) {
@@ -361,6 +367,15 @@ TEST(DrafterTrainerTest, DataParallelRanksEqualOneRankAccumulating) {
           << "rank " << r << ": " << single->parameters()[k].name;
     }
   }
+}
+
+TEST(DrafterTrainerTest, DataParallelRanksEqualOneRankAccumulating) {
+  CheckDataParallelEqualsOneRankAccumulating(drafter::Recompute::kNone);
+}
+
+// The gradients of a checkpointed layer reach the all-reduce's hooks through the checkpoint.
+TEST(DrafterTrainerTest, DataParallelRanksEqualOneRankAccumulatingWithRecomputedLayers) {
+  CheckDataParallelEqualsOneRankAccumulating(drafter::Recompute::kLayers);
 }
 
 // Out of memory (issue 8): a micro-batch that does not fit is trained as halves by documents,
