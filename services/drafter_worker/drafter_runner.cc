@@ -100,7 +100,8 @@ class DrafterRunner : public StepRunner {
     }
     LOG_RUN(INFO, ctx.run_id, trainer_->step())
         << "drafter ready: " << drafter_->config().num_layers << " layers, block "
-        << drafter_->config().block_size
+        << drafter_->config().block_size << ", recompute "
+        << drafter::RecomputeName(drafter_->options().recompute)
         << (ctx.resume_checkpoint.empty() ? std::string(", fresh")
                                           : absl::StrCat(", resumed from ", ctx.resume_checkpoint));
     std::map<std::string, std::string> applied = train::RunSettings(ctx.spec, drafter_->config());

@@ -157,11 +157,14 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
 // their gradients through the host communicator, and the run's losses equal, bit for bit, those
 // of one pair accumulating the same two micro-batches per step (grad_accum 2).
 TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwiceAndSurviveAKill) {
-  const auto yaml = [](const char* name, const char* placement, int grad_accum) {
+  const auto yaml = [](const char* name, const char* placement, int grad_accum,
+                       const char* recompute = "none") {
     return absl::StrCat("name: ", name,
                         "\nseed: 5\n"
                         "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
-                        "drafter: {layers: 1, block_size: 8}\n"
+                        "drafter: {layers: 1, block_size: 8, recompute: ",
+                        recompute,
+                        "}\n"
                         "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
                         "batching: {token_budget: 512, max_anchors: 64, grad_accum: ",
                         grad_accum,
@@ -200,6 +203,24 @@ TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwiceAndSurv
   }
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000016.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/export/model.safetensors"));
+  // drafter.recompute: layers through the workers (parsed, applied, echoed): the same curve, to
+  // fp32 rounding in general (each recomputed layer sums its inputs' gradients first; with this
+  // one-layer drafter the sums happen in the same order and the curve is equal bit for bit).
+  const std::string recomputed =
+      Submit(WriteRunYaml("layers.yaml", yaml("layers", "", 1, "layers")));
+  ASSERT_TRUE(WaitFor([&] { return Status(recomputed)["state"] == "RUN_STATE_DONE"; }, ms(60000)))
+      << Status(recomputed).dump();
+  const std::map<int64_t, double> relaid = Losses(recomputed);
+  ASSERT_EQ(relaid.size(), 16u);
+  double largest = 0;
+  for (const auto& [step, loss] : got) {
+    EXPECT_NEAR(relaid.at(step), loss, 1e-5 * std::abs(loss)) << "step " << step;
+    largest = std::max(largest, std::abs(relaid.at(step) - loss) / std::abs(loss));
+  }
+  std::printf("recompute layers against none: largest relative loss difference %.3g\n", largest);
+  const std::string layers_dir = Status(recomputed)["run_dir"];
+  EXPECT_THAT(ReadFile(layers_dir + "/logs/drafter-d0.log"), HasSubstr("recompute layers"));
+  EXPECT_THAT(ReadFile(run_dir + "/logs/drafter-d0.log"), HasSubstr("recompute none"));
 
   // The two-pair run again; drafter d1 is killed after step 5: d0, blocked in the gradient sum,
   // is released (its communicator aborted), the run pauses, waits for two pairs again (auto keeps
