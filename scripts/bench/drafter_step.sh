@@ -45,7 +45,7 @@ out = sys.argv[1]
 gib = lambda b: b / 2**30
 print()
 print("| tokens / anchors | implementation | ms/step (median) | steps/s | context tok/s | peak GiB | "
-      "static GiB (params+grads+Adam / frozen embed+lm_head) | beyond static GiB | first-step loss |")
+      "static GiB (params+grads+Adam / frozen tensors on the device) | beyond static GiB | first-step loss |")
 print("|---|---|---|---|---|---|---|---|---|")
 ratios = []
 for g in sys.argv[2:]:
