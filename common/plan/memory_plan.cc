@@ -471,8 +471,10 @@ absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConf
   std::string recompute_fix;
   if (role == "drafter") {
     config::RunSpec r = spec;
-    for (const std::string mode : {"mlp", "layers"}) {
-      if (spec.drafter.recompute == mode || spec.drafter.recompute == "layers") break;
+    const std::vector<std::string> modes = {"none", "mlp", "layers"};  // less kept each
+    const auto current = std::find(modes.begin(), modes.end(), spec.drafter.recompute);
+    for (auto it = current == modes.end() ? modes.end() : current + 1; it != modes.end(); ++it) {
+      const std::string& mode = *it;
       r.drafter.recompute = mode;
       absl::StatusOr<RunPlan> p = PlanRun(r, target, transport);
       if (p.ok() && p->drafter.device_bytes <= capacity_bytes) {

@@ -250,7 +250,13 @@ TEST(MemoryPlanTest, ARunThatDoesNotFitNamesTheDominantTermAndASettingThatFits) 
   config::RunSpec recomputing = spec;
   recomputing.drafter.recompute = "mlp";
   EXPECT_TRUE(CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
+  // Already recomputing the MLP: the whole layers are offered where they fit and the MLP does not.
+  const int64_t between = static_cast<int64_t>(23 * kGiB);
+  EXPECT_FALSE(CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", between).ok());
+  EXPECT_THAT(CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", between).message(),
+              HasSubstr("drafter.recompute: layers fits with the same batches"));
   recomputing.drafter.recompute = "layers";
+  EXPECT_TRUE(CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", between).ok());
   const absl::Status still =
       CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", static_cast<int64_t>(20 * kGiB));
   EXPECT_THAT(still.message(), Not(HasSubstr("drafter.recompute")));
