@@ -176,7 +176,7 @@ void Validate(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   CheckRange(e, "drafter.block_size", s->drafter.block_size, 2, 64);
   if (s->drafter.mask_token_id) CheckMin(e, "drafter.mask_token_id", *s->drafter.mask_token_id, 0);
   NormalizePath(opt, e, "drafter.init_from", &s->drafter.init_from, /*want_dir=*/true, nullptr);
-  CheckOneOf(e, "drafter.recompute", s->drafter.recompute, {"none", "mlp", "layers"});
+  CheckOneOf(e, "drafter.recompute", s->drafter.recompute, RecomputeModes());
 
   NormalizePath(opt, e, "data.train", &s->data.train, /*want_dir=*/false, &BuiltinDatasets());
   CheckOneOf(e, "data.format", s->data.format, {"chat", "pretokenized", "text"});
@@ -270,6 +270,11 @@ std::string Num(double v) {
 
 const std::vector<std::string>& BuiltinTargets() {
   static const std::vector<std::string> names = {"tiny-qwen3", "qwen3-8b-random"};
+  return names;
+}
+
+const std::vector<std::string>& RecomputeModes() {
+  static const std::vector<std::string> names = {"none", "mlp", "layers"};
   return names;
 }
 

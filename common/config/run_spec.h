@@ -112,6 +112,9 @@ std::string EmitRunSpec(const RunSpec& spec);
 const std::vector<std::string>& BuiltinTargets();
 const std::vector<std::string>& BuiltinDatasets();
 
+// drafter.recompute values, each keeping less for the backward than the one before.
+const std::vector<std::string>& RecomputeModes();
+
 // Default for loss.gamma given the block size (method.md §3): 7 for 16, 5 for 10, 4 for 8.
 std::optional<double> DefaultGamma(int64_t block_size);
 

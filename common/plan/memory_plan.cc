@@ -471,7 +471,7 @@ absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConf
   std::string recompute_fix;
   if (role == "drafter") {
     config::RunSpec r = spec;
-    const std::vector<std::string> modes = {"none", "mlp", "layers"};  // less kept each
+    const std::vector<std::string>& modes = config::RecomputeModes();  // less kept each
     const auto current = std::find(modes.begin(), modes.end(), spec.drafter.recompute);
     for (auto it = current == modes.end() ? modes.end() : current + 1; it != modes.end(); ++it) {
       const std::string& mode = *it;
