@@ -31,7 +31,10 @@
 // Usage: drafter_step [--tokens 8192] [--anchors 512] [--steps 10] [--warmup 3] [--seed 1]
 //          [--doc-min 200] [--doc-max 2000] [--target builtin:qwen3-8b-random] [--dtype bfloat16]
 //          [--layers 5] [--recompute none|mlp|layers] [--device cuda|cpu] [--json FILE] [--dump-dir
-//          DIR] [--export-weights DIR]
+//          DIR] [--export-weights DIR] [--profile 1]
+// --profile 1 (CUDA only) adds where the device time goes (scripts/bench/kernel_profile.h): the
+// kernels of the forward + loss, of the backward and of one trainer step by category, tables on
+// stderr and "profile" in the JSON.
 // --target builtin:tiny-qwen3 --device cpu --dtype float32 --tokens 512 --anchors 32 --doc-min 60
 // --doc-max 200 is a CPU smoke-test geometry (with 256 tokens / 8 anchors the first step can have
 // no supervised anchor and is refused as skipped).
@@ -51,6 +54,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -69,6 +73,7 @@
 #include "common/train/run_options.h"
 #include "common/train/run_setup.h"
 #include "common/train/trainer.h"
+#include "scripts/bench/kernel_profile.h"
 
 namespace {
 
@@ -168,6 +173,7 @@ int main(int argc, char** argv) {
   const std::string json_path = StrFlag(argc, argv, "--json");
   const std::string dump_dir = StrFlag(argc, argv, "--dump-dir");
   const std::string export_dir = StrFlag(argc, argv, "--export-weights");
+  const bool profile = Flag(argc, argv, "--profile", 0) != 0;
   if (tokens < 2 || max_anchors < 1 || steps < 1 || warmup < 0 || doc_min < 2 ||
       doc_max < doc_min) {
     Die("bad flags: need --tokens >= 2, --anchors >= 1, --steps >= 1, 2 <= --doc-min <= --doc-max");
@@ -177,6 +183,8 @@ int main(int argc, char** argv) {
 #ifndef DFLASH_BENCH_CUDA
   if (device.is_cuda()) Die("built without CUDA: use --device cpu");
 #endif
+  if (profile && !device.is_cuda())
+    Die("--profile 1 needs --device cuda (it times device kernels)");
 
   // The run.yaml the drafter worker would get (only target, drafter, seed and optim matter here).
   const std::string yaml = absl::StrCat(
@@ -360,6 +368,38 @@ int main(int argc, char** argv) {
     for (const auto& p : (*drafter)->parameters()) p.tensor.mutable_grad() = at::Tensor();
   }
 #endif
+  // Where the time goes: the device kernels of the forward + loss, of the backward, and of one
+  // whole trainer step (the same two, then 1 / weight sum, clipping and AdamW), by category.
+  std::string profile_json;
+  if (profile) {
+    auto run = [&](const char* title, const std::function<void()>& work) {
+      absl::StatusOr<dflash::bench::KernelProfile> p = dflash::bench::ProfileKernels(work);
+      Check(p.status(), title);
+      std::fprintf(stderr, "%s\n", dflash::bench::ProfileTable(title, *p, 15).c_str());
+      return dflash::bench::ProfileJson(*p, 15);
+    };
+    absl::StatusOr<dflash::drafter::DrafterLoss> loss;
+    const std::string fwd = run("forward + loss", [&] {
+      absl::StatusOr<at::Tensor> hidden = (*drafter)->Forward(batch);
+      Check(hidden.status(), "forward");
+      loss = (*drafter)->Loss(batch, *hidden, run_options->loss);
+      Check(loss.status(), "loss");
+      Synchronize(device);
+    });
+    const std::string bwd = run("backward", [&] {
+      loss->numerator.backward();
+      Synchronize(device);
+    });
+    loss = absl::UnknownError("released");
+    for (const auto& p : (*drafter)->parameters()) p.tensor.mutable_grad() = at::Tensor();
+    const std::string step = run("trainer step", [&] {
+      Check((*trainer)->AddMicroBatch(batch), "AddMicroBatch");
+      Check((*trainer)->Step().status(), "Step");
+      Synchronize(device);
+    });
+    profile_json = absl::StrCat(", \"profile\": {\"forward_loss\": ", fwd, ", \"backward\": ", bwd,
+                                ", \"step\": ", step, "}");
+  }
   std::string loss_list;
   for (double l : losses) {
     char one[32];
@@ -374,7 +414,7 @@ int main(int argc, char** argv) {
                 "\"param_elems\": %lld, \"train_static_bytes\": %lld, \"frozen_bytes\": %lld, "
                 "\"static_bytes\": %lld, \"beyond_bytes\": %lld, \"other_target_bytes\": %lld, "
                 "\"forward_peak_bytes\": %lld, \"backward_peak_bytes\": %lld, "
-                "\"setup_s\": %.1f, \"grad_norm0\": %.6g, \"first_loss\": %.6f, \"losses\": [%s]}",
+                "\"setup_s\": %.1f, \"grad_norm0\": %.6g, \"first_loss\": %.6f, \"losses\": [%s]",
                 recompute == "none" ? "" : (", recompute " + recompute).c_str(),
                 static_cast<long long>(tokens), static_cast<long long>(batch.anchors.size(0)),
                 pieces.size(), static_cast<long long>(steps), median, sorted.front(), sorted.back(),
@@ -385,9 +425,10 @@ int main(int argc, char** argv) {
                 static_cast<long long>(other_held), static_cast<long long>(forward_peak),
                 static_cast<long long>(backward_peak), setup_s, grad_norm0, losses.front(),
                 loss_list.c_str());
-  std::printf("%s\n", buf);
+  const std::string line = absl::StrCat(buf, profile_json, "}");
+  std::printf("%s\n", line.c_str());
   if (!json_path.empty()) {
-    std::ofstream(json_path) << buf << "\n";
+    std::ofstream(json_path) << line << "\n";
   }
   return 0;
 }

@@ -176,6 +176,65 @@ class ChunkedCE(torch.autograd.Function):
         return grad, None, None, None, None
 
 
+def kernel_category(name):
+    """scripts/bench/kernel_profile.cc's KernelCategory, the same rules."""
+    s = name.lower()
+    has = lambda *parts: any(p in s for p in parts)  # noqa: E731
+    if has("memcpy", "memset"):
+        return "copy"
+    if has("attn", "flash", "triton_tem"):
+        return "attention"
+    if has("gemm", "nvjet", "cutlass", "xmma", "cublas", "splitk"):
+        return "gemm"
+    if has("fusedce", "cross_entropy", "log_softmax", "logsumexp"):
+        return "loss"
+    if has("adam", "multi_tensor", "foreach"):
+        return "optimizer"
+    return "elementwise/other"
+
+
+def profile_kernels(work, top=15):
+    """Device time of the kernels, memcpys and memsets `work` launches (as ProfileKernels)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        t0 = time.perf_counter()
+        work()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) * 1e3
+    by_name, cats, spans = {}, {}, []
+    for e in p.profiler.kineto_results.events():
+        if e.device_type() != DeviceType.CUDA or e.is_user_annotation() or e.name().endswith(" Sync"):
+            continue
+        ms = e.duration_ns() / 1e6
+        c, t = by_name.get(e.name(), (0, 0.0))
+        by_name[e.name()] = (c + 1, t + ms)
+        cats[kernel_category(e.name())] = cats.get(kernel_category(e.name()), 0.0) + ms
+        spans.append((e.start_ns(), e.end_ns()))
+    spans.sort()
+    busy, (b, en) = 0, spans[0]
+    for s0, e0 in spans:
+        if s0 > en:
+            busy, b, en = busy + en - b, s0, e0
+        else:
+            en = max(en, e0)
+    busy += en - b
+    kernel_ms = sum(cats.values())
+    kernels = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]
+    out = {"wall_ms": wall, "busy_ms": busy / 1e6, "kernel_ms": kernel_ms,
+           "launches": len(spans), "category_ms": cats,
+           "top": [{"name": n[:160], "count": c, "ms": t} for n, (c, t) in kernels]}
+    lines = [f"reference step: wall {wall:.2f} ms, device busy {busy / 1e6:.2f} ms, kernels "
+             f"{kernel_ms:.2f} ms in {len(spans)} launches", "| category | ms | share of kernel time |",
+             "|---|---|---|"]
+    lines += [f"| {c} | {t:.2f} | {100 * t / kernel_ms:.1f}% |" for c, t in sorted(cats.items())]
+    lines += ["| kernel | launches | ms |", "|---|---|---|"]
+    lines += [f"| {n[:110]} | {c} | {t:.2f} |" for n, (c, t) in kernels]
+    print("\n".join(lines), file=sys.stderr)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump-dir", required=True, help="drafter_step --dump-dir")
@@ -188,6 +247,9 @@ def main():
     ap.add_argument("--compile", choices=["full", "flex", "none"], default="full")
     ap.add_argument("--attention", choices=["flex", "dense"], default="flex")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="1: profile one more step's device kernels by category (as drafter_step "
+                         "--profile 1), a table on stderr and \"profile\" in the JSON")
     args = ap.parse_args()
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
@@ -334,6 +396,8 @@ def main():
     train_static = n_elem * 16
     frozen_b = embed.nbytes + (0 if lm_head.data_ptr() == embed.data_ptr() else lm_head.nbytes)
     peak = torch.cuda.max_memory_allocated(dev) if cuda else 0
+    # After the peak was read: one more step, profiled.
+    prof = profile_kernels(lambda: step(fns)) if args.profile and cuda else None
     out = {
         "impl": f"pytorch ({compile_mode})", "tokens": t, "anchors": batch["anchors"].shape[0],
         "documents": batch["cu_seqlens"].shape[0] - 1, "steps_timed": len(ms),
@@ -345,6 +409,8 @@ def main():
         "setup_s": round(time.perf_counter() - t_setup - sum(ms) / 1e3, 1), "grad_norm0": gn0,
         "first_loss": losses[0], "losses": losses, "note": note,
     }
+    if prof is not None:
+        out["profile"] = {"step": prof}
     line = json.dumps(out)
     print(line)
     if args.json:
