@@ -182,12 +182,12 @@ def kernel_category(name):
     has = lambda *parts: any(p in s for p in parts)  # noqa: E731
     if has("memcpy", "memset"):
         return "copy"
-    if has("attn", "flash", "triton_tem"):
+    if has("fusedce", "cross_entropy", "log_softmax", "logsumexp"):
+        return "loss"
+    if has("attn", "flash_", "flashattn", "triton_tem"):
         return "attention"
     if has("gemm", "nvjet", "cutlass", "xmma", "cublas", "splitk"):
         return "gemm"
-    if has("fusedce", "cross_entropy", "log_softmax", "logsumexp"):
-        return "loss"
     if has("adam", "multi_tensor", "foreach"):
         return "optimizer"
     return "elementwise/other"

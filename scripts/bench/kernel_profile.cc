@@ -26,16 +26,19 @@ std::string KernelCategory(const std::string& name) {
   std::string s = name;
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   if (Has(s, "memcpy") || Has(s, "memset")) return "copy";
-  // Before gemm: the attention kernels' names hold no "gemm", but FlexAttention's Triton templates
-  // are "triton_tem_fused_...".
-  if (Has(s, "attn") || Has(s, "flash") || Has(s, "triton_tem")) return "attention";
-  if (Has(s, "gemm") || Has(s, "nvjet") || Has(s, "cutlass") || Has(s, "xmma") ||
-      Has(s, "cublas") || Has(s, "splitk")) {
-    return "gemm";
-  }
+  // Before attention: the fused cross-entropy's kernels live in namespace dflash::kernels, and
+  // "dflash" holds "flash".
   if (Has(s, "fusedce") || Has(s, "cross_entropy") || Has(s, "log_softmax") ||
       Has(s, "logsumexp")) {
     return "loss";
+  }
+  // Before gemm: FlexAttention's Triton templates are "triton_tem_fused_...".
+  if (Has(s, "attn") || Has(s, "flash_") || Has(s, "flashattn") || Has(s, "triton_tem")) {
+    return "attention";
+  }
+  if (Has(s, "gemm") || Has(s, "nvjet") || Has(s, "cutlass") || Has(s, "xmma") ||
+      Has(s, "cublas") || Has(s, "splitk")) {
+    return "gemm";
   }
   if (Has(s, "adam") || Has(s, "multi_tensor") || Has(s, "foreach")) return "optimizer";
   return "elementwise/other";
