@@ -11,7 +11,7 @@ namespace dflash::transport {
 namespace {
 
 constexpr uint32_t kMagic = 0x46464644;  // "DFFF" little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;         // 2: DeviceFeatureRef carries the features' checksum
 constexpr uint32_t kDeviceFlag = 0x100;  // in Header.dtype: features by DeviceFeatureRef
 
 struct Header {

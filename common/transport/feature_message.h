@@ -25,8 +25,12 @@ size_t FeatureDTypeSize(FeatureDType dtype);
 // Where a cuda_ipc message's features are: a peer's device buffer (cuda_ipc.h), rows of
 // feature_dim elements from `offset` bytes into it.
 struct DeviceFeatureRef {
-  std::array<uint8_t, 64> ipc_handle{};
+  std::array<uint8_t, 64> ipc_handle{};  // cuda_ipc; zero over nccl (the features follow)
   uint64_t offset = 0;
+  // feature_checksum.h over the T * feature_dim elements as the target wrote them: the drafter
+  // recomputes it before training on them.
+  uint64_t checksum_sum = 0;
+  uint64_t checksum_weighted = 0;
 };
 
 // The largest message for a micro-batch of at most `token_budget` tokens (and as many pieces);
@@ -41,7 +45,7 @@ absl::StatusOr<uint32_t> EncodeFeatureMessage(const batching::PackedBatch& batch
                                               FeatureDType dtype, std::vector<uint8_t>* out);
 
 // The same message whose features stay in a device buffer: only `ref` travels. The CRC-32 covers
-// the packed batch and the reference, not the feature values.
+// the packed batch and the reference (with the features' own checksum), not the feature values.
 absl::StatusOr<uint32_t> EncodeFeatureMessageRef(const batching::PackedBatch& batch,
                                                  int64_t feature_dim, FeatureDType dtype,
                                                  const DeviceFeatureRef& ref,

@@ -16,22 +16,25 @@
 //             CRC-32 over it), ShmRing::Send; Receive, DecodeFeatureMessage (CRC-32 checked), the
 //             features cloned out of the slot (as the drafter does), Release.
 //
-// Every batch is checked bit for bit on the consumer: both processes draw the same two feature
-// tensors from --seed and batch b carries tensor b % 2, so what arrives must equal what was sent
-// element for element (16-bit or 32-bit words compared, not values); the check is outside the
-// timed calls. Per batch the consumer times its receive (from asking for the batch to holding its
-// features) and its release; the producer its wait for a free slot, its write and its send.
-// Reported (one JSON line, and a table on stderr): medians over the batches after --warmup, the
-// consumer's interval between batches, the bytes per batch and the channel's throughput, and with
-// --step-ms the consumer's receive + release as a share of a training step of that length (the
-// transport's cost on the drafter's critical path; the producer is ahead, so the receive holds no
-// wait for the target).
+// On the device transports the producer takes the features' checksum after writing them and sends
+// it in the message, and the consumer recomputes it before using them, as the target and drafter
+// workers do (common/transport/feature_checksum.h); the host transport's message CRC-32 covers its
+// features. Besides, every batch is checked bit for bit on the consumer: both processes draw the
+// same two feature tensors from --seed and batch b carries tensor b % 2, so what arrives must equal
+// what was sent word for word (not value for value); that check is outside the timed calls. Per
+// batch the consumer times its receive (from asking for the batch to holding its features), the
+// checksum and its release. Reported (one JSON line, and a table on stderr): medians over the
+// batches after --warmup, the consumer's interval between batches, the bytes per batch and the
+// channel's throughput, and with --step-ms the consumer's receive + checksum + release as a share
+// of a training step of that length (the transport's cost on the drafter's critical path; the
+// producer is ahead, so the receive holds no wait for the target).
 //
 // Usage: transport_bench [--transport cuda_ipc|nccl|host] [--tokens 8192] [--feature-dim 20480]
 //          [--dtype bfloat16|float32] [--batches 50] [--warmup 5] [--device 0] [--peer-device 1]
 //          [--seed 1] [--step-ms MS] [--json FILE] [--corrupt-batch B]
-// --corrupt-batch B flips one bit of batch B's features on the producer after the draw: the
-// consumer must count it as mismatched (the exit status is 2 when any batch mismatched).
+// --corrupt-batch B flips one bit of batch B's features on the producer after their checksum was
+// taken (host: in the message after its CRC-32): the consumer must count it as mismatched by both
+// checks (the exit status is 2 when any batch mismatched).
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -55,6 +58,7 @@
 #include "absl/strings/str_format.h"
 #include "common/batching/packed_batch.h"
 #include "common/transport/cuda_ipc.h"
+#include "common/transport/feature_checksum.h"
 #include "common/transport/feature_message.h"
 #include "common/transport/nccl_channel.h"
 #include "common/transport/shm_ring.h"
@@ -157,6 +161,13 @@ void Produce(const Geometry& g, const std::string& channel, int to_consumer,
   std::unique_ptr<tr::CudaIpcSlots> slots;
   std::unique_ptr<tr::NcclChannel> nccl;
   std::string handoff = channel;  // what the consumer needs: the ring's name or the descriptor
+  std::unique_ptr<tr::DeviceChecksummer> checksummer;
+  if (g.on_device()) {
+    absl::StatusOr<std::unique_ptr<tr::DeviceChecksummer>> c =
+        tr::DeviceChecksummer::Create(g.device);
+    if (!c.ok()) Die("producer", c.status().ToString());
+    checksummer = *std::move(c);
+  }
   if (g.transport == "nccl") {
     absl::StatusOr<std::string> d = tr::NcclChannel::NewDescriptor(
         tr::MaxFeatureMessageBytes(g.tokens, g.feature_dim, g.dtype, false), g.feature_bytes());
@@ -195,17 +206,14 @@ void Produce(const Geometry& g, const std::string& channel, int to_consumer,
   at::Tensor host_features;
   const absl::Duration timeout = absl::Seconds(60);
   for (int64_t b = 0; b < g.batches; ++b) {
-    at::Tensor source = sources[b % 2];
-    if (b == g.corrupt_batch) {  // checks the check: one bit of one word flipped
-      source = source.clone();
-      at::Tensor words = source.view(source.element_size() == 2 ? at::kShort : at::kInt);
-      words.view({-1})[words.numel() / 2].bitwise_xor_(1);
-    }
+    const at::Tensor& source = sources[b % 2];
+    const bool corrupt = b == g.corrupt_batch;  // one bit flipped after the checksum was taken
     absl::StatusOr<uint32_t> encoded;
     if (g.transport == "host") {
       encoded =
           tr::EncodeFeatureMessage(batch, source.data_ptr(), g.feature_dim, g.dtype, &message);
       if (!encoded.ok()) Die("producer", encoded.status().ToString());
+      if (corrupt) message[message.size() / 2] ^= 1;  // inside the features: the CRC-32 catches it
       if (absl::Status s = ring->Send(static_cast<uint64_t>(b), message, timeout); !s.ok()) {
         Die("producer", s.ToString());
       }
@@ -222,6 +230,16 @@ void Produce(const Geometry& g, const std::string& channel, int to_consumer,
     }
     at::from_blob(buffer, {g.tokens, g.feature_dim}, source.options()).copy_(source);
     tr::DeviceFeatureRef ref;
+    absl::StatusOr<tr::FeatureChecksum> sum = checksummer->Compute(buffer, g.feature_bytes());
+    if (!sum.ok()) Die("producer", sum.status().ToString());
+    ref.checksum_sum = sum->sum;
+    ref.checksum_weighted = sum->weighted;
+    if (corrupt) {
+      at::from_blob(buffer, {static_cast<int64_t>(g.feature_bytes())},
+                    source.options().dtype(at::kByte))
+          .narrow(0, static_cast<int64_t>(g.feature_bytes() / 2), 1)
+          .bitwise_xor_(1);
+    }
     if (!nccl) {
       Synchronize(g, g.device);  // published only once written
       ref.ipc_handle = slots->handle(static_cast<uint32_t>(b % slots->size()));
@@ -238,8 +256,8 @@ void Produce(const Geometry& g, const std::string& channel, int to_consumer,
 }
 
 struct ConsumerResult {
-  std::vector<double> receive, release, interval;
-  int64_t mismatches = 0;
+  std::vector<double> receive, checksum, release, interval;
+  int64_t mismatches = 0, checksum_mismatches = 0;
 };
 
 ConsumerResult Consume(const Geometry& g, int from_producer) {
@@ -274,6 +292,13 @@ ConsumerResult Consume(const Geometry& g, int from_producer) {
     ring = *std::move(r);
     if (g.on_device()) mappings = std::make_unique<tr::CudaIpcMappings>(g.device);
   }
+  std::unique_ptr<tr::DeviceChecksummer> checksummer;
+  if (g.on_device()) {
+    absl::StatusOr<std::unique_ptr<tr::DeviceChecksummer>> c =
+        tr::DeviceChecksummer::Create(device_index);
+    if (!c.ok()) Die("consumer", c.status().ToString());
+    checksummer = *std::move(c);
+  }
   ConsumerResult out;
   Clock::time_point last_end;
   for (int64_t b = 0; b < g.batches; ++b) {
@@ -283,6 +308,13 @@ ConsumerResult Consume(const Geometry& g, int from_producer) {
              : ring->Receive(static_cast<uint64_t>(b), timeout);
     if (!frame.ok()) Die("consumer", frame.status().ToString());
     absl::StatusOr<tr::DecodedFeatures> d = tr::DecodeFeatureMessage(*frame);
+    if (!d.ok() && d.status().code() == absl::StatusCode::kDataLoss && !nccl) {
+      ++out.checksum_mismatches;  // the host message's CRC-32: refused, not compared
+      ++out.mismatches;
+      if (absl::Status s = ring->Release(); !s.ok()) Die("consumer", s.ToString());
+      last_end = Clock::now();
+      continue;
+    }
     if (!d.ok()) Die("consumer", d.status().ToString());
     const int64_t t = static_cast<int64_t>(d->batch.input_ids.size());
     at::Tensor features;
@@ -301,6 +333,15 @@ ConsumerResult Consume(const Geometry& g, int from_producer) {
           at::from_blob(const_cast<uint8_t*>(d->features), {t, d->feature_dim}, options).clone();
     }
     const auto t1 = Clock::now();
+    if (d->device) {  // as the drafter: the target's checksum recomputed before training
+      absl::StatusOr<tr::FeatureChecksum> sum =
+          checksummer->Compute(features.data_ptr(), features.nbytes());
+      if (!sum.ok()) Die("consumer", sum.status().ToString());
+      if (*sum != tr::FeatureChecksum{d->device->checksum_sum, d->device->checksum_weighted}) {
+        ++out.checksum_mismatches;
+      }
+    }
+    const auto t1c = Clock::now();
     if (!SameBits(features, sources[b % 2])) ++out.mismatches;  // synchronizes (equal)
     const auto t2 = Clock::now();
     const absl::Status released = nccl ? nccl->Release() : ring->Release();
@@ -308,6 +349,7 @@ ConsumerResult Consume(const Geometry& g, int from_producer) {
     const auto t3 = Clock::now();
     if (b >= g.warmup) {
       out.receive.push_back(Ms(t0, t1));
+      out.checksum.push_back(Ms(t1, t1c));
       out.release.push_back(Ms(t2, t3));
       if (b > g.warmup) out.interval.push_back(Ms(last_end, t3));
     }
@@ -367,7 +409,8 @@ int main(int argc, char** argv) {
       if (write(results[1], p, n) != static_cast<ssize_t>(n)) std::_Exit(3);
     };
     put(&r.mismatches, sizeof(r.mismatches));
-    for (const std::vector<double>* v : {&r.receive, &r.release, &r.interval}) {
+    put(&r.checksum_mismatches, sizeof(r.checksum_mismatches));
+    for (const std::vector<double>* v : {&r.receive, &r.checksum, &r.release, &r.interval}) {
       const uint64_t n = v->size();
       put(&n, sizeof(n));
       put(v->data(), n * sizeof(double));
@@ -389,7 +432,8 @@ int main(int argc, char** argv) {
   };
   Produce(g, channel, handoff[1], [&] {
     get(&r.mismatches, sizeof(r.mismatches));
-    for (std::vector<double>* v : {&r.receive, &r.release, &r.interval}) {
+    get(&r.checksum_mismatches, sizeof(r.checksum_mismatches));
+    for (std::vector<double>* v : {&r.receive, &r.checksum, &r.release, &r.interval}) {
       uint64_t n = 0;
       get(&n, sizeof(n));
       v->resize(n);
@@ -402,26 +446,30 @@ int main(int argc, char** argv) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("producer", "the consumer failed");
 
   const double bytes = static_cast<double>(g.feature_bytes());
-  const double receive = Median(r.receive), release = Median(r.release);
-  const double interval = Median(r.interval);
-  const double share = step_ms > 0 ? (receive + release) / step_ms : 0;
+  const double receive = Median(r.receive), checksum = Median(r.checksum);
+  const double release = Median(r.release), interval = Median(r.interval);
+  const double share = step_ms > 0 ? (receive + checksum + release) / step_ms : 0;
   const std::string line = absl::StrFormat(
       "{\"transport\": \"%s\", \"tokens\": %d, \"feature_dim\": %d, \"dtype\": \"%s\", "
       "\"feature_bytes\": %d, \"batches\": %d, \"warmup\": %d, \"mismatched_batches\": %d, "
-      "\"receive_ms_median\": %.4f, \"release_ms_median\": %.4f, \"interval_ms_median\": %.4f, "
-      "\"throughput_gb_s\": %.2f, \"step_ms\": %.3f, \"share_of_step\": %.5f, \"total_s\": %.2f}",
+      "\"checksum_mismatches\": %d, \"receive_ms_median\": %.4f, \"checksum_ms_median\": %.4f, "
+      "\"release_ms_median\": %.4f, \"interval_ms_median\": %.4f, \"throughput_gb_s\": %.2f, "
+      "\"step_ms\": %.3f, \"share_of_step\": %.5f, \"total_s\": %.2f}",
       g.transport, g.tokens, g.feature_dim, dtype, static_cast<int64_t>(bytes), g.batches, g.warmup,
-      r.mismatches, receive, release, interval, bytes / (interval * 1e6), step_ms, share, total_s);
+      r.mismatches, r.checksum_mismatches, receive, checksum, release, interval,
+      bytes / (interval * 1e6), step_ms, share, total_s);
   std::printf("%s\n", line.c_str());
   const std::string share_cell =
       step_ms > 0 ? absl::StrFormat("%.2f%% of %.1f ms", 100 * share, step_ms) : "-";
   const std::string table = absl::StrFormat(
-      "| transport | batch MB | batches | mismatched | receive ms | release ms | interval ms | "
-      "GB/s | receive + release, share of a step |\n|---|---|---|---|---|---|---|---|---|\n"
-      "| %s | %.1f | %d | %d | %.3f | %.3f | %.3f | %.1f | %s |\n",
-      g.transport, bytes / 1e6, g.batches, r.mismatches, receive, release, interval,
-      bytes / (interval * 1e6), share_cell);
+      "| transport | batch MB | batches | mismatched (bits / checksum) | receive ms | checksum ms "
+      "| "
+      "release ms | interval ms | GB/s | receive + checksum + release, share of a step |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n"
+      "| %s | %.1f | %d | %d / %d | %.3f | %.3f | %.3f | %.3f | %.1f | %s |\n",
+      g.transport, bytes / 1e6, g.batches, r.mismatches, r.checksum_mismatches, receive, checksum,
+      release, interval, bytes / (interval * 1e6), share_cell);
   std::fputs(table.c_str(), stderr);
   if (!json_path.empty()) std::ofstream(json_path) << line << "\n";
-  return r.mismatches == 0 ? 0 : 2;
+  return r.mismatches == 0 && r.checksum_mismatches == 0 ? 0 : 2;
 }

@@ -16,6 +16,7 @@
 #include "common/train/run_setup.h"
 #include "common/train/trainer.h"
 #include "common/transport/cuda_ipc.h"
+#include "common/transport/feature_checksum.h"
 #include "common/transport/feature_message.h"
 #include "common/transport/group.h"
 #include "common/transport/nccl_channel.h"
@@ -49,6 +50,12 @@ class DrafterRunner : public StepRunner {
     if (absl::Status s = JoinDrafterGroup(&prepared); !s.ok()) return s;
     if (ctx.transport == "cuda_ipc")
       mappings_ = std::make_unique<transport::CudaIpcMappings>(ctx.gpu);
+    if (ctx.transport == "cuda_ipc" || ctx.transport == "nccl") {
+      absl::StatusOr<std::unique_ptr<transport::DeviceChecksummer>> checksummer =
+          transport::DeviceChecksummer::Create(ctx.gpu);
+      if (!checksummer.ok()) return checksummer.status();
+      checksummer_ = *std::move(checksummer);
+    }
     if (ctx.transport == "nccl") {
       transport::NcclChannel::Options o;
       o.rank = 1;
@@ -310,6 +317,20 @@ class DrafterRunner : public StepRunner {
                                at::TensorOptions().dtype(ScalarOf(d->dtype)))
                      .clone();
     }
+    if (d->device) {
+      // Never trained on features that differ from what the target wrote (feature_checksum.h).
+      absl::StatusOr<transport::FeatureChecksum> sum =
+          checksummer_->Compute(features.data_ptr(), features.nbytes());
+      if (!sum.ok()) return sum.status();
+      const transport::FeatureChecksum sent{d->device->checksum_sum, d->device->checksum_weighted};
+      if (*sum != sent) {
+        return absl::DataLossError(absl::StrCat(
+            "batch ", mb.batch_id, ": the features' checksum (", absl::Hex(sum->sum), ", ",
+            absl::Hex(sum->weighted), ") is not the target's (", absl::Hex(sent.sum), ", ",
+            absl::Hex(sent.weighted), "): corrupted between the target and this drafter over ",
+            ctx_.transport, "; not trained on"));
+      }
+    }
     if (absl::Status s =
             trainer_->AddMicroBatch(train::MakeDrafterBatch(d->batch, mb.anchors, features), last);
         !s.ok()) {
@@ -331,9 +352,10 @@ class DrafterRunner : public StepRunner {
   std::mutex mu_;
   bool aborted_ = false;
   std::unique_ptr<transport::ShmRing> ring_;
-  std::unique_ptr<transport::Communicator> comm_;         // data-parallel drafters only
-  std::unique_ptr<transport::CudaIpcMappings> mappings_;  // cuda_ipc only
-  std::unique_ptr<transport::NcclChannel> nccl_;          // nccl only
+  std::unique_ptr<transport::Communicator> comm_;              // data-parallel drafters only
+  std::unique_ptr<transport::CudaIpcMappings> mappings_;       // cuda_ipc only
+  std::unique_ptr<transport::NcclChannel> nccl_;               // nccl only
+  std::unique_ptr<transport::DeviceChecksummer> checksummer_;  // cuda_ipc, nccl
 };
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "common/data/run_data.h"
 #include "common/train/run_setup.h"
 #include "common/transport/cuda_ipc.h"
+#include "common/transport/feature_checksum.h"
 #include "common/transport/feature_message.h"
 #include "common/transport/group.h"
 #include "common/transport/nccl_channel.h"
@@ -89,6 +90,19 @@ class TargetRunner : public StepRunner {
     absl::StatusOr<transport::FeatureDType> ftype = FeatureType(target_->dtype());
     if (!ftype.ok()) return ftype.status();
     ftype_ = *ftype;
+    if (device_features() && ctx.tp_rank == 0) {
+      absl::StatusOr<std::unique_ptr<transport::DeviceChecksummer>> checksummer =
+          transport::DeviceChecksummer::Create(ctx.gpu);
+      if (!checksummer.ok()) return checksummer.status();
+      checksummer_ = *std::move(checksummer);
+    }
+    // Test hook for the feature checksum (tests/integration, GPU): one bit of the Nth message's
+    // features (0-based) flipped after its checksum was taken, as a corrupting transport would.
+    if (const char* bad = std::getenv("DFLASH_TEST_CORRUPT_FEATURES_MESSAGE"); bad != nullptr) {
+      corrupt_message_ = std::atoll(bad);
+      LOG_RUN(WARNING, ctx.run_id, -1)
+          << "test hook: message " << bad << "'s features are corrupted after their checksum";
+    }
     // Test hook for the out-of-memory recovery on CPU machines (tests/integration).
     if (const char* oom = std::getenv("DFLASH_TEST_OOM_ABOVE_TOKENS"); oom != nullptr) {
       inject_oom_above_ = std::atoll(oom);
@@ -366,6 +380,16 @@ class TargetRunner : public StepRunner {
                       at::TensorOptions().dtype(target_->dtype()).device(target_->device()));
     if (absl::Status s = ForwardBatch(features); !s.ok()) return s;
     transport::DeviceFeatureRef ref;  // nccl: no handle, the features follow the message
+    // Waits for the forward (the value travels in the message).
+    absl::StatusOr<transport::FeatureChecksum> sum =
+        checksummer_->Compute(features.data_ptr(), features.nbytes());
+    if (!sum.ok()) return sum.status();
+    ref.checksum_sum = sum->sum;
+    ref.checksum_weighted = sum->weighted;
+    if (static_cast<int64_t>(sent_) == corrupt_message_) {
+      const at::Tensor bytes = features.view(at::kByte).view({-1});
+      bytes.narrow(0, bytes.numel() / 2, 1).bitwise_xor_(1);
+    }
     if (ctx_.transport == "cuda_ipc") {
       // Published only once written: the drafter reads the slot as soon as the message arrives.
       // (nccl's transfer waits for the forward on the device.)
@@ -395,7 +419,9 @@ class TargetRunner : public StepRunner {
   std::unique_ptr<transport::Communicator> tp_comm_;  // the tensor-parallel group (tp_world > 1)
   int64_t step_splits_ = 0;                           // this step's out-of-memory splits
   int64_t inject_oom_above_ = 0;                      // test hook (DFLASH_TEST_OOM_ABOVE_TOKENS)
-  uint64_t sent_ = 0;                                 // messages sent (= ring slot counter)
+  int64_t corrupt_message_ = -1;  // test hook (DFLASH_TEST_CORRUPT_FEATURES_MESSAGE)
+  std::unique_ptr<transport::DeviceChecksummer> checksummer_;  // cuda_ipc, nccl (rank 0)
+  uint64_t sent_ = 0;  // messages sent (= ring slot counter)
   batching::PackedBatch scratch_;
   std::vector<uint8_t> message_;
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -30,16 +31,25 @@ std::string Yaml(const std::string& name, const std::string& transport) {
                       "}\ncheckpoint: {every_steps: 100, keep: 1}\n");
 }
 
+bool HaveNvidiaDevice() {
+  std::error_code ec;
+  return std::filesystem::exists("/dev/nvidia0", ec) ||
+         std::filesystem::exists("/proc/driver/nvidia/gpus", ec);
+}
+
+// The run id of a submit's output ("run <id> ended: ..."), without a JSON parser.
+std::string RunIdOf(const std::string& out) {
+  const size_t end = out.rfind(" ended: ");
+  const size_t begin = end == std::string::npos ? end : out.rfind("run ", end);
+  return begin == std::string::npos ? std::string() : out.substr(begin + 4, end - begin - 4);
+}
+
 TEST_F(TrainingCluster, GpuPairTrainsThroughCudaIpcWithTheLossCurveOfHost) {
   // The H200 runs of 2026-12-03 died of a segfault after the comparisons (the fatal-signal
   // handler printed no frame), also with the CUDA probe moved into a forked child. The test
   // process now links no CUDA or LibTorch library at all, as the CPU training tests, whose
   // processes never crashed: the NVIDIA driver's device node tells whether a GPU is there.
-  std::error_code ec;
-  if (!std::filesystem::exists("/dev/nvidia0", ec) &&
-      !std::filesystem::exists("/proc/driver/nvidia/gpus", ec)) {
-    GTEST_SKIP() << "no NVIDIA device on this machine";
-  }
+  if (!HaveNvidiaDevice()) GTEST_SKIP() << "no NVIDIA device on this machine";
   StartWorker("target", "t0", /*gpu=*/0);
   StartWorker("drafter", "d0", /*gpu=*/0);
   CtlResult ipc = RunCtl(address_, {"submit", WriteRunYaml("ipc.yaml", Yaml("ipc", "auto"))});
@@ -51,12 +61,7 @@ TEST_F(TrainingCluster, GpuPairTrainsThroughCudaIpcWithTheLossCurveOfHost) {
   // The run ids from the submit lines ("run <id> ended: done"), without a JSON parser: the
   // H200 run of 2026-12-03 lost its ids to a range-for over a temporary JSON's member, then died
   // of a segfault with its stdout lost (not found); stderr lines below show how far it gets.
-  const auto run_id_of = [](const std::string& out) {
-    const size_t end = out.rfind(" ended: ");
-    const size_t begin = end == std::string::npos ? end : out.rfind("run ", end);
-    return begin == std::string::npos ? std::string() : out.substr(begin + 4, end - begin - 4);
-  };
-  const std::string ipc_id = run_id_of(ipc.out), host_id = run_id_of(host.out);
+  const std::string ipc_id = RunIdOf(ipc.out), host_id = RunIdOf(host.out);
   ASSERT_FALSE(ipc_id.empty() || host_id.empty()) << ipc.out << "\n" << host.out;
   std::cerr << "[training_gpu_test] runs " << ipc_id << " (cuda_ipc) and " << host_id
             << " (host) done\n";
@@ -75,6 +80,26 @@ TEST_F(TrainingCluster, GpuPairTrainsThroughCudaIpcWithTheLossCurveOfHost) {
   std::cerr << "[training_gpu_test] compared " << a.size() << " steps: cuda_ipc " << a.at(0)
             << " -> " << a.at(kSteps - 1) << ", host " << b.at(0) << " -> " << b.at(kSteps - 1)
             << "\n";
+}
+
+// A bit of the fourth message's features flipped on the device after the target took their
+// checksum (the target's test hook), as a corrupting transport would: the drafter refuses the
+// batch (DATA_LOSS) instead of training on it, and the run stops before that step commits.
+TEST_F(TrainingCluster, GpuPairRefusesFeaturesThatDifferFromTheTargetsChecksum) {
+  if (!HaveNvidiaDevice()) GTEST_SKIP() << "no NVIDIA device on this machine";
+  setenv("DFLASH_TEST_CORRUPT_FEATURES_MESSAGE", "3", 1);  // step 1's second micro-batch
+  StartWorker("target", "t0", /*gpu=*/0);
+  unsetenv("DFLASH_TEST_CORRUPT_FEATURES_MESSAGE");
+  StartWorker("drafter", "d0", /*gpu=*/0);
+  CtlResult bad = RunCtl(address_, {"submit", WriteRunYaml("bad.yaml", Yaml("bad", "auto"))});
+  const std::string seen = bad.out + bad.err + ReadFile(dir_ + "/coordinator.log");
+  EXPECT_NE(bad.exit_code, 0) << seen;
+  EXPECT_THAT(seen, HasSubstr("is not the target's")) << seen;
+  EXPECT_THAT(seen, HasSubstr("not trained on")) << seen;
+  const std::string id = RunIdOf(bad.out);
+  ASSERT_FALSE(id.empty()) << bad.out;
+  EXPECT_LE(LoggedLosses(id).size(), 1u) << "a step past the corrupted batch was committed";
+  std::cerr << "[training_gpu_test] corrupted features refused: " << bad.out << "\n";
 }
 
 // Marks the end of the test process's own work on stderr: a crash after it is in teardown.
