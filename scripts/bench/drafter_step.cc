@@ -372,8 +372,9 @@ int main(int argc, char** argv) {
   // whole trainer step (the same two, then 1 / weight sum, clipping and AdamW), by category.
   std::string profile_json;
   if (profile) {
-    auto run = [&](const char* title, const std::function<void()>& work) {
-      absl::StatusOr<dflash::bench::KernelProfile> p = dflash::bench::ProfileKernels(work);
+    auto run = [&](const char* title, const std::function<void()>& work, bool host_ops = false) {
+      absl::StatusOr<dflash::bench::KernelProfile> p =
+          dflash::bench::ProfileKernels(work, host_ops);
       Check(p.status(), title);
       std::fprintf(stderr, "%s\n", dflash::bench::ProfileTable(title, *p, 15).c_str());
       return dflash::bench::ProfileJson(*p, 15);
@@ -392,11 +393,14 @@ int main(int argc, char** argv) {
     });
     loss = absl::UnknownError("released");
     for (const auto& p : (*drafter)->parameters()) p.tensor.mutable_grad() = at::Tensor();
-    const std::string step = run("trainer step", [&] {
-      Check((*trainer)->AddMicroBatch(batch), "AddMicroBatch");
-      Check((*trainer)->Step().status(), "Step");
-      Synchronize(device);
-    });
+    const std::string step = run(
+        "trainer step",
+        [&] {
+          Check((*trainer)->AddMicroBatch(batch), "AddMicroBatch");
+          Check((*trainer)->Step().status(), "Step");
+          Synchronize(device);
+        },
+        /*host_ops=*/true);
     profile_json = absl::StrCat(", \"profile\": {\"forward_loss\": ", fwd, ", \"backward\": ", bwd,
                                 ", \"step\": ", step, "}");
   }

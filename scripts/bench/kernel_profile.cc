@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 
 namespace dflash::bench {
@@ -44,7 +45,7 @@ std::string KernelCategory(const std::string& name) {
   return "elementwise/other";
 }
 
-absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work) {
+absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work, bool host_ops) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
   using torch::profiler::impl::ProfilerConfig;
@@ -53,7 +54,8 @@ absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work) 
   std::unique_ptr<prof::ProfilerResult> result;
   try {
     const ProfilerConfig config(ProfilerState::KINETO);
-    const std::set<ActivityType> activities{ActivityType::CUDA};
+    std::set<ActivityType> activities{ActivityType::CUDA};
+    if (host_ops) activities.insert(ActivityType::CPU);
     prof::prepareProfiler(config, activities);
     prof::enableProfiler(config, activities);
     const auto t0 = std::chrono::steady_clock::now();
@@ -65,9 +67,18 @@ absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work) 
     return absl::InternalError(absl::StrCat("kineto profiler: ", e.what()));
   }
   std::map<std::string, KernelTotal> by_name;
-  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+    bool operator<(const Span& o) const { return begin < o.begin; }
+  };
+  std::vector<Span> spans, host;
   for (const prof::KinetoEvent& e : result->events()) {
     const auto type = static_cast<libkineto::ActivityType>(e.activityType());
+    if (type == libkineto::ActivityType::CPU_OP) {
+      host.push_back({e.startNs(), e.endNs(), e.name()});
+      continue;
+    }
     if (type != libkineto::ActivityType::CONCURRENT_KERNEL &&
         type != libkineto::ActivityType::GPU_MEMCPY &&
         type != libkineto::ActivityType::GPU_MEMSET) {
@@ -81,24 +92,49 @@ absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work) 
     out.kernel_ms += ms;
     out.launches += 1;
     out.category_ms[KernelCategory(e.name())] += ms;
-    spans.emplace_back(e.startNs(), e.endNs());
+    spans.push_back({e.startNs(), e.endNs(), e.name()});
   }
   if (out.launches == 0) {
     return absl::FailedPreconditionError(
         "kineto profiler: no device activity recorded (no CUDA work, or CUPTI unavailable)");
   }
   std::sort(spans.begin(), spans.end());
-  uint64_t busy = 0, begin = spans.front().first, end = spans.front().second;
-  for (const auto& [s, e] : spans) {
-    if (s > end) {
+  uint64_t busy = 0, begin = spans.front().begin, end = spans.front().end;
+  std::string last = spans.front().name;  // the activity that ends last so far
+  for (const Span& sp : spans) {
+    if (sp.begin > end) {
       busy += end - begin;
-      begin = s;
-      end = e;
-    } else {
-      end = std::max(end, e);
+      DeviceGap gap;
+      gap.ms = static_cast<double>(sp.begin - end) / 1e6;
+      gap.before = last;
+      gap.after = sp.name;
+      // The host's ops overlapping the gap, by overlap.
+      std::vector<std::pair<uint64_t, std::string>> overlap;
+      for (const Span& h : host) {
+        const uint64_t lo = std::max(h.begin, end), hi = std::min(h.end, sp.begin);
+        if (hi > lo) overlap.emplace_back(hi - lo, h.name);
+      }
+      std::sort(overlap.begin(), overlap.end(),
+                [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (size_t i = 0; i < overlap.size() && gap.host_ops.size() < 4; ++i) {
+        if (std::find(gap.host_ops.begin(), gap.host_ops.end(), overlap[i].second) ==
+            gap.host_ops.end()) {
+          gap.host_ops.push_back(overlap[i].second);
+        }
+      }
+      out.gaps.push_back(std::move(gap));
+      begin = sp.begin;
+      end = sp.end;
+      last = sp.name;
+    } else if (sp.end > end) {
+      end = sp.end;
+      last = sp.name;
     }
   }
   busy += end - begin;
+  std::sort(out.gaps.begin(), out.gaps.end(),
+            [](const DeviceGap& a, const DeviceGap& b) { return a.ms > b.ms; });
+  if (out.gaps.size() > 12) out.gaps.resize(12);
   out.busy_ms = static_cast<double>(busy) / 1e6;
   for (auto& [name, total] : by_name) out.kernels.push_back(std::move(total));
   std::sort(out.kernels.begin(), out.kernels.end(),
@@ -119,6 +155,14 @@ std::string ProfileJson(const KernelProfile& profile, int top) {
     kernels.push_back({{"name", k.name.substr(0, 160)}, {"count", k.count}, {"ms", k.ms}});
   }
   j["top"] = kernels;
+  nlohmann::json gaps = nlohmann::json::array();
+  for (const DeviceGap& g : profile.gaps) {
+    gaps.push_back({{"ms", g.ms},
+                    {"before", g.before.substr(0, 100)},
+                    {"after", g.after.substr(0, 100)},
+                    {"host_ops", g.host_ops}});
+  }
+  j["gaps"] = gaps;
   return j.dump();
 }
 
@@ -135,6 +179,14 @@ std::string ProfileTable(const std::string& title, const KernelProfile& profile,
   for (size_t i = 0; i < profile.kernels.size() && static_cast<int>(i) < top; ++i) {
     const KernelTotal& k = profile.kernels[i];
     absl::StrAppendFormat(&out, "| %s | %d | %.2f |\n", k.name.substr(0, 110), k.count, k.ms);
+  }
+  if (!profile.gaps.empty()) {
+    absl::StrAppend(
+        &out, "| device idle ms | after | before | host ops meanwhile |\n|---|---|---|---|\n");
+    for (const DeviceGap& g : profile.gaps) {
+      absl::StrAppendFormat(&out, "| %.3f | %s | %s | %s |\n", g.ms, g.before.substr(0, 60),
+                            g.after.substr(0, 60), absl::StrJoin(g.host_ops, ", "));
+    }
   }
   return out;
 }

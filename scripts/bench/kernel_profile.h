@@ -23,6 +23,13 @@ struct KernelTotal {
   double ms = 0;
 };
 
+// An interval with no kernel, memcpy or memset on the device, between the first and the last.
+struct DeviceGap {
+  double ms = 0;
+  std::string before, after;          // the device activities around it
+  std::vector<std::string> host_ops;  // the host's ATen ops overlapping it, most overlap first
+};
+
 struct KernelProfile {
   double wall_ms = 0;
   double busy_ms = 0;    // union of the device intervals
@@ -30,12 +37,16 @@ struct KernelProfile {
   int64_t launches = 0;
   std::map<std::string, double> category_ms;
   std::vector<KernelTotal> kernels;  // by total time, longest first
+  std::vector<DeviceGap> gaps;       // the longest idle intervals, longest first (at most 12)
 };
 
 // "gemm", "attention", "loss", "optimizer", "copy" or "elementwise/other".
 std::string KernelCategory(const std::string& name);
 
-absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work);
+// `host_ops`: also records the host's ATen ops (the CPU activity), to name what the host was doing
+// in each device gap.
+absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work,
+                                             bool host_ops = false);
 
 // One JSON object: wall/busy/kernel ms, launches, the categories and the `top` longest kernels.
 std::string ProfileJson(const KernelProfile& profile, int top);
