@@ -7,6 +7,7 @@
 #include <ATen/ops/bincount.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
@@ -22,6 +23,7 @@
 #include <c10/util/Exception.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 #include <utility>
@@ -351,7 +353,8 @@ void DrafterModel::InitParameters(const at::Tensor& embed_tokens, const at::Tens
 }
 
 absl::StatusOr<DrafterModel::Prepared> DrafterModel::Prepare(const DrafterBatch& batch,
-                                                             bool with_loss_mask) const {
+                                                             bool for_targets) const {
+  const bool with_loss_mask = for_targets;
   ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ValidateBatch(batch, config_, with_loss_mask));
   const c10::Device device = options_.device;
   Prepared p;
@@ -366,6 +369,10 @@ absl::StatusOr<DrafterModel::Prepared> DrafterModel::Prepare(const DrafterBatch&
   p.doc_ids = at::tensor(doc_ids, at::kLong).to(device);
   p.anchors = batch.anchors.to(device);
   if (with_loss_mask) p.loss_mask = batch.loss_mask.to(device).ne(0).to(at::kFloat);
+  // The targets need nothing of the forward's (no RoPE tables, no attention plan, whose schedule
+  // is built on the host: in the loss, after the forward was queued, it would leave the device
+  // idle).
+  if (for_targets) return p;
   const int64_t b = config_.block_size;
   const auto long_opts = p.anchors.options();
   at::Tensor valid = p.anchors.ge(0);
@@ -395,9 +402,10 @@ at::Tensor DrafterModel::RunForward(const std::shared_ptr<const Prepared>& prepa
   // Block stream [Q, H] from the frozen embedding; ctx [T, H] = hidden_norm(fc(features)), shared
   // by every layer (no input norm on it).
   const c10::ScalarType dtype = compute_dtype();
-  at::Tensor x = EmbedBlocks(p).to(dtype);
+  // ctx first: its GEMM runs on the device while the host gathers the block rows.
   at::Tensor ctx =
       nn::RmsNorm(CastLinear(features.to(dtype), fc_, dtype), hidden_norm_.to(dtype), eps);
+  at::Tensor x = EmbedBlocks(p).to(dtype);
   for (const DrafterLayerParams& w : layers_) {
     if (options_.recompute != Recompute::kLayers) {
       x = RunLayer(w, x, ctx, p);
@@ -422,8 +430,29 @@ at::Tensor DrafterModel::EmbedBlocks(const Prepared& p) const {
   const c10::Device table = embed_tokens_.device();
   at::Tensor ids =
       at::cat({p.slot0_tokens, at::full({1}, config_.mask_token_id, p.slot0_tokens.options())});
-  at::Tensor rows = at::embedding(embed_tokens_, ids.to(table));  // [n + 1, H]
-  if (table != options_.device) rows = rows.to(options_.device);
+  at::Tensor rows;  // [n + 1, H]
+  if (table == options_.device) {
+    rows = at::embedding(embed_tokens_, ids.to(table));
+  } else {
+    // Host table, CUDA drafter: each row copied whole into pinned memory (at::embedding's CPU
+    // gather of a bf16 table took 4 ms for 513 rows of 4096 on the H200 host), then one
+    // asynchronous upload (a pageable one would first wait for the device to drain).
+    const at::Tensor host_ids = ids.to(at::kCPU, at::kLong).contiguous();
+    const int64_t count = host_ids.numel(), vocab = embed_tokens_.size(0);
+    const size_t row_bytes = static_cast<size_t>(embed_tokens_.size(1)) *
+                             static_cast<size_t>(embed_tokens_.element_size());
+    at::Tensor staged =
+        at::empty({count, embed_tokens_.size(1)}, embed_tokens_.options().pinned_memory(true));
+    const auto* src = static_cast<const uint8_t*>(embed_tokens_.data_ptr());
+    auto* dst = static_cast<uint8_t*>(staged.data_ptr());
+    const int64_t* id = host_ids.data_ptr<int64_t>();
+    for (int64_t i = 0; i < count; ++i) {
+      TORCH_CHECK(id[i] >= 0 && id[i] < vocab, "embedding id ", id[i], " outside [0, ", vocab, ")");
+      std::memcpy(dst + static_cast<size_t>(i) * row_bytes,
+                  src + static_cast<size_t>(id[i]) * row_bytes, row_bytes);
+    }
+    rows = staged.to(options_.device, /*non_blocking=*/true);
+  }
   const int64_t h = rows.size(1), b = config_.block_size;
   at::Tensor mask = rows.narrow(0, p.n, 1).unsqueeze(0).expand({p.n, b - 1, h});
   return at::cat({rows.narrow(0, 0, p.n).unsqueeze(1), mask}, 1).reshape({p.n * b, h});
@@ -462,7 +491,7 @@ at::Tensor DrafterModel::RunLayer(const DrafterLayerParams& w, const at::Tensor&
 
 absl::StatusOr<at::Tensor> DrafterModel::Forward(const DrafterBatch& batch) const {
   try {
-    ASSIGN_OR_RETURN(Prepared p, Prepare(batch, /*with_loss_mask=*/false));
+    ASSIGN_OR_RETURN(Prepared p, Prepare(batch, /*for_targets=*/false));
     auto prepared = std::make_shared<const Prepared>(std::move(p));
     return RunForward(prepared, prepared->features);
   } catch (const c10::Error& e) {
@@ -511,7 +540,7 @@ absl::StatusOr<BlockTargets> DrafterModel::Targets(const DrafterBatch& batch, do
     return absl::InvalidArgumentError(absl::StrCat("gamma must be a positive number, got ", gamma));
   }
   try {
-    ASSIGN_OR_RETURN(Prepared p, Prepare(batch, /*with_loss_mask=*/true));
+    ASSIGN_OR_RETURN(Prepared p, Prepare(batch, /*for_targets=*/true));
     return MakeTargets(p, gamma);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("drafter targets: ", e.what_without_backtrace()));

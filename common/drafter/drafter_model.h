@@ -171,7 +171,8 @@ class DrafterModel {
   struct Prepared;
   DrafterModel(DrafterConfig config, DrafterOptions options);
   void InitParameters(const at::Tensor& embed_tokens, const at::Tensor& lm_head);
-  absl::StatusOr<Prepared> Prepare(const DrafterBatch& batch, bool with_loss_mask) const;
+  // for_targets: what MakeTargets needs (with the loss mask); otherwise what the forward needs.
+  absl::StatusOr<Prepared> Prepare(const DrafterBatch& batch, bool for_targets) const;
   at::Tensor RunForward(const std::shared_ptr<const Prepared>& prepared,
                         const at::Tensor& features) const;
   // The block stream's input [Q, H]: slot 0 the anchor token's embedding, the others MASK's.

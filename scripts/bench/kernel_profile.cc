@@ -21,6 +21,30 @@ namespace {
 
 bool Has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
+struct Span {
+  uint64_t begin, end;
+  std::string name;
+  bool operator<(const Span& o) const { return begin < o.begin; }
+};
+
+// The names of the host ops overlapping [lo, hi), most overlap first, at most 4 distinct.
+std::vector<std::string> HostOpsWithin(const std::vector<Span>& host, uint64_t lo, uint64_t hi) {
+  std::vector<std::pair<uint64_t, std::string>> overlap;
+  for (const Span& h : host) {
+    const uint64_t a = std::max(h.begin, lo), b = std::min(h.end, hi);
+    if (b > a) overlap.emplace_back(b - a, h.name);
+  }
+  std::sort(overlap.begin(), overlap.end(),
+            [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::vector<std::string> names;
+  for (size_t i = 0; i < overlap.size() && names.size() < 4; ++i) {
+    if (std::find(names.begin(), names.end(), overlap[i].second) == names.end()) {
+      names.push_back(overlap[i].second);
+    }
+  }
+  return names;
+}
+
 }  // namespace
 
 std::string KernelCategory(const std::string& name) {
@@ -67,11 +91,6 @@ absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work, 
     return absl::InternalError(absl::StrCat("kineto profiler: ", e.what()));
   }
   std::map<std::string, KernelTotal> by_name;
-  struct Span {
-    uint64_t begin, end;
-    std::string name;
-    bool operator<(const Span& o) const { return begin < o.begin; }
-  };
   std::vector<Span> spans, host;
   for (const prof::KinetoEvent& e : result->events()) {
     const auto type = static_cast<libkineto::ActivityType>(e.activityType());
@@ -108,20 +127,7 @@ absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work, 
       gap.ms = static_cast<double>(sp.begin - end) / 1e6;
       gap.before = last;
       gap.after = sp.name;
-      // The host's ops overlapping the gap, by overlap.
-      std::vector<std::pair<uint64_t, std::string>> overlap;
-      for (const Span& h : host) {
-        const uint64_t lo = std::max(h.begin, end), hi = std::min(h.end, sp.begin);
-        if (hi > lo) overlap.emplace_back(hi - lo, h.name);
-      }
-      std::sort(overlap.begin(), overlap.end(),
-                [](const auto& a, const auto& b) { return a.first > b.first; });
-      for (size_t i = 0; i < overlap.size() && gap.host_ops.size() < 4; ++i) {
-        if (std::find(gap.host_ops.begin(), gap.host_ops.end(), overlap[i].second) ==
-            gap.host_ops.end()) {
-          gap.host_ops.push_back(overlap[i].second);
-        }
-      }
+      gap.host_ops = HostOpsWithin(host, end, sp.begin);
       out.gaps.push_back(std::move(gap));
       begin = sp.begin;
       end = sp.end;
@@ -132,6 +138,23 @@ absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work, 
     }
   }
   busy += end - begin;
+  // The host's time before the first and after the last device activity.
+  if (!host.empty()) {
+    uint64_t first_host = host.front().begin, last_host = host.front().end;
+    for (const Span& h : host) {
+      first_host = std::min(first_host, h.begin);
+      last_host = std::max(last_host, h.end);
+    }
+    if (first_host < spans.front().begin) {
+      out.gaps.push_back({static_cast<double>(spans.front().begin - first_host) / 1e6,
+                          "(the work's first host op)", spans.front().name,
+                          HostOpsWithin(host, first_host, spans.front().begin)});
+    }
+    if (last_host > end) {
+      out.gaps.push_back({static_cast<double>(last_host - end) / 1e6, last,
+                          "(the work's last host op)", HostOpsWithin(host, end, last_host)});
+    }
+  }
   std::sort(out.gaps.begin(), out.gaps.end(),
             [](const DeviceGap& a, const DeviceGap& b) { return a.ms > b.ms; });
   if (out.gaps.size() > 12) out.gaps.resize(12);
