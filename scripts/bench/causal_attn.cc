@@ -21,15 +21,11 @@
 
 #include "common/kernels/dflash_attn/dflash_attn.h"
 #include "common/nn/attention.h"
+#include "scripts/bench/bench_flags.h"
 
 namespace {
 
-int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  }
-  return def;
-}
+using dflash::bench::Flag;
 
 double MedianMs(const std::function<void()>& fn, int iters) {
   for (int i = 0; i < 3; ++i) fn();

@@ -27,21 +27,12 @@
 #include <vector>
 
 #include "common/drafter/drafter_attention.h"
+#include "scripts/bench/bench_flags.h"
 
 namespace {
 
-int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  }
-  return def;
-}
-std::string StrFlag(int argc, char** argv, const char* name) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return "";
-}
+using dflash::bench::Flag;
+using dflash::bench::StrFlag;
 
 size_t Allocated() {
   return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;

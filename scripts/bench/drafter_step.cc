@@ -73,22 +73,15 @@
 #include "common/train/run_options.h"
 #include "common/train/run_setup.h"
 #include "common/train/trainer.h"
+#include "scripts/bench/bench_flags.h"
 #include "scripts/bench/kernel_profile.h"
 
 namespace {
 
-using dflash::batching::SplitMix64;
+using dflash::bench::Flag;
+using dflash::bench::StrFlag;
 
-std::string StrFlag(int argc, char** argv, const char* name, const std::string& def = "") {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return def;
-}
-int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
-  const std::string s = StrFlag(argc, argv, name);
-  return s.empty() ? def : std::atoll(s.c_str());
-}
+using dflash::batching::SplitMix64;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "drafter_step: %s\n", what.c_str());
@@ -158,6 +151,12 @@ void WriteTensors(const std::string& path, std::vector<std::pair<std::string, at
 }  // namespace
 
 int main(int argc, char** argv) {
+  dflash::bench::RequireKnownFlags(
+      argc, argv,
+      {"--tokens", "--anchors", "--steps", "--warmup", "--seed", "--doc-min", "--doc-max",
+       "--layers", "--recompute", "--target", "--dtype", "--device", "--json", "--dump-dir",
+       "--export-weights", "--profile"},
+      "drafter_step");
   const int64_t tokens = Flag(argc, argv, "--tokens", 8192);
   const int64_t max_anchors = Flag(argc, argv, "--anchors", 512);
   const int64_t steps = Flag(argc, argv, "--steps", 10);

@@ -23,15 +23,11 @@
 #include <string>
 
 #include "common/drafter/weighted_ce.h"
+#include "scripts/bench/bench_flags.h"
 
 namespace {
 
-int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  }
-  return def;
-}
+using dflash::bench::Flag;
 
 size_t Allocated() {
   return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;

@@ -63,22 +63,15 @@
 #include "common/transport/nccl_channel.h"
 #include "common/transport/shm_ring.h"
 #include "common/transport/shm_segment.h"
+#include "scripts/bench/bench_flags.h"
 
 namespace {
 
+using dflash::bench::Flag;
+using dflash::bench::StrFlag;
+
 namespace tr = dflash::transport;
 using Clock = std::chrono::steady_clock;
-
-std::string StrFlag(int argc, char** argv, const char* name, const std::string& def = "") {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return def;
-}
-int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
-  const std::string s = StrFlag(argc, argv, name);
-  return s.empty() ? def : std::atoll(s.c_str());
-}
 
 [[noreturn]] void Die(const std::string& who, const std::string& what) {
   std::fprintf(stderr, "transport_bench (%s): %s\n", who.c_str(), what.c_str());
@@ -362,6 +355,11 @@ ConsumerResult Consume(const Geometry& g, int from_producer) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dflash::bench::RequireKnownFlags(
+      argc, argv,
+      {"--transport", "--tokens", "--feature-dim", "--dtype", "--batches", "--warmup", "--device",
+       "--peer-device", "--seed", "--step-ms", "--json", "--corrupt-batch"},
+      "transport_bench");
   Geometry g;
   g.transport = StrFlag(argc, argv, "--transport", "cuda_ipc");
   g.tokens = Flag(argc, argv, "--tokens", 8192);
