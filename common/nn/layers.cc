@@ -10,6 +10,10 @@
 
 #include <cmath>
 
+#ifdef DFLASH_HAVE_FUSED_ROPE
+#include "common/kernels/rope/rope.h"
+#endif
+
 namespace dflash::nn {
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -73,6 +77,11 @@ RopeTables MakeRopeTables(const at::Tensor& positions, const at::Tensor& inv_fre
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables) {
+#ifdef DFLASH_HAVE_FUSED_ROPE
+  if (kernels::SupportsFusedRope(x, tables.cos, tables.sin)) {
+    return kernels::FusedRope(x, tables.cos, tables.sin);
+  }
+#endif
   const int64_t rotary = tables.cos.size(-1);
   if (rotary < x.size(-1)) {
     return at::cat(

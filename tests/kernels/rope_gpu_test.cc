@@ -1,0 +1,95 @@
+// The fused RoPE kernel (common/kernels/rope) against nn::ApplyRope's ATen composition on the CPU
+// in fp32, forward and backward: fp32 to float rounding, bf16 and fp16 within one rounding of the
+// fp32 result computed from the same rounded inputs. Labelled gpu; skipped without a CUDA device.
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/cos.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/sin.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+
+#include "common/device/device_probe.h"
+#include "common/kernels/rope/rope.h"
+#include "common/nn/layers.h"
+
+namespace dflash::kernels {
+namespace {
+
+// Largest |a - b| / (|b| + floor) over the elements.
+double Worst(const at::Tensor& a, const at::Tensor& b, double floor) {
+  return ((a.to(at::kCPU, at::kFloat) - b).abs() / (b.abs() + floor)).max().item<double>();
+}
+
+struct Case {
+  int64_t rows, heads, dim;
+  c10::ScalarType dtype;
+  double tol;  // relative, against the fp32 reference
+};
+
+void RunCase(const Case& c) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " [" << c.rows << ", " << c.heads << ", "
+                                    << c.dim << "] " << c.dtype);
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  // General tables (cos and sin of independent angles per column, not HF's duplicated halves), so
+  // that every table column is read where the formula says.
+  const at::Tensor angle = at::rand({c.rows, c.dim}, gen, at::kFloat) * 6.3;
+  const at::Tensor x = at::randn({c.rows, c.heads, c.dim}, gen, at::kFloat).to(c.dtype);
+  const at::Tensor cos = at::cos(angle).to(c.dtype), sin = at::sin(angle).to(c.dtype);
+  const at::Tensor dy = at::randn({c.rows, c.heads, c.dim}, gen, at::kFloat).to(c.dtype);
+
+  // Reference: the ATen composition on the CPU in fp32, from the rounded inputs.
+  const at::Tensor x_ref = x.to(at::kFloat).requires_grad_(true);
+  const at::Tensor y_ref = nn::ApplyRope(x_ref, {cos.to(at::kFloat), sin.to(at::kFloat)});
+  y_ref.backward(dy.to(at::kFloat));
+
+  const c10::Device gpu(c10::kCUDA, 0);
+  const at::Tensor xg = x.to(gpu).requires_grad_(true);
+  const at::Tensor cg = cos.to(gpu), sg = sin.to(gpu);
+  ASSERT_TRUE(SupportsFusedRope(xg, cg, sg));
+  const at::Tensor y = FusedRope(xg, cg, sg);
+  y.backward(dy.to(gpu));
+  // The floor keeps near-zero outputs (cancellation) from dominating: inputs are O(1).
+  EXPECT_LE(Worst(y, y_ref.detach(), 1e-1), c.tol);
+  EXPECT_LE(Worst(xg.grad(), x_ref.grad(), 1e-1), c.tol);
+  // And through nn::ApplyRope, which takes the kernel on CUDA: the same values.
+  const at::Tensor via_nn = nn::ApplyRope(xg.detach(), {cg, sg});
+  EXPECT_TRUE(via_nn.equal(y.detach()));
+}
+
+class RopeGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  }
+};
+
+TEST_F(RopeGpu, MatchesTheAtenCompositionForwardAndBackward) {
+  for (int64_t dim : {64, 128, 256}) {
+    RunCase({37, 5, dim, at::kFloat, 1e-5});
+    // One rounding of a value < 2 in magnitude: 2^-9 relative, plus the inputs' exact products.
+    RunCase({37, 5, dim, at::kBFloat16, 1.0 / 128});
+    RunCase({37, 5, dim, at::kHalf, 1.0 / 1024});
+  }
+  RunCase({4096, 8, 128, at::kBFloat16, 1.0 / 128});  // more pairs than one grid-stride pass
+}
+
+TEST_F(RopeGpu, DeclinesWhatItDoesNotTake) {
+  const c10::Device gpu(c10::kCUDA, 0);
+  const at::TensorOptions bf16 = at::TensorOptions().dtype(at::kBFloat16).device(gpu);
+  const at::Tensor x = at::randn({8, 2, 64}, bf16), t = at::randn({8, 64}, bf16);
+  EXPECT_TRUE(SupportsFusedRope(x, t, t));
+  EXPECT_FALSE(SupportsFusedRope(x.cpu(), t.cpu(), t.cpu()));                  // not on CUDA
+  EXPECT_FALSE(SupportsFusedRope(x, t.narrow(1, 0, 32), t.narrow(1, 0, 32)));  // partial rotary
+  EXPECT_FALSE(SupportsFusedRope(x, t.to(at::kFloat), t.to(at::kFloat)));      // table dtype
+  EXPECT_FALSE(SupportsFusedRope(at::randn({8, 2, 63}, bf16), at::randn({8, 63}, bf16),
+                                 at::randn({8, 63}, bf16)));                 // odd head dim
+  EXPECT_FALSE(SupportsFusedRope(x, t.narrow(0, 0, 4), t.narrow(0, 0, 4)));  // rows
+}
+
+}  // namespace
+}  // namespace dflash::kernels
