@@ -3,6 +3,7 @@
 // fp32 result computed from the same rounded inputs. Labelled gpu; skipped without a CUDA device.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/cos.h>
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randn.h>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <random>
 
 #include "common/device/device_probe.h"
@@ -43,12 +45,13 @@ void RunCase(const Case& c) {
   const at::Tensor dy = at::randn({c.rows, c.heads, c.dim}, gen, at::kFloat).to(c.dtype);
 
   // Reference: the ATen composition on the CPU in fp32, from the rounded inputs.
-  const at::Tensor x_ref = x.to(at::kFloat).requires_grad_(true);
+  // (detach().clone(): fresh leaves, also when x is already fp32 and .to would return x itself.)
+  const at::Tensor x_ref = x.to(at::kFloat).detach().clone().requires_grad_(true);
   const at::Tensor y_ref = nn::ApplyRope(x_ref, {cos.to(at::kFloat), sin.to(at::kFloat)});
   y_ref.backward(dy.to(at::kFloat));
 
   const c10::Device gpu(c10::kCUDA, 0);
-  const at::Tensor xg = x.to(gpu).requires_grad_(true);
+  const at::Tensor xg = x.to(gpu).detach().clone().requires_grad_(true);
   const at::Tensor cg = cos.to(gpu), sg = sin.to(gpu);
   ASSERT_TRUE(SupportsFusedRope(xg, cg, sg));
   const at::Tensor y = FusedRope(xg, cg, sg);
@@ -56,6 +59,20 @@ void RunCase(const Case& c) {
   // The floor keeps near-zero outputs (cancellation) from dominating: inputs are O(1).
   EXPECT_LE(Worst(y, y_ref.detach(), 1e-1), c.tol);
   EXPECT_LE(Worst(xg.grad(), x_ref.grad(), 1e-1), c.tol);
+  // For the record: LibTorch's composition in the case's dtype on the GPU (DFLASH_FUSED_ROPE=0's
+  // path) rounds after each operation.
+  const at::Tensor xa = x.to(gpu).detach().clone().requires_grad_(true);
+  const at::Tensor rotated =
+      at::cat({xa.narrow(-1, c.dim / 2, c.dim / 2).neg(), xa.narrow(-1, 0, c.dim / 2)}, -1);
+  const at::Tensor ya = xa * cg.unsqueeze(1) + rotated * sg.unsqueeze(1);
+  ya.backward(dy.to(gpu));
+  std::printf(
+      "[%lld, %lld, %lld] %s: worst relative error, fused %.3g / %.3g (out / dx), ATen "
+      "composition %.3g / %.3g\n",
+      static_cast<long long>(c.rows), static_cast<long long>(c.heads),
+      static_cast<long long>(c.dim), c10::toString(c.dtype), Worst(y, y_ref.detach(), 1e-1),
+      Worst(xg.grad(), x_ref.grad(), 1e-1), Worst(ya, y_ref.detach(), 1e-1),
+      Worst(xa.grad(), x_ref.grad(), 1e-1));
   // And through nn::ApplyRope, which takes the kernel on CUDA: the same values.
   const at::Tensor via_nn = nn::ApplyRope(xg.detach(), {cg, sg});
   EXPECT_TRUE(via_nn.equal(y.detach()));
