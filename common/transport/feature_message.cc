@@ -147,8 +147,13 @@ absl::StatusOr<DecodedFeatures> DecodeFeatureMessage(absl::Span<const uint8_t> m
         absl::StrCat("feature message: ", message.size(), " bytes is shorter than its header"));
   }
   std::memcpy(&h, message.data(), sizeof(h));
-  if (h.magic != kMagic || h.version != kVersion) {
-    return absl::InvalidArgumentError("feature message: bad magic or version");
+  if (h.magic != kMagic) {
+    return absl::InvalidArgumentError("feature message: bad magic (not a feature message)");
+  }
+  if (h.version != kVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "feature message: format version ", h.version, ", this build reads version ", kVersion,
+        ": the target and drafter workers of a pair must run the same dflash build"));
   }
   const bool device = (h.dtype & kDeviceFlag) != 0;
   const auto dtype = static_cast<FeatureDType>(h.dtype & ~kDeviceFlag);

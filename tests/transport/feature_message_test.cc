@@ -2,6 +2,7 @@
 // and feature bytes, and a corrupted, truncated or foreign message is refused, never decoded.
 #include "common/transport/feature_message.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -56,6 +57,12 @@ TEST(FeatureMessageTest, RefusesCorruptTruncatedAndInconsistentMessages) {
   std::vector<uint8_t> foreign = msg;
   foreign[0] ^= 0xff;  // magic
   EXPECT_EQ(DecodeFeatureMessage(foreign).status().code(), absl::StatusCode::kInvalidArgument);
+  // A peer of another build (the header's version word, after the magic): named, not "corrupt".
+  std::vector<uint8_t> older = msg;
+  older[4] = 1;
+  const absl::Status version = DecodeFeatureMessage(older).status();
+  EXPECT_EQ(version.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(version.message()), ::testing::HasSubstr("format version 1, this build"));
   batching::PackedBatch bad = b;
   bad.positions.pop_back();
   EXPECT_EQ(
