@@ -45,6 +45,8 @@ double MedianMs(const std::function<void()>& fn, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dflash::bench::RequireKnownFlags(
+      argc, argv, {"--head-dim", "--hkv", "--hq", "--iters", "--seed", "--tokens"}, "causal_attn");
   const int64_t t = Flag(argc, argv, "--tokens", 8192), hq = Flag(argc, argv, "--hq", 32);
   const int64_t hkv = Flag(argc, argv, "--hkv", 8), d = Flag(argc, argv, "--head-dim", 128);
   const int iters = static_cast<int>(Flag(argc, argv, "--iters", 20));

@@ -64,6 +64,11 @@ Measure Time(const std::function<void()>& fn, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dflash::bench::RequireKnownFlags(
+      argc, argv,
+      {"--anchors", "--block", "--context", "--doc-max", "--doc-min", "--head-dim", "--hkv", "--hq",
+       "--iters", "--json", "--mask-out", "--seed"},
+      "dflash_attn");
   const int64_t t = Flag(argc, argv, "--context", 8192), n = Flag(argc, argv, "--anchors", 512);
   const int64_t b = Flag(argc, argv, "--block", 16), hq = Flag(argc, argv, "--hq", 32);
   const int64_t hkv = Flag(argc, argv, "--hkv", 8), d = Flag(argc, argv, "--head-dim", 128);

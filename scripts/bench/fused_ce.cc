@@ -58,6 +58,8 @@ Measure Time(const std::function<void()>& fn, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dflash::bench::RequireKnownFlags(argc, argv, {"--hidden", "--iters", "--rows", "--vocab"},
+                                   "fused_ce");
   const int64_t rows = Flag(argc, argv, "--rows", 8192),
                 hidden = Flag(argc, argv, "--hidden", 4096);
   const int64_t vocab = Flag(argc, argv, "--vocab", 151936);
