@@ -18,7 +18,8 @@
 # CPU_ONLY=1 runs the same parts with every worker on the CPU and the host transport (a check of
 # this script on a machine without GPUs: GPUS=4 CPU_ONLY=1 TARGET=builtin:tiny-qwen3
 # DATA=builtin:tiny-chat MAX_LENGTH=256 TOKENS=512 ANCHORS=32 LAYERS=1 STEPS=8 KILL_EVERY=2
-# KILL_AT=4); transport_bench is skipped there.
+# KILL_AT=4); transport_bench is skipped there. MAX_REL_DIFF=X fails the script (exit 1) when a
+# compared curve differs by more than X anywhere (0 on the CPU: equal bit for bit).
 #   scripts/bench/multi_gpu.sh BUILD_DIR [OUT_DIR]
 set -euo pipefail
 build=${1:?usage: multi_gpu.sh BUILD_DIR [OUT_DIR]}
@@ -45,6 +46,15 @@ mkdir -p "$out"
 
 port_of() { sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p" "$1"; }
 wait_file() { for _ in $(seq 1200); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
+# await SECONDS WHAT CMD...: polls CMD until it succeeds; after SECONDS exits naming WHAT.
+await() {
+  local limit=$1 what=$2; shift 2
+  local end=$(( $(date +%s) + limit ))
+  until "$@"; do
+    [ "$(date +%s)" -lt "$end" ] || { echo "multi_gpu.sh: no $what within $limit s" >&2; exit 1; }
+    sleep 0.2
+  done
+}
 
 # cluster_up DIR: a coordinator with its state in DIR; exports DFLASH_COORDINATOR.
 cluster_up() {
@@ -66,9 +76,11 @@ worker() {
   wait_file "$1/$3.ready" || { echo "worker $3 did not start" >&2; exit 1; }
 }
 cluster_down() {
-  for f in "$1"/*.pid; do kill "$(cat "$f")" 2>/dev/null || true; done
+  for f in "$1"/*.pid; do kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; done
   wait 2>/dev/null || true
 }
+# Whatever ends the script (a failed part, a deadline, an interrupt) stops every process it started.
+trap 'for f in "$out"/*/*.pid; do kill "$(cat "$f")" 2>/dev/null || true; done' EXIT
 # yaml FILE NAME PAIRS GRAD_ACCUM TRANSPORT CHECKPOINT_EVERY
 yaml() {
   cat >"$1" <<YAML
@@ -107,7 +119,7 @@ run_to_end() {
 # ones warm up, the last one checkpoints and exports), the loss curve against REF_FILE's.
 summary() {
   "$py" - "$@" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 name, f = sys.argv[1], sys.argv[2]
 s = {int(k): v for k, v in json.load(open(f)).items()}
 n = len(s)
@@ -123,6 +135,10 @@ if len(sys.argv) > 3:
     row.update({"compared_steps": len(common), "max_rel_loss_diff": max(rel) if rel else None,
                 "equal_steps": sum(1 for k in common if s[k]["loss"] == r[k]["loss"])})
 print(json.dumps(row))
+bound = os.environ.get("MAX_REL_DIFF")
+if len(sys.argv) > 3 and bound is not None and (not rel or max(rel) > float(bound) or len(common) != n):
+    sys.exit(f"{name}: the loss curve differs from its reference by {max(rel) if rel else 'n/a'} "
+             f"over {len(common)} of {n} steps (MAX_REL_DIFF={bound})")
 PY
 }
 
@@ -165,22 +181,30 @@ if [ "$gpus" -ge 4 ]; then
   # The kill: pairs2 again, checkpointing; d1 killed after step kill_at is committed.
   yaml "$d/kill.yaml" kill 2 1 auto "$kill_every"
   id=$("$ctl" submit "$d/kill.yaml" --detach -o json | "$py" -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
-  until [ "$("$ctl" status "$id" -o json | "$py" -c 'import json,sys; print(int(json.load(sys.stdin).get("step", 0)))')" -ge "$kill_at" ]; do sleep 0.5; done
+  step_reached() {
+    [ "$("$ctl" status "$id" -o json | "$py" -c 'import json,sys; print(int(json.load(sys.stdin).get("step", 0)))')" -ge "$kill_at" ]
+  }
+  await 1800 "step $kill_at" step_reached
   victim=$(cat "$d/d1.pid")
   t_kill=$(date +%s.%N); kill -9 "$victim"; wait "$victim" 2>/dev/null || true; rm -f "$d/d1.pid"
-  until [ "$(state "$d" "$id")" = RUN_STATE_QUEUED ] || [ "$(state "$d" "$id")" = RUN_STATE_PAUSED ]; do
-    [ "$(state "$d" "$id")" = RUN_STATE_FAILED ] && { echo "the run failed after the kill" >&2; exit 1; }
-    sleep 0.2
-  done
+  paused() {
+    local st; st=$(state "$d" "$id")
+    [ "$st" != RUN_STATE_FAILED ] || { echo "the run failed after the kill" >&2; exit 1; }
+    [ "$st" = RUN_STATE_QUEUED ] || [ "$st" = RUN_STATE_PAUSED ]
+  }
+  await 900 "pause after the kill (the channel and communicator deadlines are 10 min)" paused
   t_paused=$(date +%s.%N)
   worker "$d" drafter d1 3
   t_back=$(date +%s.%N)
-  until [ "$(state "$d" "$id")" = RUN_STATE_RUNNING ]; do sleep 0.2; done
+  running() { [ "$(state "$d" "$id")" = RUN_STATE_RUNNING ]; }
+  await 900 "resumption after the drafter's return" running
   t_running=$(date +%s.%N)
-  until [ "$(state "$d" "$id")" = RUN_STATE_DONE ]; do
-    [ "$(state "$d" "$id")" = RUN_STATE_FAILED ] && { echo "the resumed run failed" >&2; exit 1; }
-    sleep 1
-  done
+  done_() {
+    local st; st=$(state "$d" "$id")
+    [ "$st" != RUN_STATE_FAILED ] || { echo "the resumed run failed" >&2; exit 1; }
+    [ "$st" = RUN_STATE_DONE ]
+  }
+  await 3600 "end of the resumed run" done_
   steps_json "$d" "$id" "$d/kill.steps.json"
   cluster_down "$d"; rm -rf "$d/state/runs"
   summary kill "$d/kill.steps.json" "$d/pairs2.steps.json" >"$out/kill_curve.json"
