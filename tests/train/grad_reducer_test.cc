@@ -14,12 +14,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/drafter/lean_ops.h"
-#include "common/transport/host_communicator.h"
+#include "tests/train/two_ranks.h"
 
 namespace dflash::train {
 namespace {
@@ -67,27 +67,15 @@ TEST(GradReducerTest, BucketsStartDuringTheBackwardAndSumOverRanks) {
       const std::string name = "dflash-test-gr-" + std::to_string(getpid());
       std::vector<at::Tensor> params[2] = {Params(), Params()};
       size_t buckets[2] = {0, 0}, in_backward[2] = {0, 0};
-      absl::Status status[2];
-      auto rank_main = [&](int rank) {
-        transport::HostCommunicator::Options o;
-        o.rank = rank;
-        o.world = 2;
-        o.timeout = absl::Seconds(60);
-        auto comm = transport::HostCommunicator::Create(name, o);
-        if (!comm.ok()) {
-          status[rank] = comm.status();
-          return;
-        }
-        GradReducer reducer(params[rank], comm->get(), /*bucket_bytes=*/1);
-        buckets[rank] = reducer.num_buckets();
-        reducer.Arm();
-        if (!(rank == 1 && idle_rank1)) Backward(params[rank], rank, checkpointed);
-        in_backward[rank] = reducer.started_in_backward();
-        status[rank] = reducer.Finish();
-      };
-      std::thread r1(rank_main, 1);
-      rank_main(0);
-      r1.join();
+      const std::array<absl::Status, 2> status =
+          RunTwoRanks(name, [&](int rank, transport::Communicator* comm) {
+            GradReducer reducer(params[rank], comm, /*bucket_bytes=*/1);
+            buckets[rank] = reducer.num_buckets();
+            reducer.Arm();
+            if (!(rank == 1 && idle_rank1)) Backward(params[rank], rank, checkpointed);
+            in_backward[rank] = reducer.started_in_backward();
+            return reducer.Finish();
+          });
       for (int r = 0; r < 2; ++r) {
         ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
         EXPECT_EQ(buckets[r], static_cast<size_t>(kParams));  // 1 byte: one parameter each

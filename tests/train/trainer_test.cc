@@ -19,16 +19,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "common/transport/host_communicator.h"
 #include "tests/drafter/test_util.h"
+#include "tests/train/two_ranks.h"
 
 namespace dflash::train {
 namespace {
@@ -322,36 +322,19 @@ void CheckDataParallelEqualsOneRankAccumulating(drafter::Recompute mode) {
   std::unique_ptr<drafter::DrafterModel> models[2] = {MakeModel(c, 3, options),
                                                       MakeModel(c, 3, options)};
   std::vector<double> got[2];
-  absl::Status status[2];
-  auto rank_main = [&](int rank) {
-    transport::HostCommunicator::Options o;
-    o.rank = rank;
-    o.world = 2;
-    o.timeout = absl::Seconds(60);
-    auto comm = transport::HostCommunicator::Create(name, o);
-    if (!comm.ok()) {
-      status[rank] = comm.status();
-      return;
-    }
-    auto t = DrafterTrainer::Create(models[rank].get(), Config(kSteps), Loss(), comm->get());
-    if (!t.ok()) {
-      status[rank] = t.status();
-      return;
-    }
-    for (int i = 0; i < kSteps; ++i) {
-      status[rank] = (*t)->AddMicroBatch(batch(i, rank), /*last_in_step=*/i % 2 == 0);
-      if (!status[rank].ok()) return;
-      auto s = (*t)->Step();
-      if (!s.ok()) {
-        status[rank] = s.status();
-        return;
-      }
-      got[rank].push_back(s->loss);
-    }
-  };
-  std::thread r1(rank_main, 1);
-  rank_main(0);
-  r1.join();
+  const std::array<absl::Status, 2> status =
+      RunTwoRanks(name, [&](int rank, transport::Communicator* comm) -> absl::Status {
+        auto t = DrafterTrainer::Create(models[rank].get(), Config(kSteps), Loss(), comm);
+        if (!t.ok()) return t.status();
+        for (int i = 0; i < kSteps; ++i) {
+          absl::Status added = (*t)->AddMicroBatch(batch(i, rank), /*last_in_step=*/i % 2 == 0);
+          if (!added.ok()) return added;
+          auto s = (*t)->Step();
+          if (!s.ok()) return s.status();
+          got[rank].push_back(s->loss);
+        }
+        return absl::OkStatus();
+      });
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
     ASSERT_EQ(got[r].size(), want.size());
