@@ -354,8 +354,7 @@ void DrafterModel::InitParameters(const at::Tensor& embed_tokens, const at::Tens
 
 absl::StatusOr<DrafterModel::Prepared> DrafterModel::Prepare(const DrafterBatch& batch,
                                                              bool for_targets) const {
-  const bool with_loss_mask = for_targets;
-  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ValidateBatch(batch, config_, with_loss_mask));
+  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ValidateBatch(batch, config_, for_targets));
   const c10::Device device = options_.device;
   Prepared p;
   p.t = batch.features.size(0);
@@ -368,7 +367,7 @@ absl::StatusOr<DrafterModel::Prepared> DrafterModel::Prepare(const DrafterBatch&
   p.input_ids = batch.input_ids.to(device);
   p.doc_ids = at::tensor(doc_ids, at::kLong).to(device);
   p.anchors = batch.anchors.to(device);
-  if (with_loss_mask) p.loss_mask = batch.loss_mask.to(device).ne(0).to(at::kFloat);
+  if (for_targets) p.loss_mask = batch.loss_mask.to(device).ne(0).to(at::kFloat);
   // The targets need nothing of the forward's (no RoPE tables, no attention plan, whose schedule
   // is built on the host: in the loss, after the forward was queued, it would leave the device
   // idle).

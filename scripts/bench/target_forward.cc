@@ -57,6 +57,7 @@
 #include "common/nn/gated_delta.h"
 #include "common/nn/layers.h"
 #include "common/nn/target_model.h"
+#include "scripts/bench/bench_flags.h"
 
 namespace dflash::nn {
 namespace {
@@ -381,16 +382,13 @@ void ScanTime(const model::TransformerConfig& c, const Case& cs, int runs, int64
 }
 
 int Main(int argc, char** argv) {
-  int runs = 7;
-  int64_t tokens = 8192;
-  std::string model_name = "qwen3-8b";
-  bool scan_only = false;  // qwen3.5-27b: only the delta-rule scan table (no weights drawn)
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--runs") == 0) runs = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoll(argv[i + 1]);
-    if (std::strcmp(argv[i], "--model") == 0) model_name = argv[i + 1];
-    if (std::strcmp(argv[i], "--scan_only") == 0) scan_only = std::atoi(argv[i + 1]) != 0;
-  }
+  bench::RequireKnownFlags(argc, argv, {"--runs", "--tokens", "--model", "--scan_only"},
+                           "target_forward");
+  const int runs = static_cast<int>(bench::Flag(argc, argv, "--runs", 7));
+  const int64_t tokens = bench::Flag(argc, argv, "--tokens", 8192);
+  const std::string model_name = bench::StrFlag(argc, argv, "--model", "qwen3-8b");
+  // qwen3.5-27b: only the delta-rule scan table (no weights drawn)
+  const bool scan_only = bench::Flag(argc, argv, "--scan_only", 0) != 0;
   if (model_name != "qwen3-8b" && model_name != "qwen3-30b-a3b" && model_name != "qwen3.5-27b") {
     std::fprintf(stderr,
                  "target_forward: --model must be qwen3-8b, qwen3-30b-a3b or qwen3.5-27b\n");
