@@ -104,6 +104,11 @@ Memory DeviceMemory(const c10::Device& device) {
 #endif
   return {};
 }
+void ResetPeak(const c10::Device& device) {
+#ifdef DFLASH_BENCH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
+}
 void Synchronize(const c10::Device& device) {
 #ifdef DFLASH_BENCH_CUDA
   if (device.is_cuda()) c10::cuda::device_synchronize();
@@ -346,62 +351,63 @@ int main(int argc, char** argv) {
   const double median = sorted[sorted.size() / 2];
   const Memory mem = DeviceMemory(device);
   const int64_t stat = train_static + frozen;
-  // Where the peak lies: one more micro-batch as the trainer runs it (forward + loss, then the
-  // backward into gradients that do not exist yet), the allocator's peak reset before each phase.
-  // The optimizer step's peak is the whole run's when neither of these reaches it.
+  // One more micro-batch as the trainer runs it, phase by phase: the forward + loss, then the
+  // backward into gradients that do not exist yet; the allocator's peak of each (reset before it)
+  // and, with --profile 1, its device kernels by category; then, profiled, a whole trainer step
+  // (the same two, 1 / weight sum, clipping and AdamW). The optimizer step's peak is the whole
+  // run's when neither phase reaches it.
   int64_t forward_peak = 0, backward_peak = 0;
-#ifdef DFLASH_BENCH_CUDA
-  if (device.is_cuda()) {
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-    absl::StatusOr<at::Tensor> hidden = (*drafter)->Forward(batch);
-    Check(hidden.status(), "forward");
-    absl::StatusOr<dflash::drafter::DrafterLoss> loss =
-        (*drafter)->Loss(batch, *hidden, run_options->loss);
-    Check(loss.status(), "loss");
-    Synchronize(device);
-    forward_peak = DeviceMemory(device).peak;
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-    loss->numerator.backward();
-    Synchronize(device);
-    backward_peak = DeviceMemory(device).peak;
-    for (const auto& p : (*drafter)->parameters()) p.tensor.mutable_grad() = at::Tensor();
-  }
-#endif
-  // Where the time goes: the device kernels of the forward + loss, of the backward, and of one
-  // whole trainer step (the same two, then 1 / weight sum, clipping and AdamW), by category.
   std::string profile_json;
-  if (profile) {
-    auto run = [&](const char* title, const std::function<void()>& work, bool host_ops = false) {
-      absl::StatusOr<dflash::bench::KernelProfile> p =
-          dflash::bench::ProfileKernels(work, host_ops);
-      Check(p.status(), title);
-      std::fprintf(stderr, "%s\n", dflash::bench::ProfileTable(title, *p, 15).c_str());
-      return dflash::bench::ProfileJson(*p, 15);
+  if (device.is_cuda()) {
+    // Runs `work`; returns its profile's JSON (empty without --profile) and sets *peak.
+    auto phase = [&](const char* title, const std::function<void()>& work, bool host_ops,
+                     int64_t* peak) {
+      ResetPeak(device);
+      std::string json;
+      if (profile) {
+        absl::StatusOr<dflash::bench::KernelProfile> p =
+            dflash::bench::ProfileKernels(work, host_ops);
+        Check(p.status(), title);
+        std::fprintf(stderr, "%s\n", dflash::bench::ProfileTable(title, *p, 15).c_str());
+        json = dflash::bench::ProfileJson(*p, 15);
+      } else {
+        work();
+      }
+      if (peak != nullptr) *peak = DeviceMemory(device).peak;
+      return json;
     };
     absl::StatusOr<dflash::drafter::DrafterLoss> loss;
-    const std::string fwd = run("forward + loss", [&] {
-      absl::StatusOr<at::Tensor> hidden = (*drafter)->Forward(batch);
-      Check(hidden.status(), "forward");
-      loss = (*drafter)->Loss(batch, *hidden, run_options->loss);
-      Check(loss.status(), "loss");
-      Synchronize(device);
-    });
-    const std::string bwd = run("backward", [&] {
-      loss->numerator.backward();
-      Synchronize(device);
-    });
-    loss = absl::UnknownError("released");
-    for (const auto& p : (*drafter)->parameters()) p.tensor.mutable_grad() = at::Tensor();
-    const std::string step = run(
-        "trainer step",
+    const std::string fwd = phase(
+        "forward + loss",
         [&] {
-          Check((*trainer)->AddMicroBatch(batch), "AddMicroBatch");
-          Check((*trainer)->Step().status(), "Step");
+          absl::StatusOr<at::Tensor> hidden = (*drafter)->Forward(batch);
+          Check(hidden.status(), "forward");
+          loss = (*drafter)->Loss(batch, *hidden, run_options->loss);
+          Check(loss.status(), "loss");
           Synchronize(device);
         },
-        /*host_ops=*/true);
-    profile_json = absl::StrCat(", \"profile\": {\"forward_loss\": ", fwd, ", \"backward\": ", bwd,
-                                ", \"step\": ", step, "}");
+        false, &forward_peak);
+    const std::string bwd = phase(
+        "backward",
+        [&] {
+          loss->numerator.backward();
+          Synchronize(device);
+        },
+        false, &backward_peak);
+    loss = absl::UnknownError("released");
+    for (const auto& p : (*drafter)->parameters()) p.tensor.mutable_grad() = at::Tensor();
+    if (profile) {
+      const std::string step = phase(
+          "trainer step",
+          [&] {
+            Check((*trainer)->AddMicroBatch(batch), "AddMicroBatch");
+            Check((*trainer)->Step().status(), "Step");
+            Synchronize(device);
+          },
+          /*host_ops=*/true, nullptr);
+      profile_json = absl::StrCat(", \"profile\": {\"forward_loss\": ", fwd,
+                                  ", \"backward\": ", bwd, ", \"step\": ", step, "}");
+    }
   }
   std::string loss_list;
   for (double l : losses) {
