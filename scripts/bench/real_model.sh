@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The real-model job end to end (docs/real-model.md): a DFlash drafter for SmolLM2-135M-Instruct.
+#   1. starts a coordinator, a target worker and a drafter worker (GPU 0, or the CPU with DEVICE=cpu);
+#   2. dflashctl regen: the target answers the training prompts (configs/smollm2/train-prompts.jsonl);
+#   3. dflashctl prepare + submit of configs/smollm2/run.yaml on those answers, with the held-out
+#      acceptance length measured every eval.every_steps (the tau curve);
+#   4. dflashctl export, then dflashctl eval of the trained and an untrained drafter on the held-out
+#      prompts at each batch size of EVAL_BATCHES (tau, acceptance by position, tokens/s against
+#      plain greedy decoding of the same prompts);
+#   5. writes OUT/summary.json and OUT/curves.jsonl (loss and tau by step) for the plots.
+#
+#   scripts/bench/real_model.sh BUILD_DIR OUT_DIR
+#
+# Env: MODEL (the Hugging Face checkpoint; default $DFLASH_MODELS/SmolLM2-135M-Instruct, made by
+# scripts/models/smollm2.sh), DEVICE (gpu|cpu), TRAIN_PROMPTS / HELDOUT_PROMPTS (default the
+# committed sets), MAX_TRAIN (first N training prompts; default all), REGEN_BATCH (256),
+# REGEN_MAX_NEW (512), EPOCHS / MAX_STEPS (override optim.*), EVAL_EVERY (eval.every_steps),
+# EVAL_PROMPTS (held-out prompts for the final evals; default all), EVAL_MAX_NEW (256),
+# EVAL_BATCHES ("1 8 32"), TOKEN_BUDGET / MAX_ANCHORS, REGEN (an existing regen.jsonl to reuse).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:?usage: real_model.sh BUILD_DIR OUT_DIR}
+out=${2:?usage: real_model.sh BUILD_DIR OUT_DIR}
+build=$(cd "$build" && pwd)
+mkdir -p "$out"; out=$(cd "$out" && pwd)
+bin=$build/services
+ctl=$bin/dflashctl/dflashctl
+model=${MODEL:-${DFLASH_MODELS:-$HOME/.local/share/dflash/models}/SmolLM2-135M-Instruct}
+device=${DEVICE:-gpu}
+train_prompts=${TRAIN_PROMPTS:-$root/configs/smollm2/train-prompts.jsonl}
+heldout=${HELDOUT_PROMPTS:-$root/configs/smollm2/heldout-prompts.jsonl}
+log() { printf '[real_model %s] %s\n' "$(date +%T)" "$*" >&2; }
+[ -f "$model/config.json" ] || { log "no checkpoint at $model (scripts/models/smollm2.sh makes it)"; exit 2; }
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+port_of() { sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p" "$1"; }
+wait_file() { for _ in $(seq 1200); do [ -s "$1" ] && return 0; sleep 0.1; done; log "$1 did not appear"; return 1; }
+
+# 1. The processes.
+rm -f "$out"/*.ready
+"$bin/coordinator/dflash-coordinator" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 \
+  --state_dir "$out/state" --ready_file "$out/coordinator.ready" --log_file "$out/coordinator.log" 2>/dev/null &
+pids+=($!)
+wait_file "$out/coordinator.ready"
+export DFLASH_COORDINATOR=127.0.0.1:$(port_of "$out/coordinator.ready" grpc_port)
+gpu_flag=(); [ "$device" = gpu ] && gpu_flag=(--gpu 0)
+for role in target drafter; do
+  "$bin/${role}_worker/dflash-${role}-worker" --coordinator "$DFLASH_COORDINATOR" "${gpu_flag[@]}" \
+    --name "$role" --metrics_listen 127.0.0.1:0 --ready_file "$out/$role.ready" \
+    --log_file "$out/$role.log" 2>/dev/null &
+  pids+=($!)
+  wait_file "$out/$role.ready"
+done
+for _ in $(seq 200); do
+  [ "$("$ctl" workers -o json | grep -o '"WORKER_HEALTH_UP"' | wc -l)" -ge 2 ] && break; sleep 0.1
+done
+
+# The run.yaml: configs/smollm2/run.yaml with this machine's paths and the env's overrides.
+head_n() { if [ -n "${2:-}" ]; then head -n "$2" "$1"; else cat "$1"; fi; }
+head_n "$train_prompts" "${MAX_TRAIN:-}" >"$out/train-prompts.jsonl"
+head_n "$heldout" "${EVAL_PROMPTS:-}" >"$out/heldout-prompts.jsonl"
+yaml=$out/run.yaml
+sed -e "s|path: SmolLM2-135M-Instruct|path: \"$model\"|" \
+    -e "s|train: regen.jsonl|train: \"$out/regen.jsonl\"|" \
+    -e "s|prompts: heldout-prompts.jsonl|prompts: \"$out/heldout-prompts.jsonl\"|" \
+    "$root/configs/smollm2/run.yaml" >"$yaml"
+[ -n "${EPOCHS:-}" ] && sed -i "s|epochs: [0-9.]*|epochs: $EPOCHS|" "$yaml"
+[ -n "${MAX_STEPS:-}" ] && sed -i "s|epochs: [0-9.]*|epochs: 1, max_steps: $MAX_STEPS|" "$yaml"
+[ -n "${EVAL_EVERY:-}" ] && sed -i "s|every_steps: 250|every_steps: $EVAL_EVERY|" "$yaml"
+[ -n "${TOKEN_BUDGET:-}" ] && sed -i "s|token_budget: [0-9]*|token_budget: $TOKEN_BUDGET|" "$yaml"
+[ -n "${MAX_ANCHORS:-}" ] && sed -i "s|max_anchors: [0-9]*|max_anchors: $MAX_ANCHORS|" "$yaml"
+[ -n "${CKPT_EVERY:-}" ] && sed -i "s|checkpoint: {every_steps: [0-9]*|checkpoint: {every_steps: $CKPT_EVERY|" "$yaml"
+[ "$device" = cpu ] && sed -i "s|dtype: bfloat16|dtype: float32|" "$yaml"
+
+# 2. The target's own answers to the training prompts.
+if [ -n "${REGEN:-}" ]; then
+  cp "$REGEN" "$out/regen.jsonl"
+else
+  log "regen of $(wc -l <"$out/train-prompts.jsonl") prompts"
+  t0=$(date +%s.%N)
+  "$ctl" regen "$yaml" --input "$out/train-prompts.jsonl" --out "$out/regen.jsonl" \
+    --batch_size "${REGEN_BATCH:-256}" --max_new_tokens "${REGEN_MAX_NEW:-512}" -o json >"$out/regen.json"
+  echo "$(date +%s.%N) $t0" | awk '{printf "%.1f\n", $1 - $2}' >"$out/regen.seconds"
+  log "regen done in $(cat "$out/regen.seconds") s"
+fi
+
+# 3. Prepare and train.
+"$ctl" prepare "$yaml" -o json >"$out/prepare.json"
+log "training: $(grep -o '"documents":[0-9]*' "$out/prepare.json" | head -n1)"
+"$ctl" submit "$yaml" >"$out/submit.out" 2>&1 || { tail -n 5 "$out/submit.out" >&2; exit 1; }
+run=$("$ctl" list -o json | sed -n 's/.*"run_id":"\([^"]*\)".*/\1/p' | tail -n 1)
+"$ctl" status "$run" -o json >"$out/status.json"
+rm -rf "$out/drafter"; "$ctl" export "$run" --out "$out/drafter" >/dev/null
+# The loss and tau curves from the coordinator's log.
+grep -E "run=$run .*\] loss " "$out/coordinator.log" >"$out/loss.log" || true
+rundir=$(sed -n 's/.*"run_dir":"\([^"]*\)".*/\1/p' "$out/status.json" | head -n 1)
+cp "$rundir/eval/results.jsonl" "$out/tau-curve.jsonl" 2>/dev/null || : >"$out/tau-curve.jsonl"
+
+# The same drafter untrained: one step at a negligible learning rate (its initial weights).
+sed -e "s|^name: smollm2-dflash|name: smollm2-untrained|" -e "s|epochs: [0-9.]*\(, max_steps: [0-9]*\)\?|epochs: 1, max_steps: 1|" \
+    -e "s|lr: [0-9.e-]*|lr: 1.0e-12|" -e "s|every_steps: [0-9]*, prompts|every_steps: 0, prompts|" "$yaml" >"$out/untrained.yaml"
+"$ctl" submit "$out/untrained.yaml" >"$out/untrained.out" 2>&1
+urun=$("$ctl" list -o json | sed -n 's/.*"run_id":"\([^"]*\)".*/\1/p' | tail -n 1)
+rm -rf "$out/drafter-untrained"; "$ctl" export "$urun" --out "$out/drafter-untrained" >/dev/null
+
+# 4. Held-out acceptance length and speed-up at each batch size.
+for b in ${EVAL_BATCHES:-1 8 32}; do
+  for which in drafter drafter-untrained; do
+    log "eval $which at batch $b"
+    "$ctl" eval "$yaml" --drafter "$out/$which" --prompts "$out/heldout-prompts.jsonl" \
+      --max_prompts 100000 --max_new_tokens "${EVAL_MAX_NEW:-256}" --batch_size "$b" -o json \
+      >"$out/eval-$which-b$b.json"
+  done
+done
+
+# 5. Summary.
+python3 - "$out" "$run" <<'PY'
+import glob, json, os, re, sys
+out, run = sys.argv[1], sys.argv[2]
+summary = {"run": run, "evals": {}}
+for f in sorted(glob.glob(os.path.join(out, "eval-*.json"))):
+    r = json.load(open(f))
+    summary["evals"][os.path.basename(f)[5:-5]] = {
+        k: r.get(k) for k in ("tau", "prompts", "new_tokens", "verifications", "tokens_per_second",
+                              "baseline_tokens_per_second", "acceptance_by_position")}
+    b = r.get("baseline_tokens_per_second") or 0
+    summary["evals"][os.path.basename(f)[5:-5]]["speedup"] = (r.get("tokens_per_second", 0) / b) if b else None
+curves = []
+for line in open(os.path.join(out, "loss.log")):
+    m = re.search(r"step=(\d+)\S*\] loss ([0-9.eE+-]+)", line)
+    if m: curves.append({"step": int(m.group(1)) + 1, "loss": float(m.group(2))})
+for line in open(os.path.join(out, "tau-curve.jsonl")):
+    if line.strip():
+        r = json.loads(line)
+        curves.append({"step": int(r.get("step", 0)), "tau": float(r.get("tau", 0))})
+with open(os.path.join(out, "curves.jsonl"), "w") as f:
+    for c in curves: f.write(json.dumps(c) + "\n")
+for name in ("regen.seconds",):
+    p = os.path.join(out, name)
+    if os.path.exists(p): summary["regen_seconds"] = float(open(p).read())
+summary["status"] = json.load(open(os.path.join(out, "status.json")))
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+for k, v in summary["evals"].items():
+    sp = f"{v['speedup']:.2f}x" if v["speedup"] else "-"
+    print(f"{k:28s} tau {v['tau']:.3f}  {v['tokens_per_second']:.1f} tok/s  speed-up {sp}")
+PY
