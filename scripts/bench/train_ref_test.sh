@@ -33,7 +33,7 @@ torch.manual_seed(0)
 cfg = Qwen3Config(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                   max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=1000000.0,
-                  tie_word_embeddings=True)
+                  tie_word_embeddings=True, initializer_range=0.3)
 Qwen3ForCausalLM(cfg).save_pretrained("target", safe_serialization=True)
 for f in ("tokenizer.json", "tokenizer_config.json"):
     shutil.copy(f"{tok}/{f}", f"target/{f}")
@@ -51,8 +51,8 @@ seed: 7
 target: {path: target, layer_ids: auto, dtype: float32}
 drafter: {layers: 1, block_size: 8, mask_token_id: auto}
 data: {train: chat.jsonl, format: chat, max_length: 256}
-batching: {token_budget: 512, max_anchors: 32, grad_accum: 1}
-optim: {lr: 3.0e-3, warmup_ratio: 0.1, schedule: cosine, max_steps: 30}
+batching: {token_budget: 512, max_anchors: 16, grad_accum: 1}
+optim: {lr: 2.0e-2, warmup_ratio: 0.1, schedule: cosine, max_steps: 30}
 loss: {gamma: auto}
 placement: {pairs: 1, transport: host}
 YAML

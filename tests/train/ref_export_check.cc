@@ -12,6 +12,7 @@
 //     loss to 1e-4 relative (same weights, same features: the forward and loss agree).
 // Prints one line per check; exit status 1 on the first failure, naming what differs.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <filesystem>
