@@ -176,6 +176,115 @@ class ChunkedCE(torch.autograd.Function):
         return grad, None, None, None, None
 
 
+def param_names(num_layers):
+    """The drafter's parameters in DrafterModel's order (ParameterSpecs, method.md §7 names)."""
+    return (["fc.weight", "hidden_norm.weight"] +
+            [f"layers.{i}.{n}" for i in range(num_layers) for n in LAYER_NAMES] + ["norm.weight"])
+
+
+class ReferenceStep:
+    """The drafter's forward and weighted loss on one packed micro-batch (method.md §3.1-3.5).
+    geo: hq, hkv, d, eps, block_size, num_layers, gamma, mask_token_id, rope_theta, dtype (the
+    compute dtype); params: name -> fp32 Parameter (param_names order); embed / lm_head: the frozen
+    target tensors. A batch is a dict of tensors on `dev`: input_ids, positions, cu_seqlens,
+    anchors (-1 = padding block), loss_mask, features."""
+
+    def __init__(self, geo, params, embed, lm_head, dev, use_flex, chunk_rows):
+        self.cfg = dict(hq=geo["hq"], hkv=geo["hkv"], d=geo["d"], eps=geo["eps"])
+        self.B, self.L, self.gamma = geo["block_size"], geo["num_layers"], geo["gamma"]
+        self.mask_id, self.cdt = geo["mask_token_id"], geo["dtype"]
+        self.params, self.embed, self.lm_head = params, embed, lm_head
+        self.layer_w = [tuple(params[f"layers.{i}.{n}"] for n in LAYER_NAMES)
+                        for i in range(self.L)]
+        self.dev, self.use_flex, self.chunk_rows = dev, use_flex, chunk_rows
+        d = geo["d"]
+        self.inv_freq = geo["rope_theta"] ** (
+            -torch.arange(0, d, 2, dtype=torch.float32, device=dev) / d)
+
+    def build(self, mode):
+        """The step's functions: eager ("none"), flex_attention compiled ("flex") or every piece
+        compiled ("full")."""
+        attention = Attention("flex" if self.use_flex else "dense", compiled=(mode == "flex"))
+        layer = make_layer(self.cfg, attention)
+        ctx_fn = make_ctx(self.cfg["eps"])
+        eps = self.cfg["eps"]
+        norm_fn = lambda x, wn: rms_norm(x, wn.to(x.dtype), eps)  # noqa: E731
+        fwd, bwd = ce_chunk_forward, ce_chunk_backward
+        if mode == "full":
+            layer = torch.compile(layer, dynamic=False)
+            ctx_fn = torch.compile(ctx_fn, dynamic=False)
+            norm_fn = torch.compile(norm_fn, dynamic=False)
+            fwd = torch.compile(fwd, dynamic=False)
+            bwd = torch.compile(bwd, dynamic=False)
+        return layer, ctx_fn, norm_fn, fwd, bwd
+
+    def rope_tables(self, pos):
+        ang = pos.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat([ang, ang], -1)
+        return emb.cos().to(self.cdt), emb.sin().to(self.cdt)
+
+    def prepare(self, batch):
+        """Everything the step derives from the batch (method.md §3.1-3.5)."""
+        B, mask_id, gamma, dev = self.B, self.mask_id, self.gamma, self.dev
+        ids, pos, anchors = batch["input_ids"], batch["positions"], batch["anchors"]
+        t, n = ids.shape[0], anchors.shape[0]
+        cu = batch["cu_seqlens"].long()
+        doc = torch.repeat_interleave(torch.arange(cu.shape[0] - 1, device=dev), cu[1:] - cu[:-1],
+                                      output_size=t)
+        valid = anchors >= 0
+        a = anchors.clamp_min(0)
+        k = torch.arange(B, device=dev)
+        slot0 = torch.where(valid, ids[a], torch.full_like(a, mask_id))
+        tokens = torch.cat([slot0[:, None], torch.full((n, B - 1), mask_id, device=dev)], 1).view(-1)
+        base = torch.where(valid, pos[a], torch.zeros_like(a))
+        q_cos, q_sin = self.rope_tables((base[:, None] + k[None, :]).view(-1))
+        c_cos, c_sin = self.rope_tables(pos)
+        k_cos, k_sin = torch.cat([c_cos, q_cos]), torch.cat([c_sin, q_sin])
+        row = a[:, None] + k[None, :]
+        at = row.clamp_max(t - 1).view(-1)
+        labels = ids[at]
+        same = (doc[at].view(n, B) == doc[a][:, None]) & (row < t) & valid[:, None]
+        decay = torch.exp(-(k.float() - 1) / gamma) * (k >= 1).float()
+        weights = (decay[None, :] * same.float() * (batch["loss_mask"][at].view(n, B) != 0).float()
+                   ).view(-1)
+        q_len, kv_len = n * B, t + n * B
+        doc_a = doc[a]
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            j = q_idx // B
+            anchor = anchors[j]
+            ctx_row = torch.clamp(kv_idx, max=t - 1)
+            in_ctx = (kv_idx < t) & (doc[ctx_row] == doc_a[j]) & (kv_idx < anchor)
+            in_blk = (kv_idx >= t) & ((kv_idx - t) // B == j)
+            return (in_ctx | in_blk) & (anchor >= 0)
+
+        if self.use_flex:
+            mask = create_block_mask(mask_mod, 1, None, q_len, kv_len, device=dev,
+                                     _compile=dev.type == "cuda")
+        else:
+            qi = torch.arange(q_len, device=dev)[:, None]
+            ki = torch.arange(kv_len, device=dev)[None, :]
+            mask = mask_mod(None, None, qi, ki)
+        return tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights
+
+    def numerator(self, batch, fns):
+        """(sum_i w_i CE_i, differentiable; sum_i w_i) of one micro-batch (the trainer's
+        DrafterLoss numerator and denominator)."""
+        layer, ctx_fn, norm_fn, fwd, bwd = fns
+        ChunkedCE.fwd, ChunkedCE.bwd = staticmethod(fwd), staticmethod(bwd)
+        tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights = self.prepare(batch)
+        x = self.embed[tokens].to(self.cdt)
+        ctx = ctx_fn(batch["features"], self.params["fc.weight"],
+                     self.params["hidden_norm.weight"], self.cdt)
+        for i in range(self.L):
+            x = layer(x, ctx, self.layer_w[i], q_cos, q_sin, k_cos, k_sin, mask)
+        hidden = norm_fn(x, self.params["norm.weight"])
+        rows = torch.nonzero(weights > 0).squeeze(1)
+        num = ChunkedCE.apply(hidden[rows], self.lm_head, labels[rows], weights[rows],
+                              self.chunk_rows)
+        return num, weights.sum()
+
+
 def kernel_category(name):
     """scripts/bench/kernel_profile.cc's KernelCategory, the same rules."""
     s = name.lower()
@@ -259,10 +368,10 @@ def main():
         meta = json.load(f)
     cdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
         meta["dtype"]]
-    cfg = dict(hq=meta["num_attention_heads"], hkv=meta["num_key_value_heads"],
-               d=meta["head_dim"], eps=meta["rms_norm_eps"])
-    B, L, gamma = meta["block_size"], meta["num_layers"], meta["gamma"]
-    mask_id, theta, d = meta["mask_token_id"], meta["rope_theta"], meta["head_dim"]
+    geo = dict(hq=meta["num_attention_heads"], hkv=meta["num_key_value_heads"],
+               d=meta["head_dim"], eps=meta["rms_norm_eps"], block_size=meta["block_size"],
+               num_layers=meta["num_layers"], gamma=meta["gamma"],
+               mask_token_id=meta["mask_token_id"], rope_theta=meta["rope_theta"], dtype=cdt)
 
     batch = {k: v.to(dev) for k, v in load_file(os.path.join(args.dump_dir, "batch.safetensors")).items()}
     frozen = load_file(os.path.join(args.weights, "frozen.safetensors"))
@@ -270,95 +379,23 @@ def main():
     lm_head = frozen["lm_head"].to(dev)
     del frozen
     w = load_file(os.path.join(args.weights, "drafter", "model.safetensors"))
-    names = ["fc.weight", "hidden_norm.weight"] + [
-        f"layers.{i}.{n}" for i in range(L) for n in LAYER_NAMES] + ["norm.weight"]
-    params = {n: torch.nn.Parameter(w[n].to(dev, torch.float32)) for n in names}
+    params = {n: torch.nn.Parameter(w[n].to(dev, torch.float32))
+              for n in param_names(geo["num_layers"])}
     del w
     plist = list(params.values())
-    layer_w = [tuple(params[f"layers.{i}.{n}"] for n in LAYER_NAMES) for i in range(L)]
     opt = torch.optim.AdamW(plist, lr=meta["lr"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                             fused=cuda)
     clip = meta["clip_norm"]
 
     compile_mode = args.compile
-    use_flex = args.attention == "flex"
-
-    def build(mode):
-        attention = Attention("flex" if use_flex else "dense", compiled=(mode == "flex"))
-        layer = make_layer(cfg, attention)
-        ctx_fn = make_ctx(cfg["eps"])
-        norm_fn = lambda x, wn: rms_norm(x, wn.to(x.dtype), cfg["eps"])  # noqa: E731
-        fwd, bwd = ce_chunk_forward, ce_chunk_backward
-        if mode == "full":
-            layer = torch.compile(layer, dynamic=False)
-            ctx_fn = torch.compile(ctx_fn, dynamic=False)
-            norm_fn = torch.compile(norm_fn, dynamic=False)
-            fwd = torch.compile(fwd, dynamic=False)
-            bwd = torch.compile(bwd, dynamic=False)
-        return layer, ctx_fn, norm_fn, fwd, bwd
-
-    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float32, device=dev) / d)
-
-    def rope_tables(pos):
-        ang = pos.float()[:, None] * inv_freq[None, :]
-        emb = torch.cat([ang, ang], -1)
-        return emb.cos().to(cdt), emb.sin().to(cdt)
-
-    def prepare():
-        """Everything the step derives from the batch (method.md §3.1-3.5)."""
-        ids, pos, anchors = batch["input_ids"], batch["positions"], batch["anchors"]
-        t, n = ids.shape[0], anchors.shape[0]
-        cu = batch["cu_seqlens"].long()
-        doc = torch.repeat_interleave(torch.arange(cu.shape[0] - 1, device=dev), cu[1:] - cu[:-1],
-                                      output_size=t)
-        valid = anchors >= 0
-        a = anchors.clamp_min(0)
-        k = torch.arange(B, device=dev)
-        slot0 = torch.where(valid, ids[a], torch.full_like(a, mask_id))
-        tokens = torch.cat([slot0[:, None], torch.full((n, B - 1), mask_id, device=dev)], 1).view(-1)
-        base = torch.where(valid, pos[a], torch.zeros_like(a))
-        q_cos, q_sin = rope_tables((base[:, None] + k[None, :]).view(-1))
-        c_cos, c_sin = rope_tables(pos)
-        k_cos, k_sin = torch.cat([c_cos, q_cos]), torch.cat([c_sin, q_sin])
-        row = a[:, None] + k[None, :]
-        at = row.clamp_max(t - 1).view(-1)
-        labels = ids[at]
-        same = (doc[at].view(n, B) == doc[a][:, None]) & (row < t) & valid[:, None]
-        decay = torch.exp(-(k.float() - 1) / gamma) * (k >= 1).float()
-        weights = (decay[None, :] * same.float() * (batch["loss_mask"][at].view(n, B) != 0).float()
-                   ).view(-1)
-        q_len, kv_len = n * B, t + n * B
-        doc_a = doc[a]
-
-        def mask_mod(b, h, q_idx, kv_idx):
-            j = q_idx // B
-            anchor = anchors[j]
-            ctx_row = torch.clamp(kv_idx, max=t - 1)
-            in_ctx = (kv_idx < t) & (doc[ctx_row] == doc_a[j]) & (kv_idx < anchor)
-            in_blk = (kv_idx >= t) & ((kv_idx - t) // B == j)
-            return (in_ctx | in_blk) & (anchor >= 0)
-
-        if use_flex:
-            mask = create_block_mask(mask_mod, 1, None, q_len, kv_len, device=dev,
-                                     _compile=cuda)
-        else:
-            qi = torch.arange(q_len, device=dev)[:, None]
-            ki = torch.arange(kv_len, device=dev)[None, :]
-            mask = mask_mod(None, None, qi, ki)
-        return tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights
+    ref = ReferenceStep(geo, params, embed, lm_head, dev, args.attention == "flex",
+                        args.chunk_rows)
+    build = ref.build
 
     def step(fns):
-        layer, ctx_fn, norm_fn, fwd, bwd = fns
-        ChunkedCE.fwd, ChunkedCE.bwd = staticmethod(fwd), staticmethod(bwd)
-        tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights = prepare()
-        x = embed[tokens].to(cdt)
-        ctx = ctx_fn(batch["features"], params["fc.weight"], params["hidden_norm.weight"], cdt)
-        for i in range(L):
-            x = layer(x, ctx, layer_w[i], q_cos, q_sin, k_cos, k_sin, mask)
-        hidden = norm_fn(x, params["norm.weight"])
-        rows = torch.nonzero(weights > 0).squeeze(1)
-        num = ChunkedCE.apply(hidden[rows], lm_head, labels[rows], weights[rows], args.chunk_rows)
-        loss = num / weights.sum()
+        # Every batch-dependent tensor is built inside the timed step (ReferenceStep.prepare).
+        num, wsum = ref.numerator(batch, fns)
+        loss = num / wsum
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(plist, clip)
         opt.step()
