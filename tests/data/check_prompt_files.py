@@ -63,6 +63,8 @@ def check_line(where, raw):
         errors.append(f"{where}: the prompt has {n} words (want {MIN_WORDS}..{MAX_WORDS})")
     if any(c < " " and c != "\n" for c in prompt) or prompt != prompt.strip():
         errors.append(f"{where}: the prompt has control characters or surrounding spaces")
+    if re.search(r" at 0x[0-9a-fA-F]{6,}", prompt):
+        errors.append(f"{where}: the prompt shows a memory address (differs from run to run)")
     letters = [c for c in prompt if c.isalpha()]
     if sum(c.isascii() for c in letters) < 0.95 * len(letters):
         errors.append(f"{where}: the prompt is mostly not ASCII letters (not English?)")
@@ -138,6 +140,9 @@ def self_test(files):
                      "words (want"),
         "control character": (edited(lambda r: r["messages"][1].update(
             content=r["messages"][1]["content"] + " \x07 end")), "control characters"),
+        "memory address": (edited(lambda r: r["messages"][1].update(
+            content=r["messages"][1]["content"] + " <object at 0x7f1811fa48c0>")),
+            "memory address"),
         "not English": (edited(lambda r: r["messages"][1].update(
             content="Объясните, что делает эта функция: " + "слово " * 30)), "not English"),
         "shared source": (edited(lambda r: r.update(source=held_source)), "in both sets"),
