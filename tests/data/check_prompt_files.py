@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Checks the committed SmolLM2 prompt sets (configs/smollm2/{train,heldout}-prompts.jsonl).
+
+Test oracle (not product code), run by ctest. Checks counts, the source mix, that the held-out set
+shares no source item with the training set, valid UTF-8, prompt lengths, no duplicate prompts, the
+file sizes, and that every line is a chat record that dflash's reader (common/data/records.cc) keeps
+and that `dflashctl regen` can use: the reader's rules are re-implemented here in Python (a JSON
+object; `messages` a non-empty list of objects; `role` one of the accepted OpenAI roles; `content` a
+string; at least one assistant turn), plus regen's (a message before the first assistant turn).
+
+Usage: check_prompt_files.py DIR          check DIR/train-prompts.jsonl and DIR/heldout-prompts.jsonl
+       check_prompt_files.py --self-test DIR
+           also corrupt copies of the files in memory in several ways and require that each
+           corruption is reported (so that the checks themselves can fail).
+"""
+import json
+import os
+import re
+import sys
+
+MIN_TRAIN, MIN_HELDOUT = 2400, 240
+MIN_WORDS, MAX_WORDS = 20, 350
+MAX_BYTES = 2 * 1024 * 1024
+OPENAI_ROLES = {"system", "user", "assistant", "tool", "developer"}
+SOURCE = re.compile(r"^(python|debian-doc|man|license):\S.*$")
+
+
+def check_line(where, raw):
+    """Errors of one line (bytes, without its newline); returns (errors, record or None)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return [f"{where}: invalid UTF-8 at byte {e.start}"], None
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as e:
+        return [f"{where}: not valid JSON: {e}"], None
+    if not isinstance(rec, dict):
+        return [f"{where}: not a JSON object"], None
+    msgs = rec.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        return [f"{where}: messages: missing, not a list or empty"], None
+    errors = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or m.get("role") not in OPENAI_ROLES:
+            errors.append(f"{where}: messages[{i}]: not an object with an accepted role")
+        elif not isinstance(m.get("content"), str):
+            errors.append(f"{where}: messages[{i}].content: not a string")
+    if errors:
+        return errors, None
+    roles = [m["role"] for m in msgs]
+    if roles != ["system", "user", "assistant"]:
+        errors.append(f"{where}: roles {roles}, want [system, user, assistant]")
+    elif msgs[2]["content"] != "":
+        errors.append(f"{where}: the assistant turn is not empty (regen writes it)")
+    if not isinstance(rec.get("source"), str) or not SOURCE.match(rec["source"]):
+        errors.append(f"{where}: source: missing or not 'python|debian-doc|man|license:...'")
+    if errors:
+        return errors, None
+    prompt = msgs[1]["content"]
+    n = len(prompt.split())
+    if not MIN_WORDS <= n <= MAX_WORDS:
+        errors.append(f"{where}: the prompt has {n} words (want {MIN_WORDS}..{MAX_WORDS})")
+    if any(c < " " and c != "\n" for c in prompt) or prompt != prompt.strip():
+        errors.append(f"{where}: the prompt has control characters or surrounding spaces")
+    if re.search(r" at 0x[0-9a-fA-F]{6,}", prompt):
+        errors.append(f"{where}: the prompt shows a memory address (differs from run to run)")
+    letters = [c for c in prompt if c.isalpha()]
+    if sum(c.isascii() for c in letters) < 0.95 * len(letters):
+        errors.append(f"{where}: the prompt is mostly not ASCII letters (not English?)")
+    return errors, rec
+
+
+def check_file(name, data, min_count):
+    """(errors, [(source, prompt)]) of one file's bytes."""
+    errors, items = [], []
+    if len(data) > MAX_BYTES:
+        errors.append(f"{name}: {len(data)} bytes, more than {MAX_BYTES}")
+    if not data.endswith(b"\n"):
+        errors.append(f"{name}: does not end with a newline")
+    for i, raw in enumerate(data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n")):
+        line_errors, rec = check_line(f"{name}:{i + 1}", raw)
+        errors += line_errors
+        if rec is not None:
+            items.append((rec["source"], rec["messages"][1]["content"]))
+    if len(items) < min_count:
+        errors.append(f"{name}: {len(items)} usable records, want at least {min_count}")
+    python = sum(s.startswith("python:") for s, _ in items)
+    if items and not 0.35 <= python / len(items) <= 0.65:
+        errors.append(f"{name}: {python} of {len(items)} prompts from Python, want 35%..65%")
+    return errors, items
+
+
+def check(files):
+    """files: {"train": bytes, "heldout": bytes}; returns the list of errors."""
+    errors, seen = [], {}
+    train_errors, train = check_file("train-prompts.jsonl", files["train"], MIN_TRAIN)
+    held_errors, held = check_file("heldout-prompts.jsonl", files["heldout"], MIN_HELDOUT)
+    errors += train_errors + held_errors
+    shared = {s for s, _ in train} & {s for s, _ in held}
+    if shared:
+        errors.append(f"{len(shared)} source items in both sets, e.g. {sorted(shared)[0]}")
+    for name, items in (("train", train), ("heldout", held)):
+        for i, (_, prompt) in enumerate(items):
+            key = " ".join(prompt.split()).lower()
+            if key in seen:
+                errors.append(f"{name} record {i + 1}: duplicate of {seen[key]}")
+            seen.setdefault(key, f"{name} record {i + 1}")
+    return errors
+
+
+def self_test(files):
+    """Every corruption must be reported."""
+    train = files["train"].split(b"\n")
+
+    def with_train(lines):
+        return {"train": b"\n".join(lines), "heldout": files["heldout"]}
+
+    def edited(fn):
+        rec = json.loads(train[0])
+        fn(rec)
+        return with_train([json.dumps(rec).encode()] + train[1:])
+
+    held_source = json.loads(files["heldout"].split(b"\n")[0])["source"]
+    # name -> (corrupted files, a part of the error that must be reported)
+    cases = {
+        "invalid UTF-8": (with_train([train[0][:-2] + b"\xff\"}"] + train[1:]), "invalid UTF-8"),
+        "not valid JSON": (with_train([train[0][:-1]] + train[1:]), "not valid JSON"),
+        "no assistant turn": (edited(lambda r: r["messages"].pop()), "want [system, user"),
+        "unknown role": (edited(lambda r: r["messages"][1].update(role="human")),
+                         "accepted role"),
+        "content not a string": (edited(lambda r: r["messages"][1].update(content=3)),
+                                 "content: not a string"),
+        "answer present": (edited(lambda r: r["messages"][2].update(content="Hi")),
+                           "not empty"),
+        "no source": (edited(lambda r: r.pop("source")), "source: missing"),
+        "too short": (edited(lambda r: r["messages"][1].update(content="Explain `x`.")),
+                      "words (want"),
+        "too long": (edited(lambda r: r["messages"][1].update(content="word " * 400 + "end")),
+                     "words (want"),
+        "control character": (edited(lambda r: r["messages"][1].update(
+            content=r["messages"][1]["content"] + " \x07 end")), "control characters"),
+        "memory address": (edited(lambda r: r["messages"][1].update(
+            content=r["messages"][1]["content"] + " <object at 0x7f1811fa48c0>")),
+            "memory address"),
+        "not English": (edited(lambda r: r["messages"][1].update(
+            content="Объясните, что делает эта функция: " + "слово " * 30)), "not English"),
+        "shared source": (edited(lambda r: r.update(source=held_source)), "in both sets"),
+        "duplicate": (with_train([train[0], train[0]] + train[2:]), "duplicate of"),
+        "too few": (with_train(train[:MIN_TRAIN - 1] + [b""]), "usable records"),
+        "too big": (with_train(train[:-1] + [b" " * MAX_BYTES + train[0], b""]), "bytes, more"),
+    }
+    failures = []
+    for name, (case, expected) in cases.items():
+        if not any(expected in e for e in check(case)):
+            failures.append(f"self-test: the corruption '{name}' was not reported ('{expected}')")
+    return failures
+
+
+def main():
+    args = sys.argv[1:]
+    selftest = args[:1] == ["--self-test"]
+    if selftest:
+        args = args[1:]
+    if len(args) != 1:
+        sys.exit(__doc__)
+    files = {}
+    for split in ("train", "heldout"):
+        path = os.path.join(args[0], f"{split}-prompts.jsonl")
+        with open(path, "rb") as f:
+            files[split] = f.read()
+    errors = check(files)
+    if selftest and not errors:
+        errors = self_test(files)
+    for e in errors[:50]:
+        print(e, file=sys.stderr)
+    if errors:
+        print(f"FAILED: {len(errors)} problems in {args[0]}", file=sys.stderr)
+        sys.exit(1)
+    counts = [files[split].count(b"\n") for split in ("train", "heldout")]
+    print(f"OK: {args[0]}: {counts[0]} training and {counts[1]} held-out prompts"
+          + (", self-test passed" if selftest else ""))
+
+
+if __name__ == "__main__":
+    main()
