@@ -1,16 +1,19 @@
 // A Hugging Face `tokenizer.json` of the byte-level BPE family (GPT-2 style: Qwen2, Qwen3,
-// Qwen3.5/3.6, Llama-3), reimplemented in C++ and checked token for token against the HF
-// `tokenizers` package (tests/tokenizer).
+// Qwen3.5/3.6, Llama-3, SmolLM2 in its original and GGUF-converted forms), reimplemented in C++ and
+// checked token for token against the HF `tokenizers` package (tests/tokenizer).
 //
 // Pipeline, as HF runs it for these files:
 //   1. added tokens (special or not) are found in the raw text first, honouring their lstrip,
 //      rstrip, single_word and normalized flags; the pieces between them go through steps 2-5;
 //   2. normalizer (NFC, a Sequence of supported normalizers, or none);
-//   3. pre-tokenizer: Split by the file's regex (PCRE2 with Unicode properties), then ByteLevel
-//      (bytes mapped to the printable GPT-2 alphabet; its own regex when use_regex is true);
-//   4. BPE: merges applied by rank inside each pre-token;
+//   3. pre-tokenizer: Split by the file's regexes or literal strings and Digits (PCRE2 with
+//      Unicode properties), then ByteLevel (bytes mapped to the printable GPT-2 alphabet; its own
+//      regex when use_regex is true);
+//   4. BPE: merges applied by rank inside each pre-token; a byte whose symbol the vocabulary lacks
+//      becomes byte-fallback tokens, the unk token or nothing, as in HF (bpe.h);
 //   5. ids from the vocabulary.
-// Decode reverses the byte-level mapping; special tokens decode to their content unless skipped.
+// Decode runs the file's decoder chain (decoder.h) over the tokens' strings; special tokens are
+// their content unless skipped. Post-processors add nothing (see Encode).
 #pragma once
 
 #include <cstdint>

@@ -94,15 +94,31 @@ absl::Status ParseByteLevel(const Reader& r, const json& n, const std::string& p
   return absl::OkStatus();
 }
 
+// A literal as an Oniguruma pattern (what HF's regex::escape does for a String pattern).
+std::string EscapeRegex(std::string_view literal) {
+  std::string out;
+  for (const char c : literal) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 absl::Status ParseSplit(const Reader& r, const json& n, const std::string& path,
                         PreTokenizerConfig* out) {
   ASSIGN_OR_RETURN(const json* pattern,
                    r.Typed(n, path, "pattern", json::value_t::object, "an object"));
   const std::string pattern_path = path + ".pattern";
-  if (Reader::Find(*pattern, "Regex") == nullptr) {
-    return r.Error(pattern_path, "only {\"Regex\": ...} patterns are supported");
+  const bool is_regex = Reader::Find(*pattern, "Regex") != nullptr;
+  if (!is_regex && Reader::Find(*pattern, "String") == nullptr) {
+    return r.Error(pattern_path, "expected {\"Regex\": ...} or {\"String\": ...}");
   }
-  ASSIGN_OR_RETURN(std::string regex, r.String(*pattern, pattern_path, "Regex"));
+  ASSIGN_OR_RETURN(std::string regex,
+                   r.String(*pattern, pattern_path, is_regex ? "Regex" : "String"));
+  if (!is_regex) {
+    if (regex.empty()) return r.Error(pattern_path + ".String", "empty");
+    regex = EscapeRegex(regex);  // HF matches the string literally
+  }
   ASSIGN_OR_RETURN(const std::string behavior, r.String(n, path, "behavior"));
   if (behavior != "Isolated") {
     return r.Error(path + ".behavior", absl::StrCat("behavior '", behavior,
@@ -111,7 +127,7 @@ absl::Status ParseSplit(const Reader& r, const json& n, const std::string& path,
   ASSIGN_OR_RETURN(const bool invert, r.Bool(n, path, "invert", false));
   if (invert) return r.Error(path + ".invert", "invert: true is not supported");
   out->split_patterns.push_back(std::move(regex));
-  out->split_fields.push_back(pattern_path + ".Regex");
+  out->split_fields.push_back(pattern_path + (is_regex ? ".Regex" : ".String"));
   return absl::OkStatus();
 }
 

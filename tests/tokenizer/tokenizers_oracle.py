@@ -277,7 +277,8 @@ def gguf_form(base):
 
 def fallback_form(base):
     """Byte-fallback tokens for all bytes but 0x84 (so byte 4's symbol U+0104 falls back to unk, byte 6's
-    U+0106 to <0xC4><0x86>), unk not fused, Digits in runs, and Replace(Regex) and Strip decoders."""
+    U+0106 to <0xC4><0x86>), unk not fused, a literal Split then Digits in runs, Replace(Regex) and Strip
+    decoders, a post-processor Sequence."""
     d = gguf_form(base)
     vocab = d["model"]["vocab"]
     for b in range(256):
@@ -285,6 +286,7 @@ def fallback_form(base):
             vocab[f"<0x{b:02X}>"] = len(vocab)
     d["model"]["fuse_unk"] = False
     d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"String": "::"}, "behavior": "Isolated", "invert": False},
         {"type": "Digits", "individual_digits": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
     d["decoder"]["decoders"] += [{"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
