@@ -46,7 +46,8 @@ struct AddedToken {
 // are matched before normalization (normalized: false) normalized on its own. Tokens are byte
 // spans: a token that starts inside a multi-byte character gets that byte's offset; an added token
 // with lstrip starts where the whitespace it absorbed starts; ByteLevel's prefix space, which is
-// not in the text, belongs to the token at the start of its pre-token.
+// not in the text, belongs to the token at the start of its pre-token. A byte that BPE drops (its
+// symbol is missing from the vocabulary and there is no unk token) starts no token.
 struct Encoding {
   std::vector<int32_t> ids;
   std::vector<uint32_t> offsets;
@@ -99,8 +100,9 @@ class Tokenizer {
   const std::vector<AddedToken>& added_tokens() const;
 
   // Identifies the tokenizer by what it does, not by how its file is formatted: a SHA-256 (hex)
-  // over a canonical serialization of normalizer, pre-tokenizer, vocabulary, merges and added
-  // tokens. Two files that tokenize identically but differ in whitespace or key order share it.
+  // over a canonical serialization of normalizer, pre-tokenizer, vocabulary, merges, the BPE
+  // options that change ids (unk_token, fuse_unk, byte_fallback) and added tokens. Two files that
+  // tokenize identically but differ in whitespace or key order share it.
   const std::string& fingerprint() const;
 
  private:

@@ -132,8 +132,9 @@ absl::Status ParseSplit(const Reader& r, const json& n, const std::string& path,
 }
 
 // Digits splits off every code point that Rust's char::is_numeric takes (categories Nd, Nl, No):
-// alone with individual_digits, else in runs. Oniguruma's \p{N} (Unicode 15.1) plus what the
-// newer tables of Rust (Unicode 17) add.
+// alone with individual_digits, else in runs. That is \p{N} as Oniguruma reads it (see
+// TranslateOnigPattern) plus the 13 code points Rust's newer Unicode tables add (Unicode 17); the
+// parity test compares the whole of Unicode with HF's Digits.
 constexpr char kRustNumeric[] = R"([\p{N}\x{11DE0}-\x{11DE9}\x{16FF4}-\x{16FF6}])";
 
 absl::Status ParseDigits(const Reader& r, const json& n, const std::string& path,
