@@ -60,7 +60,27 @@ uint64_t Bpe::Lookup(int32_t left, int32_t right) const {
   return it == tables_.merges.end() ? kNoMerge : it->second;
 }
 
-void Bpe::Encode(std::string_view bytes, std::vector<int32_t>* ids) const {
+void Bpe::Encode(std::string_view bytes, std::vector<int32_t>* ids,
+                 std::vector<uint32_t>* starts) const {
+  if (bytes.empty()) return;
+  if (tables_.any_missing) {
+    for (const char c : bytes) {
+      if (tables_.byte_ids[static_cast<unsigned char>(c)] < 0) {
+        EncodeWithMissing(bytes, ids, starts);
+        return;
+      }
+    }
+  }
+  const size_t first = ids->size();
+  EncodeIds(bytes, ids);
+  uint32_t local = 0;
+  for (size_t i = first; i < ids->size(); ++i) {
+    starts->push_back(local);
+    local += tables_.byte_length[static_cast<size_t>((*ids)[i])];
+  }
+}
+
+void Bpe::EncodeIds(std::string_view bytes, std::vector<int32_t>* ids) const {
   if (bytes.size() == 1) {
     ids->push_back(tables_.byte_ids[static_cast<unsigned char>(bytes[0])]);
     return;
@@ -83,6 +103,58 @@ void Bpe::Encode(std::string_view bytes, std::vector<int32_t>* ids) const {
   const size_t before = ids->size();
   Merge(bytes, ids);
   cache_->Insert(key, hash, ids->data() + before, ids->size() - before);
+}
+
+void Bpe::EncodeWithMissing(std::string_view bytes, std::vector<int32_t>* ids,
+                            std::vector<uint32_t>* starts) const {
+  if (tables_.ignore_merges) {
+    auto it = tables_.vocab_by_bytes.find(absl::string_view(bytes.data(), bytes.size()));
+    if (it != tables_.vocab_by_bytes.end()) {
+      ids->push_back(it->second);
+      starts->push_back(0);
+      return;
+    }
+  }
+  // The initial symbols as HF's merge_word builds them. Like HF's Word, each symbol's start is the
+  // sum of the lengths before it (a byte each, the fused bytes for an unk, 0, ..., 0, 1 for the
+  // fallback tokens of one byte), so starts never decrease even where HF emits a pending unk after
+  // fallback tokens of a later byte; a dropped byte only moves the next start on.
+  std::vector<int32_t> init;
+  std::vector<uint32_t> init_start;
+  init.reserve(bytes.size());
+  init_start.reserve(bytes.size());
+  uint32_t pos = 0;
+  uint32_t unk_len = 0;  // > 0: an unk is pending
+  auto add = [&](int32_t id, uint32_t len) {
+    init.push_back(id);
+    init_start.push_back(pos);
+    pos += len;
+  };
+  auto flush_unk = [&] {
+    if (unk_len > 0) add(tables_.unk_id, unk_len);
+    unk_len = 0;
+  };
+  for (const char c : bytes) {
+    const unsigned char b = static_cast<unsigned char>(c);
+    if (tables_.byte_ids[b] >= 0) {
+      flush_unk();
+      add(tables_.byte_ids[b], 1);
+    } else if (!tables_.fallback[b].empty()) {
+      // HF adds these without emitting a pending unk first (it comes later, after them).
+      const std::vector<int32_t>& ids = tables_.fallback[b];
+      for (size_t k = 0; k < ids.size(); ++k) add(ids[k], k + 1 == ids.size() ? 1 : 0);
+    } else if (tables_.unk_id >= 0) {
+      if (!tables_.fuse_unk) flush_unk();
+      ++unk_len;
+    } else {
+      ++pos;  // dropped
+    }
+  }
+  flush_unk();
+  if (init.empty()) return;
+  std::vector<uint32_t> firsts;
+  MergeSymbols(init.data(), static_cast<int32_t>(init.size()), ids, &firsts);
+  for (const uint32_t f : firsts) starts->push_back(init_start[f]);
 }
 
 void Bpe::Merge(std::string_view bytes, std::vector<int32_t>* ids) const {
@@ -117,6 +189,16 @@ void Bpe::MergeShort(std::string_view bytes, std::vector<int32_t>* ids) const {
 }
 
 void Bpe::MergeLong(std::string_view bytes, std::vector<int32_t>* ids) const {
+  thread_local std::vector<int32_t> init;
+  init.resize(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    init[i] = tables_.byte_ids[static_cast<unsigned char>(bytes[i])];
+  }
+  MergeSymbols(init.data(), static_cast<int32_t>(init.size()), ids, nullptr);
+}
+
+void Bpe::MergeSymbols(const int32_t* init, int32_t n, std::vector<int32_t>* ids,
+                       std::vector<uint32_t>* firsts) const {
   struct Symbol {
     int32_t id, prev, next;
     bool live;
@@ -124,7 +206,6 @@ void Bpe::MergeLong(std::string_view bytes, std::vector<int32_t>* ids) const {
   // (rank << 32 | position), smallest first: lowest rank, then leftmost, as HF's heap orders them.
   using Entry = std::pair<uint64_t, int32_t>;  // (key, id the merge produces)
   thread_local std::vector<Symbol> syms;
-  const int32_t n = static_cast<int32_t>(bytes.size());
   syms.resize(static_cast<size_t>(n));
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
   auto push = [&](int32_t pos) {
@@ -136,10 +217,7 @@ void Bpe::MergeLong(std::string_view bytes, std::vector<int32_t>* ids) const {
                    static_cast<int32_t>(m & 0xFFFFFFFFu));
     }
   };
-  for (int32_t i = 0; i < n; ++i) {
-    syms[i] = {tables_.byte_ids[static_cast<unsigned char>(bytes[i])], i - 1,
-               i + 1 < n ? i + 1 : -1, true};
-  }
+  for (int32_t i = 0; i < n; ++i) syms[i] = {init[i], i - 1, i + 1 < n ? i + 1 : -1, true};
   for (int32_t i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {
     const auto [key, new_id] = heap.top();
@@ -147,8 +225,7 @@ void Bpe::MergeLong(std::string_view bytes, std::vector<int32_t>* ids) const {
     const int32_t pos = static_cast<int32_t>(key & 0xFFFFFFFFu);
     Symbol& s = syms[pos];
     if (!s.live || s.next < 0) continue;
-    // Stale entry: the pair at pos changed since it was pushed (a changed pair always yields a
-    // longer, hence different, token).
+    // Stale entry: the pair at pos no longer makes new_id (HF's test, quirks included).
     const uint64_t m = Lookup(s.id, syms[s.next].id);
     if (m == kNoMerge || static_cast<int32_t>(m & 0xFFFFFFFFu) != new_id) continue;
     Symbol& right = syms[s.next];
@@ -159,7 +236,10 @@ void Bpe::MergeLong(std::string_view bytes, std::vector<int32_t>* ids) const {
     if (s.prev >= 0) push(s.prev);
     push(pos);
   }
-  for (int32_t i = 0; i >= 0; i = syms[i].next) ids->push_back(syms[i].id);
+  for (int32_t i = 0; i >= 0; i = syms[i].next) {
+    ids->push_back(syms[i].id);
+    if (firsts != nullptr) firsts->push_back(static_cast<uint32_t>(i));
+  }
 }
 
 }  // namespace dflash::tokenizer

@@ -12,6 +12,7 @@
 #include "common/tokenizer/added_tokens.h"
 #include "common/tokenizer/bpe.h"
 #include "common/tokenizer/byte_level.h"
+#include "common/tokenizer/decoder.h"
 #include "common/tokenizer/pretokenizer.h"
 #include "common/tokenizer/tokenizer_json.h"
 #include "common/tokenizer/unicode.h"
@@ -41,7 +42,24 @@ std::string DecodedBytes(const std::string& token) {
 
 BpeTables MakeBpeTables(const TokenizerSpec& spec, size_t id_count) {
   BpeTables t;
-  for (int b = 0; b < 256; ++b) t.byte_ids[b] = spec.vocab.at(byte_level::ByteStrings()[b]);
+  for (int b = 0; b < 256; ++b) {
+    const std::string& symbol = byte_level::ByteStrings()[b];
+    auto it = spec.vocab.find(symbol);
+    t.byte_ids[b] = it == spec.vocab.end() ? -1 : it->second;
+    if (it != spec.vocab.end()) continue;
+    t.any_missing = true;
+    if (!spec.byte_fallback) continue;
+    // HF falls back to "<0xXX>" of the symbol's UTF-8 bytes (BPE sees the byte-level string).
+    std::vector<int32_t> ids;
+    for (const char c : symbol) {
+      auto f = spec.vocab.find(absl::StrFormat("<0x%02X>", static_cast<unsigned char>(c)));
+      if (f == spec.vocab.end()) break;
+      ids.push_back(f->second);
+    }
+    if (ids.size() == symbol.size()) t.fallback[b] = std::move(ids);
+  }
+  t.unk_id = spec.unk_id;
+  t.fuse_unk = spec.fuse_unk;
   t.merges.reserve(spec.merges.size());
   for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
     const auto [left, right] = spec.merges[rank];
@@ -67,6 +85,7 @@ struct Tokenizer::Impl {
   bool nfc = false;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<Bpe> bpe;
+  std::unique_ptr<Decoder> decoder;
   std::unique_ptr<AddedTokenMatcher> raw_matcher;         // tokens with normalized: false
   std::unique_ptr<AddedTokenMatcher> normalized_matcher;  // tokens with normalized: true
   std::vector<AddedToken> added_tokens;
@@ -103,6 +122,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   impl->pre_tokenizer = *std::move(pre);
   impl->BuildIdTables(spec);
   impl->bpe = std::make_unique<Bpe>(MakeBpeTables(spec, impl->id_to_token.size()));
+  auto decoder = Decoder::Create(std::move(spec.decoder));
+  if (!decoder.ok()) return Annotate(decoder.status(), impl->source);
+  impl->decoder = *std::move(decoder);
   std::vector<AddedTokenMatcher::Pattern> raw, normalized;
   for (const AddedToken& t : spec.added_tokens) {
     AddedTokenMatcher::Pattern p{t.content, t.id, t.single_word, t.lstrip, t.rstrip};
@@ -146,13 +168,12 @@ Tokenizer::~Tokenizer() = default;
 
 absl::Status Tokenizer::Impl::EncodeNormalized(std::string_view text, uint32_t base,
                                                Encoding* out) const {
+  thread_local std::vector<uint32_t> starts;  // byte positions in `bytes`
   auto emit = [&](std::string_view bytes, uint32_t offset, uint32_t phantom) {
-    const size_t first = out->ids.size();
-    bpe->Encode(bytes, &out->ids);
-    uint32_t local = 0;  // byte position in `bytes`
-    for (size_t i = first; i < out->ids.size(); ++i) {
+    starts.clear();
+    bpe->Encode(bytes, &out->ids, &starts);
+    for (const uint32_t local : starts) {
       out->offsets.push_back(offset + (local > phantom ? local - phantom : 0));
-      local += bpe->ByteLength(out->ids[i]);
     }
   };
   if (normalized_matcher->empty()) return pre_tokenizer->Run(text, base, emit);
@@ -244,6 +265,17 @@ absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids,
       return absl::InvalidArgumentError(absl::StrCat(
           "ids[", i, "] = ", id, " is not a token id (vocab_size ", impl_->kind.size(), ")"));
     }
+  }
+  if (!impl_->decoder->IsPlainByteLevel()) {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (const int32_t id : ids) {
+      if (skip_special_tokens && impl_->kind[id] == Kind::kSpecial) continue;
+      tokens.push_back(impl_->id_to_token[id]);
+    }
+    return impl_->decoder->Decode(std::move(tokens));
+  }
+  for (const int32_t id : ids) {
     if (skip_special_tokens && impl_->kind[id] == Kind::kSpecial) continue;
     bytes += impl_->decoded[id];
   }

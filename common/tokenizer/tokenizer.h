@@ -1,16 +1,19 @@
 // A Hugging Face `tokenizer.json` of the byte-level BPE family (GPT-2 style: Qwen2, Qwen3,
-// Qwen3.5/3.6, Llama-3), reimplemented in C++ and checked token for token against the HF
-// `tokenizers` package (tests/tokenizer).
+// Qwen3.5/3.6, Llama-3, SmolLM2 in its original and GGUF-converted forms), reimplemented in C++ and
+// checked token for token against the HF `tokenizers` package (tests/tokenizer).
 //
 // Pipeline, as HF runs it for these files:
 //   1. added tokens (special or not) are found in the raw text first, honouring their lstrip,
 //      rstrip, single_word and normalized flags; the pieces between them go through steps 2-5;
 //   2. normalizer (NFC, a Sequence of supported normalizers, or none);
-//   3. pre-tokenizer: Split by the file's regex (PCRE2 with Unicode properties), then ByteLevel
-//      (bytes mapped to the printable GPT-2 alphabet; its own regex when use_regex is true);
-//   4. BPE: merges applied by rank inside each pre-token;
+//   3. pre-tokenizer: Split by the file's regexes or literal strings and Digits (PCRE2 with
+//      Unicode properties), then ByteLevel (bytes mapped to the printable GPT-2 alphabet; its own
+//      regex when use_regex is true);
+//   4. BPE: merges applied by rank inside each pre-token; a byte whose symbol the vocabulary lacks
+//      becomes byte-fallback tokens, the unk token or nothing, as in HF (bpe.h);
 //   5. ids from the vocabulary.
-// Decode reverses the byte-level mapping; special tokens decode to their content unless skipped.
+// Decode runs the file's decoder chain (decoder.h) over the tokens' strings; special tokens are
+// their content unless skipped. Post-processors add nothing (see Encode).
 #pragma once
 
 #include <cstdint>
@@ -43,7 +46,8 @@ struct AddedToken {
 // are matched before normalization (normalized: false) normalized on its own. Tokens are byte
 // spans: a token that starts inside a multi-byte character gets that byte's offset; an added token
 // with lstrip starts where the whitespace it absorbed starts; ByteLevel's prefix space, which is
-// not in the text, belongs to the token at the start of its pre-token.
+// not in the text, belongs to the token at the start of its pre-token. A byte that BPE drops (its
+// symbol is missing from the vocabulary and there is no unk token) starts no token.
 struct Encoding {
   std::vector<int32_t> ids;
   std::vector<uint32_t> offsets;
@@ -96,8 +100,9 @@ class Tokenizer {
   const std::vector<AddedToken>& added_tokens() const;
 
   // Identifies the tokenizer by what it does, not by how its file is formatted: a SHA-256 (hex)
-  // over a canonical serialization of normalizer, pre-tokenizer, vocabulary, merges and added
-  // tokens. Two files that tokenize identically but differ in whitespace or key order share it.
+  // over a canonical serialization of normalizer, pre-tokenizer, vocabulary, merges, the BPE
+  // options that change ids (unk_token, fuse_unk, byte_fallback) and added tokens. Two files that
+  // tokenize identically but differ in whitespace or key order share it.
   const std::string& fingerprint() const;
 
  private:

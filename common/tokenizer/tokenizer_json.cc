@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
-#include "common/tokenizer/byte_level.h"
+#include "common/tokenizer/unicode.h"
 
 namespace dflash::tokenizer {
 namespace {
@@ -94,15 +94,31 @@ absl::Status ParseByteLevel(const Reader& r, const json& n, const std::string& p
   return absl::OkStatus();
 }
 
+// A literal as an Oniguruma pattern (what HF's regex::escape does for a String pattern).
+std::string EscapeRegex(std::string_view literal) {
+  std::string out;
+  for (const char c : literal) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 absl::Status ParseSplit(const Reader& r, const json& n, const std::string& path,
                         PreTokenizerConfig* out) {
   ASSIGN_OR_RETURN(const json* pattern,
                    r.Typed(n, path, "pattern", json::value_t::object, "an object"));
   const std::string pattern_path = path + ".pattern";
-  if (Reader::Find(*pattern, "Regex") == nullptr) {
-    return r.Error(pattern_path, "only {\"Regex\": ...} patterns are supported");
+  const bool is_regex = Reader::Find(*pattern, "Regex") != nullptr;
+  if (!is_regex && Reader::Find(*pattern, "String") == nullptr) {
+    return r.Error(pattern_path, "expected {\"Regex\": ...} or {\"String\": ...}");
   }
-  ASSIGN_OR_RETURN(std::string regex, r.String(*pattern, pattern_path, "Regex"));
+  ASSIGN_OR_RETURN(std::string regex,
+                   r.String(*pattern, pattern_path, is_regex ? "Regex" : "String"));
+  if (!is_regex) {
+    if (regex.empty()) return r.Error(pattern_path + ".String", "empty");
+    regex = EscapeRegex(regex);  // HF matches the string literally
+  }
   ASSIGN_OR_RETURN(const std::string behavior, r.String(n, path, "behavior"));
   if (behavior != "Isolated") {
     return r.Error(path + ".behavior", absl::StrCat("behavior '", behavior,
@@ -111,9 +127,27 @@ absl::Status ParseSplit(const Reader& r, const json& n, const std::string& path,
   ASSIGN_OR_RETURN(const bool invert, r.Bool(n, path, "invert", false));
   if (invert) return r.Error(path + ".invert", "invert: true is not supported");
   out->split_patterns.push_back(std::move(regex));
-  out->split_fields.push_back(pattern_path + ".Regex");
+  out->split_fields.push_back(pattern_path + (is_regex ? ".Regex" : ".String"));
   return absl::OkStatus();
 }
+
+// Digits splits off every code point that Rust's char::is_numeric takes (categories Nd, Nl, No):
+// alone with individual_digits, else in runs. That is \p{N} as Oniguruma reads it (see
+// TranslateOnigPattern) plus the 13 code points Rust's newer Unicode tables add (Unicode 17); the
+// parity test compares the whole of Unicode with HF's Digits.
+constexpr char kRustNumeric[] = R"([\p{N}\x{11DE0}-\x{11DE9}\x{16FF4}-\x{16FF6}])";
+
+absl::Status ParseDigits(const Reader& r, const json& n, const std::string& path,
+                         PreTokenizerConfig* out) {
+  ASSIGN_OR_RETURN(const bool individual, r.Bool(n, path, "individual_digits", false));
+  out->split_patterns.push_back(individual ? std::string(kRustNumeric)
+                                           : absl::StrCat(kRustNumeric, "+"));
+  out->split_fields.push_back(path);
+  return absl::OkStatus();
+}
+
+constexpr char kSupportedPreTokenizers[] =
+    "supported: ByteLevel, or a Sequence of Split and Digits steps then one ByteLevel step last";
 
 absl::Status ParsePreTokenizer(const Reader& r, const json& root, PreTokenizerConfig* out) {
   const std::string path = "pre_tokenizer";
@@ -121,9 +155,8 @@ absl::Status ParsePreTokenizer(const Reader& r, const json& root, PreTokenizerCo
   ASSIGN_OR_RETURN(const std::string type, r.String(*n, path, "type"));
   if (type == "ByteLevel") return ParseByteLevel(r, *n, path, out);
   if (type != "Sequence") {
-    return r.Error(path + ".type", absl::StrCat("pre-tokenizer '", type,
-                                                "' is not supported (supported: ByteLevel, "
-                                                "Sequence of Split then ByteLevel)"));
+    return r.Error(path + ".type", absl::StrCat("pre-tokenizer '", type, "' is not supported (",
+                                                kSupportedPreTokenizers, ")"));
   }
   ASSIGN_OR_RETURN(const json* list,
                    r.Typed(*n, path, "pretokenizers", json::value_t::array, "an array"));
@@ -136,26 +169,144 @@ absl::Status ParsePreTokenizer(const Reader& r, const json& root, PreTokenizerCo
     const bool last = i + 1 == list->size();
     if (item_type == "Split" && !last) {
       RETURN_IF_ERROR(ParseSplit(r, item, item_path, out));
+    } else if (item_type == "Digits" && !last) {
+      RETURN_IF_ERROR(ParseDigits(r, item, item_path, out));
     } else if (item_type == "ByteLevel" && last) {
       RETURN_IF_ERROR(ParseByteLevel(r, item, item_path, out));
     } else {
       return r.Error(item_path + ".type",
-                     absl::StrCat("'", item_type,
-                                  "' is not supported here (supported: Split steps, then one "
-                                  "ByteLevel step last)"));
+                     absl::StrCat("pre-tokenizer '", item_type, "' is not supported here (",
+                                  kSupportedPreTokenizers, ")"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ParseDecoder(const Reader& r, const json& root) {
+absl::Status ParseReplace(const Reader& r, const json& n, const std::string& path,
+                          DecoderStep* step) {
+  ASSIGN_OR_RETURN(const json* pattern,
+                   r.Typed(n, path, "pattern", json::value_t::object, "an object"));
+  const std::string pattern_path = path + ".pattern";
+  step->pattern_is_regex = Reader::Find(*pattern, "Regex") != nullptr;
+  if (!step->pattern_is_regex && Reader::Find(*pattern, "String") == nullptr) {
+    return r.Error(pattern_path, "expected {\"String\": ...} or {\"Regex\": ...}");
+  }
+  const char* key = step->pattern_is_regex ? "Regex" : "String";
+  ASSIGN_OR_RETURN(step->pattern, r.String(*pattern, pattern_path, key));
+  if (step->pattern.empty()) return r.Error(absl::StrCat(pattern_path, ".", key), "empty");
+  step->field = absl::StrCat(pattern_path, ".", key);
+  ASSIGN_OR_RETURN(step->content, r.String(n, path, "content"));
+  return absl::OkStatus();
+}
+
+absl::Status ParseStrip(const Reader& r, const json& n, const std::string& path,
+                        DecoderStep* step) {
+  ASSIGN_OR_RETURN(const std::string content, r.String(n, path, "content"));
+  if (content.empty() || unicode::FindInvalidUtf8(content) != unicode::kValid) {
+    return r.Error(path + ".content", "expected one character");
+  }
+  int len = 0;
+  step->strip_char = unicode::DecodeAt(content, 0, &len);
+  if (static_cast<size_t>(len) != content.size()) {
+    return r.Error(path + ".content", "expected one character");
+  }
+  ASSIGN_OR_RETURN(const json* start, r.Typed(n, path, "start", json::value_t::number_unsigned,
+                                              "a non-negative integer"));
+  ASSIGN_OR_RETURN(const json* stop, r.Typed(n, path, "stop", json::value_t::number_unsigned,
+                                             "a non-negative integer"));
+  step->strip_start = start->get<size_t>();
+  step->strip_stop = stop->get<size_t>();
+  return absl::OkStatus();
+}
+
+absl::Status ParseDecoderNode(const Reader& r, const json& n, const std::string& path,
+                              std::vector<DecoderStep>* out) {
+  if (!n.is_object()) return r.Error(path, absl::StrCat("expected an object, got ", n.type_name()));
+  ASSIGN_OR_RETURN(const std::string type, r.String(n, path, "type"));
+  if (type == "Sequence") {
+    ASSIGN_OR_RETURN(const json* list,
+                     r.Typed(n, path, "decoders", json::value_t::array, "an array"));
+    for (size_t i = 0; i < list->size(); ++i) {
+      RETURN_IF_ERROR(
+          ParseDecoderNode(r, (*list)[i], absl::StrCat(path, ".decoders[", i, "]"), out));
+    }
+    return absl::OkStatus();
+  }
+  DecoderStep step;
+  step.field = path;
+  if (type == "ByteLevel") {
+    step.type = DecoderStep::Type::kByteLevel;
+  } else if (type == "ByteFallback") {
+    step.type = DecoderStep::Type::kByteFallback;
+  } else if (type == "Fuse") {
+    step.type = DecoderStep::Type::kFuse;
+  } else if (type == "Replace") {
+    step.type = DecoderStep::Type::kReplace;
+    RETURN_IF_ERROR(ParseReplace(r, n, path, &step));
+  } else if (type == "Strip") {
+    step.type = DecoderStep::Type::kStrip;
+    RETURN_IF_ERROR(ParseStrip(r, n, path, &step));
+  } else {
+    return r.Error(path + ".type",
+                   absl::StrCat("decoder '", type,
+                                "' is not supported (supported: ByteLevel, ByteFallback, Fuse, "
+                                "Replace, Strip, Sequence)"));
+  }
+  out->push_back(std::move(step));
+  return absl::OkStatus();
+}
+
+absl::Status ParseDecoder(const Reader& r, const json& root, std::vector<DecoderStep>* out) {
   ASSIGN_OR_RETURN(const json* n, r.Typed(root, "", "decoder", json::value_t::object, "an object"));
-  ASSIGN_OR_RETURN(const std::string type, r.String(*n, "decoder", "type"));
-  if (type != "ByteLevel") {
-    return r.Error("decoder.type",
-                   absl::StrCat("decoder '", type, "' is not supported (supported: ByteLevel)"));
+  return ParseDecoderNode(r, *n, "decoder", out);
+}
+
+// Encode runs as HF's encode(text, add_special_tokens=False): a post-processor adds no tokens
+// then (ByteLevel only trims offsets), so the supported ones are validated, not applied.
+absl::Status ParseTemplate(const Reader& r, const json& n, const std::string& path) {
+  ASSIGN_OR_RETURN(const json* specials,
+                   r.Typed(n, path, "special_tokens", json::value_t::object, "an object"));
+  for (const char* key : {"single", "pair"}) {
+    ASSIGN_OR_RETURN(const json* list, r.Typed(n, path, key, json::value_t::array, "an array"));
+    for (size_t i = 0; i < list->size(); ++i) {
+      const std::string item_path = absl::StrCat(path, ".", key, "[", i, "]");
+      const json& item = (*list)[i];
+      if (!item.is_object() || item.size() != 1) {
+        return r.Error(item_path, "expected {\"Sequence\": ...} or {\"SpecialToken\": ...}");
+      }
+      const std::string kind = item.begin().key();
+      if (kind != "Sequence" && kind != "SpecialToken") {
+        return r.Error(item_path, absl::StrCat("'", kind, "' is not a template piece"));
+      }
+      const std::string piece_path = absl::StrCat(item_path, ".", kind);
+      ASSIGN_OR_RETURN(const std::string id, r.String(item.begin().value(), piece_path, "id"));
+      if (kind == "SpecialToken" && !specials->contains(id)) {
+        return r.Error(piece_path + ".id", absl::StrCat("'", id, "' is not in special_tokens"));
+      }
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status ParsePostProcessor(const Reader& r, const json& n, const std::string& path) {
+  if (n.is_null()) return absl::OkStatus();
+  if (!n.is_object()) return r.Error(path, absl::StrCat("expected an object, got ", n.type_name()));
+  ASSIGN_OR_RETURN(const std::string type, r.String(n, path, "type"));
+  if (type == "ByteLevel") return absl::OkStatus();
+  if (type == "TemplateProcessing") return ParseTemplate(r, n, path);
+  if (type == "Sequence") {
+    ASSIGN_OR_RETURN(const json* list,
+                     r.Typed(n, path, "processors", json::value_t::array, "an array"));
+    for (size_t i = 0; i < list->size(); ++i) {
+      RETURN_IF_ERROR(
+          ParsePostProcessor(r, (*list)[i], absl::StrCat(path, ".processors[", i, "]")));
+    }
+    return absl::OkStatus();
+  }
+  return r.Error(path + ".type",
+                 absl::StrCat("post-processor '", type,
+                              "' is not supported (supported: ByteLevel, TemplateProcessing, "
+                              "Sequence)"));
 }
 
 absl::Status ParseVocab(const Reader& r, const json& model, TokenizerSpec* spec) {
@@ -178,13 +329,6 @@ absl::Status ParseVocab(const Reader& r, const json& model, TokenizerSpec* spec)
     }
     owner[id] = &it.key();
     spec->vocab.emplace(it.key(), static_cast<int32_t>(id));
-  }
-  for (int b = 0; b < 256; ++b) {
-    const std::string& symbol = byte_level::ByteStrings()[b];
-    if (!spec->vocab.contains(symbol)) {
-      return r.Error("model.vocab", absl::StrCat("the byte-level symbol '", symbol, "' (byte ", b,
-                                                 ") is missing; every byte needs one"));
-    }
   }
   return absl::OkStatus();
 }
@@ -238,8 +382,6 @@ absl::Status CheckUnsupportedModelOptions(const Reader& r, const json& model) {
   if (Reader::Find(model, "dropout") != nullptr) {
     return r.Error("model.dropout", "BPE dropout is not supported (expected null)");
   }
-  ASSIGN_OR_RETURN(const bool byte_fallback, r.Bool(model, "model", "byte_fallback", false));
-  if (byte_fallback) return r.Error("model.byte_fallback", "byte_fallback: true is not supported");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const json* v = Reader::Find(model, key);
     if (v != nullptr && !(v->is_string() && v->get_ref<const std::string&>().empty())) {
@@ -259,13 +401,17 @@ absl::Status ParseModel(const Reader& r, const json& root, TokenizerSpec* spec) 
   }
   RETURN_IF_ERROR(CheckUnsupportedModelOptions(r, *model));
   ASSIGN_OR_RETURN(spec->ignore_merges, r.Bool(*model, "model", "ignore_merges", false));
+  ASSIGN_OR_RETURN(spec->byte_fallback, r.Bool(*model, "model", "byte_fallback", false));
+  ASSIGN_OR_RETURN(spec->fuse_unk, r.Bool(*model, "model", "fuse_unk", false));
   RETURN_IF_ERROR(ParseVocab(r, *model, spec));
   if (const json* unk = Reader::Find(*model, "unk_token"); unk != nullptr) {
     if (!unk->is_string()) return r.TypeError("model", "unk_token", "a string or null", *unk);
-    if (!spec->vocab.contains(unk->get_ref<const std::string&>())) {
+    auto it = spec->vocab.find(unk->get_ref<const std::string&>());
+    if (it == spec->vocab.end()) {
       return r.Error("model.unk_token",
                      absl::StrCat("'", unk->get<std::string>(), "' is not in the vocabulary"));
     }
+    spec->unk_id = it->second;
   }
   return ParseMerges(r, *model, spec);
 }
@@ -339,7 +485,7 @@ std::string Canonical(const TokenizerSpec& spec) {
   for (const AddedToken& t : spec.added_tokens) {
     added.push_back({t.id, t.content, t.special, t.lstrip, t.rstrip, t.single_word, t.normalized});
   }
-  const json canonical = {
+  json canonical = {
       {"format", "dflash-tokenizer-1"},
       {"nfc", spec.nfc},
       {"splits", spec.pre_tokenizer.split_patterns},
@@ -350,6 +496,10 @@ std::string Canonical(const TokenizerSpec& spec) {
       {"ignore_merges", spec.ignore_merges},
       {"added_tokens", std::move(added)},
   };
+  // Added only when set: fingerprints of files without these options stay what they were.
+  if (spec.unk_id >= 0) canonical["unk_id"] = spec.unk_id;
+  if (spec.unk_id >= 0 && spec.fuse_unk) canonical["fuse_unk"] = true;
+  if (spec.byte_fallback) canonical["byte_fallback"] = true;
   return canonical.dump();
 }
 
@@ -372,7 +522,8 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(std::string_view text, std::str
   TokenizerSpec spec;
   RETURN_IF_ERROR(ParseNormalizer(r, root.value("normalizer", json()), "normalizer", &spec.nfc));
   RETURN_IF_ERROR(ParsePreTokenizer(r, root, &spec.pre_tokenizer));
-  RETURN_IF_ERROR(ParseDecoder(r, root));
+  RETURN_IF_ERROR(ParseDecoder(r, root, &spec.decoder));
+  RETURN_IF_ERROR(ParsePostProcessor(r, root.value("post_processor", json()), "post_processor"));
   RETURN_IF_ERROR(ParseModel(r, root, &spec));
   RETURN_IF_ERROR(ParseAddedTokens(r, root, &spec));
   spec.canonical = Canonical(spec);

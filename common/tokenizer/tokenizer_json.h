@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/tokenizer/decoder.h"
 #include "common/tokenizer/pretokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -25,6 +26,10 @@ struct TokenizerSpec {
   std::vector<std::pair<int32_t, int32_t>> merges;  // model.merges by rank, as vocab ids
   std::vector<int32_t> merge_results;               // id of each merge's concatenation
   bool ignore_merges = false;
+  int32_t unk_id = -1;  // model.unk_token's id; -1 when null
+  bool fuse_unk = false;
+  bool byte_fallback = false;
+  std::vector<DecoderStep> decoder;      // Sequences flattened
   std::vector<AddedToken> added_tokens;  // in file order, ids checked against HF's assignment
   // What the tokenizer does, serialized canonically (input of fingerprint()).
   std::string canonical;

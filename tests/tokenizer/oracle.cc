@@ -29,9 +29,20 @@ std::string ReadCases(const std::string& variant, std::vector<Case>* cases) {
       return path.string() + ":" + std::to_string(n) + ": not a JSON object";
     }
     cases->push_back({j.at("text").get<std::string>(), j.at("ids").get<std::vector<int32_t>>(),
-                      j.at("decode").get<std::string>(), j.at("decode_skip").get<std::string>()});
+                      j.at("decode").get<std::string>(), j.at("decode_skip").get<std::string>(),
+                      j.value("decode_only", false)});
   }
   return cases->empty() ? path.string() + ": no cases" : "";
+}
+
+std::string ReadNumericCodePoints(std::vector<char32_t>* code_points) {
+  const fs::path path = OracleDir() / "numeric.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "cannot open " + path.string();
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array() || j.empty()) return path.string() + ": expected a non-empty array";
+  for (const auto& v : j) code_points->push_back(v.get<char32_t>());
+  return "";
 }
 
 std::string Repr(const std::string& s, size_t max) {

@@ -22,10 +22,14 @@ struct Case {
   std::vector<int32_t> ids;
   std::string decode;
   std::string decode_skip;
+  bool decode_only = false;  // random ids to decode; `text` is empty
 };
 
 // Reads <variant>/cases.jsonl; "" on success, else the error.
 std::string ReadCases(const std::string& variant, std::vector<Case>* cases);
+
+// Reads numeric.json: the code points HF's Digits pre-tokenizer splits off.
+std::string ReadNumericCodePoints(std::vector<char32_t>* code_points);
 
 // A printable, escaped form of `s` for failure messages ("a\n\u00a0"), truncated to `max` bytes.
 std::string Repr(const std::string& s, size_t max = 200);

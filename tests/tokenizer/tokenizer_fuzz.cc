@@ -3,10 +3,14 @@
 //   even: Encode / Normalize arbitrary bytes with a small fixed tokenizer (NFC, the Qwen split
 //         regex, byte-level BPE with merges, special tokens with and without lstrip/rstrip), then
 //         Decode the ids, and Decode arbitrary int32 ids taken from the input;
-//   odd:  parse the rest as a tokenizer.json (FromJson), and encode a fixed text if it loads.
+//   odd:  parse the rest as a tokenizer.json (FromJson), and encode and decode a fixed text if it
+//         loads (TOKENIZER_FUZZ_VERBOSE set: says "loaded" on stderr).
 // An accepted encoding must keep the promises callers rely on (offsets, ids in range, decode
 // round trip). The seed fuzz_corpus/json_fixed is the byte 0x01 followed by TinyTokenizerJson(),
-// the JSON of the fixed tokenizer (tokenizer_test.cc's MakeTokenizerJson with fewer merges).
+// the JSON of the fixed tokenizer (tokenizer_test.cc's MakeTokenizerJson with fewer merges);
+// json_smollm2_forms is that file with SmolLM2's features: byte symbols missing from the
+// vocabulary, unk with fuse_unk, byte_fallback, Digits and a String Split, a decoder Sequence,
+// a TemplateProcessing post-processor.
 // Built by scripts/fuzz.sh with clang -fsanitize=fuzzer, and in the normal build with
 // tests/checkpoint/fuzz_replay_main.cc, which replays fuzz_corpus/ as a unit test.
 #include <cstdint>
@@ -148,7 +152,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FuzzDecode(data + 1, size - 1);
   } else {
     auto tok = Tokenizer::FromJson(rest, "fuzz.json");
-    if (tok.ok()) (*tok)->Encode("hello world <|im_end|> 12 \xC3\xA9").status().IgnoreError();
+    if (tok.ok()) {
+      auto enc = (*tok)->Encode("hello world <|im_end|> 12:: \xC3\xA9\x04\x06\x7f");
+      Require(enc.ok(), "a loaded tokenizer encodes valid UTF-8");
+      // Decoder chains from the file (ByteFallback, Fuse, Replace, Strip, ...) on its own ids.
+      Require((*tok)->Decode(enc->ids).ok(), "a loaded tokenizer decodes its ids");
+      if (std::getenv("TOKENIZER_FUZZ_VERBOSE") != nullptr) std::fprintf(stderr, "loaded\n");
+    }
   }
   return 0;
 }

@@ -171,8 +171,6 @@ TEST(TokenizerTest, RefusesMalformedJsonAndWrongTypes) {
               HasSubstr("model.merges[2]: token 'zz' is not in the vocabulary"));
   EXPECT_THAT(LoadError([](json& j) { j["model"]["merges"][3] = "h e"; }),
               HasSubstr("model.merges[3]: duplicate of model.merges[0]"));
-  EXPECT_THAT(LoadError([](json& j) { j["model"]["vocab"].erase("Ā"); }),
-              HasSubstr("model.vocab: the byte-level symbol 'Ā' (byte 0) is missing"));
   EXPECT_THAT(LoadError([](json& j) { j["added_tokens"][0]["content"] = 5; }),
               HasSubstr("added_tokens[0].content: expected a string, got number"));
   EXPECT_THAT(LoadError([](json& j) { j["added_tokens"][1]["id"] = 999; }),
@@ -199,9 +197,10 @@ TEST(TokenizerTest, RefusesUnsupportedComponentsByName) {
   EXPECT_THAT(LoadError([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true; }),
               HasSubstr("pre_tokenizer.pretokenizers[0].invert"));
   EXPECT_THAT(LoadError([](json& j) {
-                j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", " "}};
+                j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Str", " "}};
               }),
-              HasSubstr("pre_tokenizer.pretokenizers[0].pattern: only {\"Regex\": ...}"));
+              HasSubstr("pre_tokenizer.pretokenizers[0].pattern: expected {\"Regex\": ...} or "
+                        "{\"String\": ...}"));
   EXPECT_THAT(LoadError([](json& j) {
                 j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
               }),
@@ -217,8 +216,43 @@ TEST(TokenizerTest, RefusesUnsupportedComponentsByName) {
   EXPECT_THAT(LoadError([](json& j) { j["model"]["type"] = "Unigram"; }),
               HasSubstr("model.type: model 'Unigram' is not supported"));
   EXPECT_THAT(LoadError([](json& j) { j["model"]["dropout"] = 0.1; }), HasSubstr("model.dropout"));
-  EXPECT_THAT(LoadError([](json& j) { j["model"]["byte_fallback"] = true; }),
-              HasSubstr("model.byte_fallback"));
+  EXPECT_THAT(LoadError([](json& j) {
+                j["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Metaspace"}};
+              }),
+              HasSubstr("test.json: pre_tokenizer.pretokenizers[0].type: pre-tokenizer "
+                        "'Metaspace' is not supported here (supported: ByteLevel, or a Sequence "
+                        "of Split and Digits steps then one ByteLevel step last)"));
+  EXPECT_THAT(
+      LoadError([](json& j) {
+        j["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Digits"}, {"individual_digits", 1}};
+      }),
+      HasSubstr("pre_tokenizer.pretokenizers[0].individual_digits: expected a boolean"));
+  EXPECT_THAT(LoadError([](json& j) {
+                j["decoder"] = {{"type", "Sequence"},
+                                {"decoders", {{{"type", "ByteFallback"}}, {{"type", "CTC"}}}}};
+              }),
+              HasSubstr("decoder.decoders[1].type: decoder 'CTC' is not supported"));
+  EXPECT_THAT(
+      LoadError([](json& j) {
+        j["decoder"] = {{"type", "Replace"}, {"pattern", {{"Regex", "(x"}}}, {"content", ""}};
+      }),
+      HasSubstr("decoder.pattern.Regex: PCRE2 cannot compile"));
+  EXPECT_THAT(LoadError([](json& j) {
+                j["decoder"] = {{"type", "Strip"}, {"content", "ab"}, {"start", 1}, {"stop", 0}};
+              }),
+              HasSubstr("decoder.content: expected one character"));
+  EXPECT_THAT(LoadError([](json& j) {
+                j["post_processor"] = {{"type", "BertProcessing"}};
+              }),
+              HasSubstr("post_processor.type: post-processor 'BertProcessing' is not supported"));
+  EXPECT_THAT(
+      LoadError([](json& j) {
+        j["post_processor"] = {{"type", "TemplateProcessing"},
+                               {"single", {{{"SpecialToken", {{"id", "<s>"}}}}}},
+                               {"pair", json::array()},
+                               {"special_tokens", json::object()}};
+      }),
+      HasSubstr("post_processor.single[0].SpecialToken.id: '<s>' is not in special_tokens"));
   EXPECT_THAT(LoadError([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; }),
               HasSubstr("model.continuing_subword_prefix"));
   EXPECT_THAT(LoadError([](json& j) { j["model"]["end_of_word_suffix"] = "</w>"; }),
@@ -229,6 +263,142 @@ TEST(TokenizerTest, RefusesUnsupportedComponentsByName) {
                 j["truncation"] = {{"max_length", 8}};
               }),
               HasSubstr("truncation: must be null"));
+}
+
+// A plain ByteLevel pre-tokenizer (no regex) without the symbols of bytes 4 ('Ą') and 6 ('Ć'):
+// one pre-token per text, so merges work across what replaces those bytes.
+json WithoutSymbolsOf4And6() {
+  json j = MakeTokenizerJson();
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
+  j["model"]["vocab"].erase("Ą");
+  j["model"]["vocab"].erase("Ć");
+  j["added_tokens"] = json::array();
+  return j;
+}
+
+struct Expected {
+  std::vector<std::string> tokens;
+  std::vector<uint32_t> offsets;
+};
+
+void ExpectEncoding(const Tokenizer& tok, const std::string& text, const Expected& want) {
+  auto enc = tok.Encode(text);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  std::vector<std::string> tokens;
+  for (int32_t id : enc->ids) tokens.push_back(tok.IdToToken(id).value_or("?"));
+  EXPECT_EQ(tokens, want.tokens) << text;
+  EXPECT_EQ(enc->offsets, want.offsets) << text;
+}
+
+// HF's BPE::merge_word: a byte whose symbol is missing is dropped (no unk_token), or becomes the
+// unk token (consecutive ones fused with fuse_unk), or its symbol's "<0xXX>" byte-fallback tokens.
+TEST(TokenizerTest, BytesWithoutASymbolAreDroppedOrUnkOrFallBack) {
+  auto dropped = Load(WithoutSymbolsOf4And6());
+  ASSERT_NE(dropped, nullptr);
+  ExpectEncoding(*dropped, "he\x04ll\x06o", {{"hello"}, {0}});
+  ExpectEncoding(*dropped, "\x04\x06", {{}, {}});
+  ExpectEncoding(*dropped, "h\x04", {{"h"}, {0}});
+
+  json with_unk = WithoutSymbolsOf4And6();
+  with_unk["model"]["vocab"]["<unk>"] = 1000;
+  with_unk["model"]["unk_token"] = "<unk>";
+  with_unk["model"]["fuse_unk"] = true;
+  auto fused = Load(with_unk);
+  ASSERT_NE(fused, nullptr);
+  ExpectEncoding(*fused,
+                 "h\x04\x06\x04"
+                 "ello",
+                 {{"h", "<unk>", "e", "ll", "o"}, {0, 1, 4, 5, 7}});
+  with_unk["model"]["fuse_unk"] = false;
+  auto unfused = Load(with_unk);
+  ASSERT_NE(unfused, nullptr);
+  ExpectEncoding(*unfused, "h\x04\x06", {{"h", "<unk>", "<unk>"}, {0, 1, 2}});
+
+  // Byte 6's symbol U+0106 is C4 86 in UTF-8: both fallback tokens exist; byte 4's (C4 84) not.
+  json fallback = with_unk;
+  fallback["model"]["vocab"]["<0xC4>"] = 1001;
+  fallback["model"]["vocab"]["<0x86>"] = 1002;
+  fallback["model"]["byte_fallback"] = true;
+  fallback["model"]["fuse_unk"] = true;
+  auto fb = Load(fallback);
+  ASSERT_NE(fb, nullptr);
+  ExpectEncoding(*fb, "h\x06", {{"h", "<0xC4>", "<0x86>"}, {0, 1, 1}});
+  // As in HF, the fallback tokens of byte 6 come before the pending unk of the bytes 4 around it.
+  ExpectEncoding(*fb, "\x04\x06\x04h", {{"<0xC4>", "<0x86>", "<unk>", "h"}, {0, 0, 1, 3}});
+  EXPECT_NE(fb->fingerprint(), fused->fingerprint());
+}
+
+// A Split pattern {"String": "."} matches the dot literally; {"Regex": "."} any character.
+TEST(TokenizerTest, SplitStringPatternIsLiteral) {
+  for (const char* key : {"String", "Regex"}) {
+    json j = MakeTokenizerJson();
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{key, "."}};
+    auto tok = Load(j);
+    ASSERT_NE(tok, nullptr);
+    const int32_t he = *tok->TokenToId("he");
+    const std::vector<int32_t> want = key == std::string("String")
+                                          ? std::vector<int32_t>{he, '.', he}
+                                          : std::vector<int32_t>{'h', 'e', '.', 'h', 'e'};
+    EXPECT_EQ(*tok->EncodeIds("he.he"), want) << key;
+  }
+}
+
+// HF numbers added tokens from the vocabulary's size on: after the vocabulary changed size.
+void RenumberAddedTokens(json& j) {
+  for (size_t i = 0; i < j["added_tokens"].size(); ++i) {
+    j["added_tokens"][i]["id"] = j["model"]["vocab"].size() + i;
+  }
+}
+
+TEST(TokenizerTest, DigitsSplitsNumbersAloneOrInRuns) {
+  for (const bool individual : {true, false}) {
+    json j = MakeTokenizerJson();
+    j["pre_tokenizer"]["pretokenizers"] = {
+        {{"type", "Digits"}, {"individual_digits", individual}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}};
+    j["model"]["vocab"]["12"] = 1000;
+    j["model"]["merges"].push_back("1 2");
+    RenumberAddedTokens(j);
+    auto tok = Load(j);
+    ASSERT_NE(tok, nullptr);
+    // "he" and "ll" stay merged; numbers (the superscript two is category No) are cut out, each
+    // digit alone or in runs.
+    auto ids = tok->EncodeIds("he12ll\xC2\xB2");
+    ASSERT_TRUE(ids.ok());
+    const int32_t he = *tok->TokenToId("he"), ll = *tok->TokenToId("ll");
+    const std::vector<int32_t> want = individual
+                                          ? std::vector<int32_t>{he, '1', '2', ll, 0xC2, 0xB2}
+                                          : std::vector<int32_t>{he, 1000, ll, 0xC2, 0xB2};
+    EXPECT_EQ(*ids, want) << individual;
+  }
+}
+
+// Decoder chains as HF runs them: each step's decode_chain over the list of token strings.
+TEST(TokenizerTest, DecoderChainRunsEachStep) {
+  json j = MakeTokenizerJson();
+  j["model"]["vocab"]["<0xE6>"] = 1000;
+  j["model"]["vocab"]["<0x97>"] = 1001;
+  j["model"]["vocab"]["<0xA5>"] = 1002;
+  RenumberAddedTokens(j);
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders",
+                   {{{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}},
+                    {{"type", "Replace"}, {"pattern", {{"String", "ll"}}}, {"content", "LL"}},
+                    {{"type", "ByteLevel"}},
+                    {{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", " "}},
+                    {{"type", "Strip"}, {"content", "h"}, {"start", 1}, {"stop", 0}}}}};
+  auto tok = Load(j);
+  ASSERT_NE(tok, nullptr);
+  const int32_t hello = *tok->TokenToId("hello"), space2 = *tok->TokenToId("ĠĠ");
+  const int32_t end = *tok->TokenToId("<|im_end|>");
+  // "<0xE6><0x97><0xA5>" is valid UTF-8 (日); a lone "<0xE6>" becomes one U+FFFD.
+  EXPECT_EQ(*tok->Decode({hello, space2, ' ', end}), "eLLo <|im_end|>");
+  // Fuse made one token, and 日 is outside the byte-level alphabet: ByteLevel keeps that token's
+  // UTF-8 as it is, "Ġ" included (HF does the same).
+  EXPECT_EQ(*tok->Decode({hello, space2, ' ', 1000, 1001, 1002, end}), "eLLoĠĠĠ日<|im_end|>");
+  EXPECT_EQ(*tok->Decode({hello, 1000, 'x'}, /*skip_special_tokens=*/true), "eLLo\xEF\xBF\xBDx");
+  EXPECT_EQ(*tok->Decode({1000}), "\xEF\xBF\xBD");
 }
 
 TEST(TokenizerTest, MissingFileIsNotFound) {
