@@ -15,8 +15,9 @@
 # scripts/models/smollm2.sh), DEVICE (gpu|cpu), TRAIN_PROMPTS / HELDOUT_PROMPTS (default the
 # committed sets), MAX_TRAIN (first N training prompts; default all), REGEN_BATCH (256),
 # REGEN_MAX_NEW (512), EPOCHS / MAX_STEPS (override optim.*), EVAL_EVERY (eval.every_steps),
-# EVAL_PROMPTS (held-out prompts for the final evals; default all), EVAL_MAX_NEW (256),
-# EVAL_BATCHES ("1 8 32"), TOKEN_BUDGET / MAX_ANCHORS, REGEN (an existing regen.jsonl to reuse).
+# EVAL_PROMPTS (held-out prompts kept; default all), EVAL_MAX_NEW (256), EVAL_SETS (the final
+# evals as BATCH:PROMPTS, default "1:64 8:294 32:294"), STAGES (default "regen train eval"; add
+# "ref" for the PyTorch reference loop; the stages of one OUT_DIR can run in separate calls), TOKEN_BUDGET / MAX_ANCHORS, CKPT_EVERY, RUN_YAML (another run.yaml of the same form).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:?usage: real_model.sh BUILD_DIR OUT_DIR}
@@ -65,7 +66,7 @@ yaml=$out/run.yaml
 sed -e "s|path: SmolLM2-135M-Instruct|path: \"$model\"|" \
     -e "s|train: regen.jsonl|train: \"$out/regen.jsonl\"|" \
     -e "s|prompts: heldout-prompts.jsonl|prompts: \"$out/heldout-prompts.jsonl\"|" \
-    "$root/configs/smollm2/run.yaml" >"$yaml"
+    "${RUN_YAML:-$root/configs/smollm2/run.yaml}" >"$yaml"
 [ -n "${EPOCHS:-}" ] && sed -i "s|epochs: [0-9.]*|epochs: $EPOCHS|" "$yaml"
 [ -n "${MAX_STEPS:-}" ] && sed -i "s|epochs: [0-9.]*|epochs: 1, max_steps: $MAX_STEPS|" "$yaml"
 [ -n "${EVAL_EVERY:-}" ] && sed -i "s|every_steps: 250|every_steps: $EVAL_EVERY|" "$yaml"
@@ -74,51 +75,73 @@ sed -e "s|path: SmolLM2-135M-Instruct|path: \"$model\"|" \
 [ -n "${CKPT_EVERY:-}" ] && sed -i "s|checkpoint: {every_steps: [0-9]*|checkpoint: {every_steps: $CKPT_EVERY|" "$yaml"
 [ "$device" = cpu ] && sed -i "s|dtype: bfloat16|dtype: float32|" "$yaml"
 
+has() { [[ " ${STAGES:-regen train eval} " == *" $1 "* ]]; }
+newest_run() { "$ctl" list -o json | sed -n 's/.*"run_id":"\([^"]*\)".*/\1/p' | tail -n 1; }
+# eval_drafter NAME DIR BATCH PROMPTS: held-out tau and tokens/s against plain greedy decoding.
+eval_drafter() {
+  head -n "$4" "$out/heldout-prompts.jsonl" >"$out/heldout-$4.jsonl"
+  log "eval $1 at batch $3 on $4 prompts"
+  "$ctl" eval "$yaml" --drafter "$2" --prompts "$out/heldout-$4.jsonl" --max_prompts 100000 \
+    --max_new_tokens "${EVAL_MAX_NEW:-256}" --batch_size "$3" -o json >"$out/eval-$1-b$3.json"
+}
+
 # 2. The target's own answers to the training prompts.
-if [ -n "${REGEN:-}" ]; then
-  cp "$REGEN" "$out/regen.jsonl"
-else
+if has regen; then
   log "regen of $(wc -l <"$out/train-prompts.jsonl") prompts"
   t0=$(date +%s.%N)
-  "$ctl" regen "$yaml" --input "$out/train-prompts.jsonl" --out "$out/regen.jsonl" \
+  sed "s|train: \"$out/regen.jsonl\"|train: \"$out/train-prompts.jsonl\"|" "$yaml" >"$out/regen.yaml"
+  "$ctl" regen "$out/regen.yaml" --input "$out/train-prompts.jsonl" --out "$out/regen.jsonl" \
     --batch_size "${REGEN_BATCH:-256}" --max_new_tokens "${REGEN_MAX_NEW:-512}" -o json >"$out/regen.json"
   echo "$(date +%s.%N) $t0" | awk '{printf "%.1f\n", $1 - $2}' >"$out/regen.seconds"
   log "regen done in $(cat "$out/regen.seconds") s"
 fi
 
-# 3. Prepare and train.
-"$ctl" prepare "$yaml" -o json >"$out/prepare.json"
-log "training: $(grep -o '"documents":[0-9]*' "$out/prepare.json" | head -n1)"
-"$ctl" submit "$yaml" >"$out/submit.out" 2>&1 || { tail -n 5 "$out/submit.out" >&2; exit 1; }
-run=$("$ctl" list -o json | sed -n 's/.*"run_id":"\([^"]*\)".*/\1/p' | tail -n 1)
-"$ctl" status "$run" -o json >"$out/status.json"
-rm -rf "$out/drafter"; "$ctl" export "$run" --out "$out/drafter" >/dev/null
-# The loss and tau curves from the coordinator's log.
-grep -E "run=$run .*\] loss " "$out/coordinator.log" >"$out/loss.log" || true
-rundir=$(sed -n 's/.*"run_dir":"\([^"]*\)".*/\1/p' "$out/status.json" | head -n 1)
-cp "$rundir/eval/results.jsonl" "$out/tau-curve.jsonl" 2>/dev/null || : >"$out/tau-curve.jsonl"
+# 3. Prepare and train; the same drafter untrained (one step at a negligible learning rate).
+if has train; then
+  "$ctl" prepare "$yaml" -o json >"$out/prepare.json"
+  log "training: $(tr -d ' \n' <"$out/prepare.json" | grep -o '"documents":[0-9]*')"
+  t0=$(date +%s.%N)
+  "$ctl" submit "$yaml" >"$out/submit.out" 2>&1 || { tail -n 5 "$out/submit.out" >&2; exit 1; }
+  echo "$(date +%s.%N) $t0" | awk '{printf "%.1f\n", $1 - $2}' >"$out/train.seconds"
+  run=$(newest_run); echo "$run" >"$out/run_id"
+  "$ctl" status "$run" -o json >"$out/status.json"
+  rm -rf "$out/drafter"; "$ctl" export "$run" --out "$out/drafter" >/dev/null
+  grep -E "run=$run .*\] loss " "$out/coordinator.log" >"$out/loss.log" || true
+  rundir=$(tr -d ' \n' <"$out/status.json" | sed -n 's/.*"run_dir":"\([^"]*\)".*/\1/p' | head -n 1)
+  cp "$rundir/eval/results.jsonl" "$out/tau-curve.jsonl" 2>/dev/null || : >"$out/tau-curve.jsonl"
+  log "trained in $(cat "$out/train.seconds") s: run $run"
+  sed -e "s|^name: smollm2-dflash|name: smollm2-untrained|" \
+      -e "s|epochs: [0-9.]*\(, max_steps: [0-9]*\)\?|epochs: 1, max_steps: 1|" \
+      -e "s|lr: [0-9.e-]*|lr: 1.0e-12|" -e "s|every_steps: [0-9]*, prompts|every_steps: 0, prompts|" \
+      "$yaml" >"$out/untrained.yaml"
+  "$ctl" submit "$out/untrained.yaml" >"$out/untrained.out" 2>&1
+  rm -rf "$out/drafter-untrained"; "$ctl" export "$(newest_run)" --out "$out/drafter-untrained" >/dev/null
+fi
 
-# The same drafter untrained: one step at a negligible learning rate (its initial weights).
-sed -e "s|^name: smollm2-dflash|name: smollm2-untrained|" -e "s|epochs: [0-9.]*\(, max_steps: [0-9]*\)\?|epochs: 1, max_steps: 1|" \
-    -e "s|lr: [0-9.e-]*|lr: 1.0e-12|" -e "s|every_steps: [0-9]*, prompts|every_steps: 0, prompts|" "$yaml" >"$out/untrained.yaml"
-"$ctl" submit "$out/untrained.yaml" >"$out/untrained.out" 2>&1
-urun=$("$ctl" list -o json | sed -n 's/.*"run_id":"\([^"]*\)".*/\1/p' | tail -n 1)
-rm -rf "$out/drafter-untrained"; "$ctl" export "$urun" --out "$out/drafter-untrained" >/dev/null
-
-# 4. Held-out acceptance length and speed-up at each batch size.
-for b in ${EVAL_BATCHES:-1 8 32}; do
-  for which in drafter drafter-untrained; do
-    log "eval $which at batch $b"
-    "$ctl" eval "$yaml" --drafter "$out/$which" --prompts "$out/heldout-prompts.jsonl" \
-      --max_prompts 100000 --max_new_tokens "${EVAL_MAX_NEW:-256}" --batch_size "$b" -o json \
-      >"$out/eval-$which-b$b.json"
+# 4. Held-out acceptance length and speed-up: EVAL_SETS of BATCH:PROMPTS for the trained drafter;
+# the untrained one at the largest batch.
+if has eval; then
+  for set in ${EVAL_SETS:-1:64 8:294 32:294}; do
+    eval_drafter trained "$out/drafter" "${set%%:*}" "${set##*:}"
   done
-done
+  eval_drafter untrained "$out/drafter-untrained" "${set%%:*}" "${set##*:}"
+fi
+
+# Optional: the PyTorch reference loop (scripts/bench/train_ref.py) on the same run.yaml and
+# prepared data, its export evaluated as ours at the largest batch.
+if has ref; then
+  log "reference training loop"
+  python3 "$root/scripts/bench/train_ref.py" "$yaml" --device "$([ "$device" = gpu ] && echo cuda || echo cpu)" \
+    --compile "${REF_COMPILE:-full}" --out "$out/ref" >"$out/ref.log" 2>&1 || { tail -n 20 "$out/ref.log" >&2; exit 1; }
+  set=${EVAL_SETS:-1:64 8:294 32:294}; set=${set##* }
+  eval_drafter reference "$out/ref/drafter" "${set%%:*}" "${set##*:}"
+fi
 
 # 5. Summary.
-python3 - "$out" "$run" <<'PY'
+python3 - "$out" <<'PY'
 import glob, json, os, re, sys
-out, run = sys.argv[1], sys.argv[2]
+out = sys.argv[1]
+run = open(os.path.join(out, "run_id")).read().strip() if os.path.exists(os.path.join(out, "run_id")) else ""
 summary = {"run": run, "evals": {}}
 for f in sorted(glob.glob(os.path.join(out, "eval-*.json"))):
     r = json.load(open(f))
@@ -128,19 +151,20 @@ for f in sorted(glob.glob(os.path.join(out, "eval-*.json"))):
     b = r.get("baseline_tokens_per_second") or 0
     summary["evals"][os.path.basename(f)[5:-5]]["speedup"] = (r.get("tokens_per_second", 0) / b) if b else None
 curves = []
-for line in open(os.path.join(out, "loss.log")):
+for line in open(os.path.join(out, "loss.log")) if os.path.exists(os.path.join(out, "loss.log")) else []:
     m = re.search(r"step=(\d+)\S*\] loss ([0-9.eE+-]+)", line)
     if m: curves.append({"step": int(m.group(1)) + 1, "loss": float(m.group(2))})
-for line in open(os.path.join(out, "tau-curve.jsonl")):
+for line in open(os.path.join(out, "tau-curve.jsonl")) if os.path.exists(os.path.join(out, "tau-curve.jsonl")) else []:
     if line.strip():
         r = json.loads(line)
         curves.append({"step": int(r.get("step", 0)), "tau": float(r.get("tau", 0))})
 with open(os.path.join(out, "curves.jsonl"), "w") as f:
     for c in curves: f.write(json.dumps(c) + "\n")
-for name in ("regen.seconds",):
-    p = os.path.join(out, name)
-    if os.path.exists(p): summary["regen_seconds"] = float(open(p).read())
-summary["status"] = json.load(open(os.path.join(out, "status.json")))
+for name in ("regen", "train"):
+    p = os.path.join(out, name + ".seconds")
+    if os.path.exists(p): summary[name + "_seconds"] = float(open(p).read())
+if os.path.exists(os.path.join(out, "status.json")):
+    summary["status"] = json.load(open(os.path.join(out, "status.json")))
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 for k, v in summary["evals"].items():
     sp = f"{v['speedup']:.2f}x" if v["speedup"] else "-"
