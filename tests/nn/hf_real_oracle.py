@@ -38,9 +38,8 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 LAYER_IDS = [1, 8, 14, 20, 27]
-GEN_TOKENS = 64
-MIN_LONG_GENERATIONS = 4  # generations of at least 48 tokens
-LONG = 48
+GEN_TOKENS = 48
+MIN_LONG_GENERATIONS = 4  # generations that reach GEN_TOKENS
 
 # (source, tokens): documents of different lengths, one short.
 DOC_TOKENS = [
@@ -57,7 +56,6 @@ DOC_OBJECTS = {
 }
 
 CHATS = [
-    [{"role": "user", "content": "What color is the sky on a clear day? Answer in one word."}],
     [{"role": "user", "content": "Write a Python function that checks whether a number is prime, "
                                  "and explain how it works."}],
     [{"role": "user", "content": "Give me three tips for sleeping better."}],
@@ -136,11 +134,11 @@ def write_generations(model, tok, out):
         print(f"prompt {len(prompts) - 1}: {p.shape[1]} tokens -> {len(outputs[-1])}: "
               f"{tok.decode(outputs[-1])!r}")
     stopped = sum(int(o[-1]) in eos for o in outputs)
-    long = sum(len(o) >= LONG for o in outputs)
-    # The test must see both ends: sequences that stop on eos and ones that run long.
+    long = sum(len(o) == GEN_TOKENS for o in outputs)
+    # The test must see both ends: sequences that stop on eos and ones that run to the limit.
     if stopped == 0 or long < MIN_LONG_GENERATIONS:
         raise SystemExit(f"hf_real_oracle.py: {stopped} generations stopped on eos and {long} "
-                         f"have {LONG}+ tokens; change CHATS")
+                         f"reached {GEN_TOKENS} tokens; change CHATS")
     save_file(
         {
             "prompts": torch.cat(prompts).to(torch.int64),

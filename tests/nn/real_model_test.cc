@@ -9,7 +9,9 @@
 // Error measure, per captured layer (and for the final hidden states, and the logits): the max
 // over the block of |dflash - HF| divided by the max of |HF| over the same block
 // (oracle::RelError), below 1e-4.
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
@@ -36,7 +38,13 @@ constexpr double kTolerance = 1e-4;
 
 class RealModelTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { *oracle_error_ = oracle::GenerateRealOracleOutputs(); }
+  static void SetUpTestSuite() {
+    // One intra-op thread: decoding reads every weight once per step (memory-bound) and the CI
+    // machine's 2 cores are shared by the test processes that ctest -j runs; 2 threads each ran
+    // the generation test 6x slower there.
+    at::set_num_threads(1);
+    *oracle_error_ = oracle::GenerateRealOracleOutputs();
+  }
   void SetUp() override { ASSERT_TRUE(oracle_error_->empty()) << *oracle_error_; }
 
   // Every layer (to generate), features from the layers a 5-layer drafter reads by default.
@@ -108,6 +116,17 @@ TEST_F(RealModelTest, CapturedLayersMatchTransformersOnPackedDocuments) {
                 static_cast<long>(features->size(0)));
     EXPECT_LT(err, kTolerance) << "layer " << model->layer_ids()[slot];
   }
+  // The measure sees a wrong packing: the same tokens as one document (positions running on,
+  // attention across the boundaries) are far from HF's documents alone, from the first layer on.
+  const int64_t t = refs["input_ids"].size(0);
+  auto one_doc = model->Forward(
+      refs["input_ids"], at::arange(t, at::kLong),
+      at::tensor(std::vector<int32_t>{0, static_cast<int32_t>(t)}, at::dtype(at::kInt)));
+  ASSERT_TRUE(one_doc.ok()) << one_doc.status();
+  const double unpacked_err = RelError(one_doc->narrow(1, 0, h), refs["features"].narrow(1, 0, h));
+  std::printf("SmolLM2 layer 1 without document boundaries: max relative error %.3g\n",
+              unpacked_err);
+  EXPECT_GT(unpacked_err, 100 * kTolerance);
 }
 
 // The generation path (KvCache, Extend with the documents as 4 sequences of one call, Logits):
@@ -168,9 +187,13 @@ TEST_F(RealModelTest, GreedyGenerationMatchesTransformers) {
     o += n;
   }
   ASSERT_EQ(prompts.size(), outputs.size());
-  ASSERT_GE(prompts.size(), 4u);
   GenerateOptions options;
   options.max_new_tokens = refs["max_new_tokens"].item<int64_t>();
+  ASSERT_GE(options.max_new_tokens, 48);
+  // At least 4 prompts run to the limit (the others stop on eos).
+  EXPECT_GE(std::count_if(outputs.begin(), outputs.end(),
+                          [&](const auto& o) { return o.size() == options.max_new_tokens; }),
+            4);
   options.stop_token_ids = ToVector(refs["stop_token_ids"]);
   ASSERT_EQ(options.stop_token_ids, std::vector<int64_t>{2});  // <|im_end|>
   auto batched = Generate(*model, prompts, options);
