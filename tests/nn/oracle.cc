@@ -28,6 +28,37 @@ std::string GenerateQwen35OracleOutputs() {
                                               Qwen35OracleDir());
 }
 
+fs::path RealModelDir() {
+  const char* models = std::getenv("DFLASH_MODELS");
+  const char* home = std::getenv("HOME");
+  const fs::path parent =
+      models != nullptr && *models != '\0'
+          ? fs::path(models)
+          : fs::path(home != nullptr ? home : "") / ".local/share/dflash/models";
+  return parent / "SmolLM2-135M-Instruct";
+}
+
+fs::path RealOracleDir() { return fs::path(DFLASH_NN_REAL_ORACLE_DIR); }
+
+std::string GenerateRealOracleOutputs() {
+  const fs::path dir = RealModelDir();
+  const fs::path weights = dir / "model.safetensors";
+  std::error_code ec;
+  if (!fs::exists(dir / "config.json", ec) || !fs::exists(weights, ec)) {
+    return "the real model checkpoint is missing: " + dir.string() +
+           " holds no config.json and model.safetensors; scripts/setup.sh (or "
+           "scripts/models/smollm2.sh) creates it, under $DFLASH_MODELS when set";
+  }
+  const auto size = fs::file_size(weights, ec);
+  const auto mtime = fs::last_write_time(weights, ec).time_since_epoch().count();
+  const std::string key = weights.string() + " " + std::to_string(size) + " bytes, time " +
+                          std::to_string(mtime) + "\n" +
+                          dflash::testing::ReadFileText((dir / "config.json").string());
+  return dflash::testing::RunPythonOracleOnce(DFLASH_PYTHON, DFLASH_NN_REAL_ORACLE_SCRIPT,
+                                              RealOracleDir(), "--model '" + dir.string() + "'",
+                                              key);
+}
+
 std::map<std::string, at::Tensor> ReadAll(const fs::path& path) {
   auto tensors = ReadTensorFile(path.string());
   EXPECT_TRUE(tensors.ok()) << tensors.status();
