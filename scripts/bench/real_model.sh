@@ -152,7 +152,7 @@ for f in sorted(glob.glob(os.path.join(out, "eval-*.json"))):
     summary["evals"][os.path.basename(f)[5:-5]]["speedup"] = (r.get("tokens_per_second", 0) / b) if b else None
 curves = []
 for line in open(os.path.join(out, "loss.log")) if os.path.exists(os.path.join(out, "loss.log")) else []:
-    m = re.search(r"step=(\d+)\S*\] loss ([0-9.eE+-]+)", line)
+    m = re.search(r"step=(\d+) [^]]*\] loss ([0-9.eE+-]+)", line)
     if m: curves.append({"step": int(m.group(1)) + 1, "loss": float(m.group(2))})
 for line in open(os.path.join(out, "tau-curve.jsonl")) if os.path.exists(os.path.join(out, "tau-curve.jsonl")) else []:
     if line.strip():
