@@ -129,8 +129,9 @@ TEST(ChatTemplateTest, ResolveAutoErrorsTellTheUserWhatToSet) {
             R"({"chat_template": "{% for m in messages %}\n  {% include 'x' %}{% endfor %}"})");
   auto unsupported = ResolveChatTemplate("auto", dir / "tokenizer.json");
   ASSERT_FALSE(unsupported.ok());
-  EXPECT_THAT(std::string(unsupported.status().message()),
-              HasSubstr("tokenizer_config.json:chat_template:2:3: unsupported statement 'include'"));
+  EXPECT_THAT(
+      std::string(unsupported.status().message()),
+      HasSubstr("tokenizer_config.json:chat_template:2:3: unsupported statement 'include'"));
   EXPECT_THAT(std::string(unsupported.status().message()), HasSubstr("set data.chat_template"));
 
   // A list entry whose name is not a string is skipped, not a crash (the file is not ours).

@@ -10,9 +10,9 @@ Writes into --out:
                    unicode, Qwen3 thinking): {"template", "source", "variables" (everything
                    apply_chat_template passes besides messages), "messages", "text"}.
   smollm2.jsonl    the real SmolLM2-135M-Instruct checkpoint (its own tokenizer_config.json
-                   template): {"messages", "add_generation_prompt", "text", "ids", "mask"}; the mask
-                   is computed here independently (assistant content + <|im_end|> character spans,
-                   offsets_mapping).
+                   template): {"messages", "add_generation_prompt", "text", "ids", "mask",
+                   "spans"}; the supervised spans (UTF-8 byte ranges of assistant content +
+                   <|im_end|>) and the token mask (offsets_mapping) are computed here independently.
   paths.json       {"smollm2_dir": the checkpoint directory}
 """
 
@@ -222,7 +222,8 @@ def smollm2_mask(tok, messages, text, agp):
     assert rebuilt == text, (rebuilt, text)
     enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
     mask = [int(any(a <= s < b for a, b in spans)) for s, _ in enc["offset_mapping"]]
-    return enc["input_ids"], mask
+    byte_spans = [[len(text[:a].encode()), len(text[:b].encode())] for a, b in spans]
+    return enc["input_ids"], mask, byte_spans
 
 
 def write_smollm2(out, rng):
@@ -234,9 +235,9 @@ def write_smollm2(out, rng):
         for messages in conversations:
             for agp in (False, True):
                 text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=agp)
-                ids, mask = smollm2_mask(tok, messages, text, agp)
+                ids, mask, spans = smollm2_mask(tok, messages, text, agp)
                 f.write(json.dumps({"messages": messages, "add_generation_prompt": agp,
-                                    "text": text, "ids": ids, "mask": mask},
+                                    "text": text, "ids": ids, "mask": mask, "spans": spans},
                                    ensure_ascii=False) + "\n")
     with open(os.path.join(out, "paths.json"), "w") as f:
         json.dump({"smollm2_dir": model_dir}, f)
