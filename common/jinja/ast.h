@@ -20,7 +20,7 @@ struct Expr {
     kLiteral,    // literal
     kName,       // name
     kList,       // args: items
-    kTuple,      // args: items (evaluated as a list)
+    kTuple,      // args: items
     kDict,       // kwargs: literal string keys; args: key expressions when not plain strings
     kGetAttr,    // args[0].name
     kGetItem,    // args[0][args[1]]

@@ -228,7 +228,7 @@ absl::StatusOr<Value> DictMethod(const Value& d, absl::string_view name, const C
     ValueList out;
     for (const auto& [k, v] : d.dict()) {
       if (name == "items") {
-        out.push_back(Value::List({Value(k), v}));
+        out.push_back(Value::Tuple({Value(k), v}));
       } else {
         out.push_back(name == "keys" ? Value(k) : v);
       }

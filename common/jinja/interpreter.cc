@@ -253,6 +253,7 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e) {
         ASSIGN_OR_RETURN(Value v, Eval(*a));
         items.push_back(std::move(v));
       }
+      if (e.kind == Expr::Kind::kTuple) return Value::Tuple(std::move(items));
       return Value::List(std::move(items));
     }
     case Expr::Kind::kDict: {
@@ -448,10 +449,10 @@ absl::StatusOr<Value> Interpreter::Arith(const Expr& e, const std::string& op, c
     return Fail(e.pos, absl::StrCat("an undefined value in '", op, "'"));
   }
   if (op == "+" && a.is_string() && b.is_string()) return Value(a.str() + b.str());
-  if (op == "+" && a.is_list() && b.is_list()) {
+  if (op == "+" && a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     ValueList out = a.list();
     out.insert(out.end(), b.list().begin(), b.list().end());
-    return Value::List(std::move(out));
+    return a.is_tuple() ? Value::Tuple(std::move(out)) : Value::List(std::move(out));
   }
   if (op == "*" && a.is_string() && IsIntLike(b)) {
     std::string out;

@@ -77,7 +77,7 @@ class ExprParser {
     t->args.push_back(first);
     while (IsOp(",")) {
       ++i_;
-      if (AtEnd()) break;
+      if (AtEnd() || IsOp(")") || IsOp("]") || IsOp("}")) break;  // (a,)
       ASSIGN_OR_RETURN(ExprPtr e, condexpr ? Condition() : Or());
       t->args.push_back(e);
     }

@@ -20,6 +20,12 @@ Value Value::List(ValueList items) {
   return v;
 }
 
+Value Value::Tuple(ValueList items) {
+  Value v = List(std::move(items));
+  v.tuple_ = true;
+  return v;
+}
+
 Value Value::Dict(ValueDict items) {
   Value v;
   v.kind_ = Kind::kDict;
@@ -105,7 +111,7 @@ bool Value::Equals(const Value& o) const {
     if (kind_ == Kind::kFloat || o.kind_ == Kind::kFloat) return as_float() == o.as_float();
     return int_ == o.int_;
   }
-  if (kind_ != o.kind_) return false;
+  if (kind_ != o.kind_ || tuple_ != o.tuple_) return false;
   switch (kind_) {
     case Kind::kUndefined:
     case Kind::kNone:
@@ -154,10 +160,11 @@ std::string Value::Repr() const {
     case Kind::kString:
       return py::StrRepr(str_);
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         absl::StrAppend(&out, i ? ", " : "", (*list_)[i].Repr());
       }
+      if (tuple_) return out + (list_->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kDict: {
@@ -268,7 +275,7 @@ absl::string_view Value::TypeName() const {
     case Kind::kString:
       return "str";
     case Kind::kList:
-      return "list";
+      return tuple_ ? "tuple" : "list";
     case Kind::kDict:
       return "dict";
     case Kind::kNamespace:

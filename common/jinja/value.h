@@ -50,6 +50,8 @@ class Value {
   Value(const char* s) : Value(std::string(s)) {}                     // NOLINT
   static Value None();
   static Value List(ValueList items);
+  // A Python tuple: a list that prints as (a, b) and differs from a list in ==.
+  static Value Tuple(ValueList items);
   static Value Dict(ValueDict items);
   // A namespace() object: attributes assignable with {% set ns.x = ... %}, shared by reference.
   static Value Namespace(ValueDict items);
@@ -62,7 +64,8 @@ class Value {
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat; }
-  bool is_list() const { return kind_ == Kind::kList; }
+  bool is_list() const { return kind_ == Kind::kList; }  // list or tuple
+  bool is_tuple() const { return tuple_; }
   bool is_mapping() const { return kind_ == Kind::kDict; }
 
   bool as_bool() const { return int_ != 0; }
@@ -92,6 +95,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
+  bool tuple_ = false;
   int64_t int_ = 0;
   double float_ = 0;
   std::string str_;
