@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/data/jinja_chat.h"
 #include "nlohmann/json.hpp"
 
 namespace dflash::data {
@@ -89,12 +90,16 @@ absl::StatusOr<std::string> ReadText(const fs::path& path) {
 
 // The "chat_template" of tokenizer_config.json: a string, or (newer HF) a list of
 // {"name", "template"} of which "default" is the one apply_chat_template uses.
-absl::StatusOr<std::string> TemplateFromConfig(const fs::path& config_path) {
+absl::StatusOr<json> ReadConfig(const fs::path& config_path) {
   ASSIGN_OR_RETURN(std::string text, ReadText(config_path));
   json config = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not a JSON object"));
   }
+  return config;
+}
+
+absl::StatusOr<std::string> TemplateFromConfig(const fs::path& config_path, const json& config) {
   auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) {
     return absl::NotFoundError(absl::StrCat(config_path.string(), ": has no chat_template"));
@@ -122,6 +127,8 @@ absl::string_view ChatTemplateName(ChatTemplate tmpl) {
       return "chatml";
     case ChatTemplate::kLlama3:
       return "llama3";
+    case ChatTemplate::kJinja:
+      return "jinja";
   }
   return "unknown";
 }
@@ -145,36 +152,50 @@ absl::StatusOr<ChatTemplate> DetectChatTemplate(absl::string_view jinja) {
                "(<|start_header_id|>, <|eot_id|>)");
 }
 
-absl::StatusOr<ChatTemplate> ResolveChatTemplate(absl::string_view setting,
-                                                 const fs::path& tokenizer_json) {
-  if (setting != "auto") return ParseChatTemplate(setting);
-  const fs::path dir = tokenizer_json.parent_path();
+absl::StatusOr<ResolvedChatTemplate> ResolveChatTemplate(absl::string_view setting,
+                                                         const fs::path& tokenizer_json,
+                                                         const fs::path& template_dir) {
+  if (setting != "auto") {
+    ASSIGN_OR_RETURN(ChatTemplate builtin, ParseChatTemplate(setting));
+    return ResolvedChatTemplate(builtin);
+  }
+  const fs::path dir = template_dir.empty() ? tokenizer_json.parent_path() : template_dir;
   const fs::path jinja_path = dir / "chat_template.jinja";
   const fs::path config_path = dir / "tokenizer_config.json";
-  absl::StatusOr<std::string> jinja = absl::NotFoundError("");
-  fs::path used;
-  std::error_code ec;
-  if (fs::exists(jinja_path, ec)) {
-    jinja = ReadText(jinja_path);
-    used = jinja_path;
-  } else {
-    jinja = TemplateFromConfig(config_path);
-    used = config_path;
-  }
   const std::string advice =
-      "; set data.chat_template to chatml or llama3 (data.chat_template: auto reads the "
-      "template shipped beside the tokenizer)";
-  if (!jinja.ok()) {
+      "; set data.chat_template to chatml or llama3 (data.chat_template: auto renders the "
+      "template of the target checkpoint)";
+  std::error_code ec;
+  absl::StatusOr<json> config = ReadConfig(config_path);
+  if (!config.ok() && fs::exists(config_path, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data.chat_template: auto: ", config.status().message(), advice));
+  }
+  const json specials = config.ok() ? *config : json();
+  absl::StatusOr<std::string> source = absl::NotFoundError("");
+  std::string origin;
+  if (fs::exists(jinja_path, ec)) {
+    source = ReadText(jinja_path);
+    origin = jinja_path.string();
+  } else if (config.ok()) {
+    source = TemplateFromConfig(config_path, *config);
+    origin = absl::StrCat(config_path.string(), ":chat_template");
+  } else {
+    source = config.status();
+  }
+  if (!source.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "data.chat_template: auto found no chat template (looked at ", jinja_path.string(), " and ",
-        config_path.string(), ": ", jinja.status().message(), ")", advice));
+        config_path.string(), ": ", source.status().message(), ")", advice));
   }
-  absl::StatusOr<ChatTemplate> detected = DetectChatTemplate(*jinja);
-  if (!detected.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("data.chat_template: auto: ", used.string(),
-                                                      ": ", detected.status().message(), advice));
+  absl::StatusOr<std::shared_ptr<const JinjaChatTemplate>> tmpl =
+      JinjaChatTemplate::Create(*std::move(source), origin, specials);
+  if (!tmpl.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data.chat_template: auto: the template cannot be used: ", tmpl.status().message(),
+        advice));
   }
-  return *detected;
+  return ResolvedChatTemplate(*std::move(tmpl));
 }
 
 std::vector<TemplatePiece> RenderChat(ChatTemplate tmpl, absl::Span<const Message> messages) {
@@ -191,6 +212,26 @@ std::string RenderChatText(ChatTemplate tmpl, absl::Span<const Message> messages
   std::string out;
   for (const TemplatePiece& p : RenderChat(tmpl, messages)) out += p.text;
   return out;
+}
+
+absl::StatusOr<std::vector<TemplatePiece>> RenderChatPieces(const ResolvedChatTemplate& tmpl,
+                                                            absl::Span<const Message> messages) {
+  if (tmpl.kind == ChatTemplate::kJinja) return tmpl.jinja->RenderPieces(messages);
+  return RenderChat(tmpl.kind, messages);
+}
+
+absl::StatusOr<std::string> RenderPromptText(const ResolvedChatTemplate& tmpl,
+                                             absl::Span<const Message> messages) {
+  switch (tmpl.kind) {
+    case ChatTemplate::kJinja:
+      return tmpl.jinja->Render(messages, /*add_generation_prompt=*/true);
+    case ChatTemplate::kChatml:
+      return absl::StrCat(RenderChatText(tmpl.kind, messages), kImStart, "assistant\n");
+    case ChatTemplate::kLlama3:
+      return absl::StrCat(RenderChatText(tmpl.kind, messages), kStartHeader, "assistant",
+                          kEndHeader, "\n\n");
+  }
+  return DFLASH_INTERNAL_ERROR("unknown chat template");
 }
 
 }  // namespace dflash::data

@@ -32,6 +32,17 @@ bool AddPrompt(absl::Span<const int32_t> tokens, absl::Span<const uint8_t> mask,
   return true;
 }
 
+// A chat record's prompt: the messages before its first answer (all of them when it has none)
+// rendered with add_generation_prompt=true. The answer, if any, is not used.
+absl::StatusOr<std::vector<int32_t>> ChatPrompt(const tokenizer::Tokenizer& tok,
+                                                const ResolvedChatTemplate& tmpl,
+                                                const Record& record) {
+  size_t end = 0;
+  while (end < record.messages.size() && record.messages[end].role != Role::kAssistant) ++end;
+  if (end == 0) return absl::InvalidArgumentError("no message before the first assistant answer");
+  return TokenizePrompt(tok, tmpl, absl::MakeConstSpan(record.messages).subspan(0, end));
+}
+
 }  // namespace
 
 absl::StatusOr<EvalPrompts> LoadEvalPrompts(const config::RunSpec& spec, const std::string& path,
@@ -54,6 +65,7 @@ absl::StatusOr<EvalPrompts> LoadEvalPrompts(const config::RunSpec& spec, const s
   }
   ASSIGN_OR_RETURN(DataFormat format, ParseDataFormat(spec.data.format));
   std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::set<int64_t> stops;
   TokenizeOptions topts;
   topts.format = format;
   topts.block_size = static_cast<int>(spec.drafter.block_size);
@@ -63,21 +75,32 @@ absl::StatusOr<EvalPrompts> LoadEvalPrompts(const config::RunSpec& spec, const s
     ASSIGN_OR_RETURN(RunDataPaths paths, ResolveRunDataPaths(with_path));
     ASSIGN_OR_RETURN(tok, LoadTokenizer(paths.tokenizer));
     if (format == DataFormat::kChat) {
-      ASSIGN_OR_RETURN(topts.chat_template,
-                       ResolveChatTemplate(spec.data.chat_template, paths.tokenizer));
+      ASSIGN_OR_RETURN(
+          topts.chat_template,
+          ResolveChatTemplate(spec.data.chat_template, paths.tokenizer, paths.chat_template_dir));
+      ASSIGN_OR_RETURN(const int32_t end_of_turn, EndOfTurnToken(*tok, topts.chat_template));
+      stops.insert(end_of_turn);
     }
   }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be opened"));
-  std::set<int64_t> stops;
   std::string line, first_error;
   for (int64_t line_no = 1; std::getline(in, line) && out.prompts.size() < max_prompts; ++line_no) {
     if (line.empty()) continue;
     ++out.records_read;
-    std::variant<Record, BadRecord> parsed = ParseRecord(line, format);
+    std::variant<Record, BadRecord> parsed =
+        ParseRecord(line, format, /*require_assistant_turn=*/false);
     std::string error;
     if (auto* bad = std::get_if<BadRecord>(&parsed)) {
       error = bad->message;
+    } else if (format == DataFormat::kChat) {
+      absl::StatusOr<std::vector<int32_t>> prompt =
+          ChatPrompt(*tok, topts.chat_template, std::get<Record>(parsed));
+      if (prompt.ok()) {
+        out.prompts.emplace_back(prompt->begin(), prompt->end());
+      } else {
+        error = std::string(prompt.status().message());
+      }
     } else if (format == DataFormat::kPretokenized) {
       const Record& r = std::get<Record>(parsed);
       bool in_range = true;
@@ -94,8 +117,6 @@ absl::StatusOr<EvalPrompts> LoadEvalPrompts(const config::RunSpec& spec, const s
       } else if (!AddPrompt(std::get<Document>(doc).tokens, std::get<Document>(doc).loss_mask, &out,
                             &stop)) {
         error = "no prompt before the first supervised token, or no supervised token";
-      } else if (format == DataFormat::kChat) {
-        stops.insert(stop);
       }
     }
     if (!error.empty()) {

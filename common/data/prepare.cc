@@ -278,9 +278,10 @@ absl::StatusOr<PrepareReport> Prepare(const PrepareOptions& options,
   std::string template_name = "none";
   if (options.format == DataFormat::kChat) {
     ASSIGN_OR_RETURN(tokenize.chat_template,
-                     ResolveChatTemplate(options.chat_template, options.tokenizer));
+                     ResolveChatTemplate(options.chat_template, options.tokenizer,
+                                         options.chat_template_dir));
     RETURN_IF_ERROR(CheckTemplateTokens(tokenize.chat_template, tok));
-    template_name = std::string(ChatTemplateName(tokenize.chat_template));
+    template_name = std::string(ChatTemplateName(tokenize.chat_template.kind));
   }
   const int threads = options.threads > 0
                           ? options.threads

@@ -15,7 +15,7 @@ constexpr std::array<absl::string_view, kNumDropReasons> kDropReasonNames = {
     "malformed_json",      "wrong_type",         "missing_field",      "unknown_role",
     "unsupported_content", "empty_conversation", "no_assistant_turn",  "invalid_utf8",
     "length_mismatch",     "invalid_loss_mask",  "token_out_of_range", "too_few_supervised",
-    "line_too_long",       "tokenizer_error"};
+    "line_too_long",       "tokenizer_error",    "template_error"};
 
 BadRecord Bad(DropReason reason, std::string message) { return {reason, std::move(message)}; }
 
@@ -128,7 +128,7 @@ std::optional<BadRecord> ReadMessage(const json& item, const std::string& field,
   return std::nullopt;
 }
 
-std::optional<BadRecord> ParseChat(const json& doc, Record* out) {
+std::optional<BadRecord> ParseChat(const json& doc, bool require_assistant, Record* out) {
   ChatKeys keys{"messages", "role", "content", true};
   auto list = doc.find("messages");
   if (list == doc.end()) {
@@ -150,7 +150,7 @@ std::optional<BadRecord> ParseChat(const json& doc, Record* out) {
     if (auto bad = ReadMessage((*list)[i], field, keys, &out->messages[i])) return bad;
     has_assistant |= out->messages[i].role == Role::kAssistant;
   }
-  if (!has_assistant) {
+  if (!has_assistant && require_assistant) {
     return Bad(DropReason::kNoAssistantTurn,
                absl::StrCat(keys.list, ": no assistant turn (nothing to supervise)"));
   }
@@ -292,7 +292,8 @@ bool IsValidUtf8(absl::string_view text, size_t* bad_offset) {
   return true;
 }
 
-std::variant<Record, BadRecord> ParseRecord(absl::string_view line, DataFormat format) {
+std::variant<Record, BadRecord> ParseRecord(absl::string_view line, DataFormat format,
+                                            bool require_assistant_turn) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   size_t bad_offset = 0;
   if (!IsValidUtf8(line, &bad_offset)) {
@@ -316,7 +317,7 @@ std::variant<Record, BadRecord> ParseRecord(absl::string_view line, DataFormat f
   std::optional<BadRecord> bad;
   switch (format) {
     case DataFormat::kChat:
-      bad = ParseChat(doc, &record);
+      bad = ParseChat(doc, require_assistant_turn, &record);
       break;
     case DataFormat::kPretokenized:
       bad = ParsePretokenized(doc, &record);

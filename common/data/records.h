@@ -75,13 +75,15 @@ enum class DropReason {
   kTooFewSupervised,    // fewer than 2 * block_size supervised tokens
   kLineTooLong,         // the line exceeds the reader's line limit
   kTokenizerError,      // the tokenizer refused the text for another reason
+  kTemplateError,       // the chat template failed to render the conversation, or is not
+                        // prefix-consistent at one of its answers
 };
-inline constexpr int kNumDropReasons = static_cast<int>(DropReason::kTokenizerError) + 1;
+inline constexpr int kNumDropReasons = static_cast<int>(DropReason::kTemplateError) + 1;
 
 // Stable snake_case name: "malformed_json", "wrong_type", "missing_field", "unknown_role",
 // "unsupported_content", "empty_conversation", "no_assistant_turn", "invalid_utf8",
 // "length_mismatch", "invalid_loss_mask", "token_out_of_range", "too_few_supervised",
-// "line_too_long", "tokenizer_error".
+// "line_too_long", "tokenizer_error", "template_error".
 absl::string_view DropReasonName(DropReason reason);
 std::optional<DropReason> ParseDropReason(absl::string_view name);
 
@@ -95,7 +97,10 @@ struct BadRecord {
 // Parses one line (without its trailing newline; a trailing '\r' is tolerated). Checks structure,
 // types, roles, UTF-8, and for pretokenized records lengths and mask values. It does not know the
 // vocabulary: id range checks happen at tokenization (TokenizeRecord in chat_template.h).
-std::variant<Record, BadRecord> ParseRecord(absl::string_view line, DataFormat format);
+// `require_assistant_turn` false accepts chat records without an assistant turn (prompts to
+// generate from: eval prompts).
+std::variant<Record, BadRecord> ParseRecord(absl::string_view line, DataFormat format,
+                                            bool require_assistant_turn = true);
 
 // True when `text` is well-formed UTF-8 (no overlongs, surrogates or code points > U+10FFFF);
 // otherwise *bad_offset (when given) receives the offset of the first bad byte.

@@ -124,6 +124,7 @@ absl::StatusOr<RunDataPaths> ResolveRunDataPaths(const config::RunSpec& spec) {
   }
   RunDataPaths p;
   p.train = spec.data.train;
+  if (!absl::StartsWith(spec.target.path, "builtin:")) p.chat_template_dir = spec.target.path;
   if (spec.data.tokenizer != "auto") {
     p.tokenizer = spec.data.tokenizer;
   } else if (absl::StartsWith(spec.target.path, "builtin:")) {
@@ -158,6 +159,7 @@ absl::StatusOr<PrepareOptions> PrepareOptionsFor(const config::RunSpec& spec,
   o.input = paths.train;
   o.output = paths.prepared;
   o.tokenizer = paths.tokenizer;
+  o.chat_template_dir = paths.chat_template_dir;
   ASSIGN_OR_RETURN(o.format, ParseDataFormat(spec.data.format));
   o.chat_template = spec.data.chat_template;
   o.block_size = static_cast<int>(spec.drafter.block_size);

@@ -28,7 +28,10 @@ struct RunDataPaths {
   std::filesystem::path train;      // data.train as configured (absolute)
   std::filesystem::path prepared;   // the prepared file training reads
   std::filesystem::path tokenizer;  // tokenizer.json
-  bool train_is_prepared = false;   // data.train is itself a prepared file
+  // data.chat_template: auto reads the template here: target.path (the checkpoint), or empty for a
+  // built-in target (then the tokenizer's directory).
+  std::filesystem::path chat_template_dir;
+  bool train_is_prepared = false;  // data.train is itself a prepared file
 };
 
 // True when the file starts with the prepared-data magic (a missing file is not prepared).

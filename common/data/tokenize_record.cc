@@ -8,7 +8,18 @@
 
 namespace dflash::data {
 
-absl::Status CheckTemplateTokens(ChatTemplate tmpl, const tokenizer::Tokenizer& tok) {
+absl::Status CheckTemplateTokens(const ResolvedChatTemplate& resolved,
+                                 const tokenizer::Tokenizer& tok) {
+  if (resolved.kind == ChatTemplate::kJinja) {
+    absl::StatusOr<int32_t> end = EndOfTurnToken(tok, resolved);
+    if (!end.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "data.chat_template: the template cannot render a conversation with this tokenizer: ",
+          end.status().message()));
+    }
+    return absl::OkStatus();
+  }
+  const ChatTemplate tmpl = resolved.kind;
   std::vector<absl::string_view> needed;
   if (tmpl == ChatTemplate::kChatml) {
     needed = {kImStart, kImEnd};
@@ -66,6 +77,26 @@ absl::StatusOr<Document> TokenizePieces(const tokenizer::Tokenizer& tok,
   return doc;
 }
 
+absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const tokenizer::Tokenizer& tok,
+                                                    const ResolvedChatTemplate& tmpl,
+                                                    absl::Span<const Message> messages) {
+  ASSIGN_OR_RETURN(std::string text, RenderPromptText(tmpl, messages));
+  ASSIGN_OR_RETURN(Document doc, TokenizePieces(tok, {TemplatePiece{std::move(text), false}}));
+  return std::move(doc.tokens);
+}
+
+absl::StatusOr<int32_t> EndOfTurnToken(const tokenizer::Tokenizer& tok,
+                                       const ResolvedChatTemplate& tmpl) {
+  const std::vector<Message> probe = {{Role::kUser, "Hi"}, {Role::kAssistant, "Hello"}};
+  ASSIGN_OR_RETURN(std::vector<TemplatePiece> pieces, RenderChatPieces(tmpl, probe));
+  ASSIGN_OR_RETURN(Document doc, TokenizePieces(tok, pieces));
+  for (size_t t = doc.tokens.size(); t > 0; --t) {
+    if (doc.loss_mask[t - 1] != 0) return doc.tokens[t - 1];
+  }
+  return absl::FailedPreconditionError(
+      "the template marks no answer in a probe conversation (user 'Hi', assistant 'Hello')");
+}
+
 namespace {
 
 // Lines are UTF-8-checked and JSON strings decode to valid UTF-8 before the tokenizer sees them,
@@ -92,8 +123,13 @@ std::variant<Document, BadRecord> TokenizeRecord(const Record& record,
   Document doc;
   switch (options.format) {
     case DataFormat::kChat: {
-      absl::StatusOr<Document> d =
-          TokenizePieces(tok, RenderChat(options.chat_template, record.messages));
+      absl::StatusOr<std::vector<TemplatePiece>> pieces =
+          RenderChatPieces(options.chat_template, record.messages);
+      if (!pieces.ok()) {
+        return BadRecord{DropReason::kTemplateError,
+                         absl::StrCat("(chat template): ", pieces.status().message())};
+      }
+      absl::StatusOr<Document> d = TokenizePieces(tok, *pieces);
       if (!d.ok()) return FromTokenizerError(d.status());
       doc = *std::move(d);
       break;

@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/batching/rng.h"
@@ -141,37 +142,20 @@ struct Item {
 // Chat: the tokenizer and template; prompts are rendered from messages.
 struct ChatTools {
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  data::TokenizeOptions options;
+  data::ResolvedChatTemplate tmpl;
+  int64_t end_of_turn = 0;  // the template's token that closes an answer
 };
 
-// The prompt of answer `turn` of a chat record (earlier answers already regenerated) and the
-// template's end-of-turn token that closes answers.
-absl::Status ChatPrompt(const ChatTools& chat, const Record& r, size_t turn, Tokens* prompt,
-                        int64_t* stop) {
-  data::Record rec;
-  rec.messages.assign(r.messages.begin(), r.messages.begin() + r.assistant_at[turn] + 1);
-  std::variant<data::Document, data::BadRecord> doc =
-      data::TokenizeRecord(rec, *chat.tok, chat.options);
-  if (auto* bad = std::get_if<data::BadRecord>(&doc)) {
-    return absl::InvalidArgumentError(bad->message);
+// The prompt of answer `turn` of a chat record (earlier answers already regenerated): the
+// messages before it rendered with add_generation_prompt=true, as eval prompts are.
+absl::Status ChatPrompt(const ChatTools& chat, const Record& r, size_t turn, Tokens* prompt) {
+  absl::StatusOr<std::vector<int32_t>> ids = data::TokenizePrompt(
+      *chat.tok, chat.tmpl, absl::MakeConstSpan(r.messages).subspan(0, r.assistant_at[turn]));
+  if (!ids.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("answer ", turn, ": ", ids.status().message()));
   }
-  const data::Document& d = std::get<data::Document>(doc);
-  // The start of the turn-th supervised run.
-  size_t run = 0, i = 0;
-  while (i < d.tokens.size()) {
-    while (i < d.tokens.size() && d.loss_mask[i] == 0) ++i;
-    if (i == d.tokens.size()) break;
-    size_t end = i;
-    while (end < d.tokens.size() && d.loss_mask[end] != 0) ++end;
-    if (run == turn) {
-      prompt->assign(d.tokens.begin(), d.tokens.begin() + i);
-      *stop = d.tokens[end - 1];
-      return absl::OkStatus();
-    }
-    ++run;
-    i = end;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("answer ", turn, " has no supervised tokens"));
+  prompt->assign(ids->begin(), ids->end());
+  return absl::OkStatus();
 }
 
 // Runs `items` on the workers (each takes batches from a shared queue) and returns the outputs
@@ -289,10 +273,10 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
   if (input.chat) {
     ASSIGN_OR_RETURN(data::RunDataPaths paths, data::ResolveRunDataPaths(spec));
     ASSIGN_OR_RETURN(chat.tok, data::LoadTokenizer(paths.tokenizer));
-    ASSIGN_OR_RETURN(chat.options.chat_template,
-                     data::ResolveChatTemplate(spec.data.chat_template, paths.tokenizer));
-    chat.options.format = data::DataFormat::kChat;
-    chat.options.block_size = 0;  // no answer is too short to regenerate
+    ASSIGN_OR_RETURN(chat.tmpl, data::ResolveChatTemplate(spec.data.chat_template, paths.tokenizer,
+                                                          paths.chat_template_dir));
+    ASSIGN_OR_RETURN(const int32_t end_of_turn, data::EndOfTurnToken(*chat.tok, chat.tmpl));
+    chat.end_of_turn = end_of_turn;
   }
   const fs::path out_path = req.output(), partial = req.output() + ".partial";
   ASSIGN_OR_RETURN(const int64_t resumed, ResumeLines(partial));
@@ -324,9 +308,8 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
         Item item;
         item.record = i;
         if (input.chat) {
-          int64_t stop = 0;
-          RETURN_IF_ERROR(ChatPrompt(chat, r, turn, &item.prompt, &stop));
-          if (std::find(stops.begin(), stops.end(), stop) == stops.end()) stops.push_back(stop);
+          RETURN_IF_ERROR(ChatPrompt(chat, r, turn, &item.prompt));
+          if (stops.empty()) stops.push_back(chat.end_of_turn);
           item.max_new = req.max_new_tokens() > 0 ? req.max_new_tokens() : kChatMaxNewTokens;
         } else {
           for (size_t t = 0; t <= turn; ++t) {

@@ -79,20 +79,37 @@ TEST(ChatTemplateTest, ResolveExplicitNames) {
   EXPECT_FALSE(ResolveChatTemplate("mistral", "/nonexistent/tokenizer.json").ok());
 }
 
-TEST(ChatTemplateTest, ResolveAutoFromTokenizerConfig) {
+// The text an "auto" template renders for a one-message conversation.
+std::string AutoRender(const std::filesystem::path& tokenizer_json,
+                       const std::filesystem::path& template_dir = {}) {
+  auto resolved = ResolveChatTemplate("auto", tokenizer_json, template_dir);
+  if (!resolved.ok()) return std::string(resolved.status().message());
+  EXPECT_EQ(resolved->kind, ChatTemplate::kJinja);
+  auto text = RenderPromptText(*resolved, std::vector<Message>{{Role::kUser, "hi"}});
+  return text.ok() ? *text : std::string(text.status().message());
+}
+
+TEST(ChatTemplateTest, ResolveAutoRendersTheCheckpointsOwnTemplate) {
   TempDir dir;
-  WriteFile(
-      dir / "tokenizer_config.json",
-      R"({"chat_template": "{% for m in messages %}<|im_start|>{{m.role}}<|im_end|>{% endfor %}"})");
-  EXPECT_EQ(*ResolveChatTemplate("auto", dir / "tokenizer.json"), ChatTemplate::kChatml);
+  WriteFile(dir / "tokenizer_config.json",
+            R"({"bos_token": {"content": "<s>", "special": true},
+                "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{% endfor %}"})");
+  EXPECT_EQ(AutoRender(dir / "tokenizer.json"), "<s>[user]");
   // The list form of newer tokenizer_config.json files: the "default" entry counts.
   WriteFile(dir / "tokenizer_config.json",
-            R"({"chat_template": [{"name": "tool_use", "template": "<|im_start|><|im_end|>"},
-                {"name": "default", "template": "<|start_header_id|><|eot_id|>"}]})");
-  EXPECT_EQ(*ResolveChatTemplate("auto", dir / "tokenizer.json"), ChatTemplate::kLlama3);
+            R"({"chat_template": [{"name": "tool_use", "template": "tools"},
+                {"name": "default", "template": "default{{ add_generation_prompt }}"}]})");
+  EXPECT_EQ(AutoRender(dir / "tokenizer.json"), "defaultTrue");
   // chat_template.jinja (what transformers >= 4.43 saves) wins over tokenizer_config.json.
-  WriteFile(dir / "chat_template.jinja", "<|im_start|>{{ x }}<|im_end|>");
-  EXPECT_EQ(*ResolveChatTemplate("auto", dir / "tokenizer.json"), ChatTemplate::kChatml);
+  WriteFile(dir / "chat_template.jinja", "jinja file{{ messages | length }}\n");
+  EXPECT_EQ(AutoRender(dir / "tokenizer.json"), "jinja file1");
+  // The target checkpoint's directory, when given, is where the template is read.
+  TempDir target;
+  WriteFile(target / "chat_template.jinja", "target");
+  EXPECT_EQ(AutoRender(dir / "tokenizer.json", target.path()), "target");
+  // Built-in names stay explicit choices.
+  EXPECT_EQ(*ResolveChatTemplate("chatml", dir / "tokenizer.json", target.path()),
+            ChatTemplate::kChatml);
 }
 
 TEST(ChatTemplateTest, ResolveAutoErrorsTellTheUserWhatToSet) {
@@ -107,11 +124,15 @@ TEST(ChatTemplateTest, ResolveAutoErrorsTellTheUserWhatToSet) {
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("has no chat_template"));
 
-  WriteFile(dir / "tokenizer_config.json", R"({"chat_template": "[INST] {{ m }} [/INST]"})");
-  auto unknown = ResolveChatTemplate("auto", dir / "tokenizer.json");
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("neither ChatML"));
-  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("set data.chat_template"));
+  // Syntax the interpreter does not support: the file, line and column.
+  WriteFile(dir / "tokenizer_config.json",
+            R"({"chat_template": "{% for m in messages %}\n  {% include 'x' %}{% endfor %}"})");
+  auto unsupported = ResolveChatTemplate("auto", dir / "tokenizer.json");
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_THAT(
+      std::string(unsupported.status().message()),
+      HasSubstr("tokenizer_config.json:chat_template:2:3: unsupported statement 'include'"));
+  EXPECT_THAT(std::string(unsupported.status().message()), HasSubstr("set data.chat_template"));
 
   // A list entry whose name is not a string is skipped, not a crash (the file is not ours).
   WriteFile(dir / "tokenizer_config.json",

@@ -54,6 +54,9 @@ class HfChatOracleTest : public ::testing::TestWithParam<ChatTemplate> {
     ASSERT_GE(cases_.size(), 100u);
   }
 
+  // Prepares the cases with data.chat_template `setting` and compares with the oracle.
+  void CheckPrepare(const std::string& setting, const std::string& rendered_with);
+
   std::string name_;
   fs::path tokenizer_path_;
   fs::path cases_path_;
@@ -61,11 +64,18 @@ class HfChatOracleTest : public ::testing::TestWithParam<ChatTemplate> {
   std::vector<json> cases_;
 };
 
-TEST_P(HfChatOracleTest, AutoDetectsTheTemplateShippedWithTheTokenizer) {
+TEST_P(HfChatOracleTest, AutoUsesTheJinjaTemplateShippedWithTheTokenizer) {
   auto resolved = ResolveChatTemplate("auto", tokenizer_path_);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
-  EXPECT_EQ(*resolved, GetParam());
+  EXPECT_EQ(*resolved, ChatTemplate::kJinja);
+  EXPECT_TRUE(CheckTemplateTokens(*resolved, *tok_).ok());
   EXPECT_TRUE(CheckTemplateTokens(GetParam(), *tok_).ok());
+  // The shipped template and the built-in one end answers with the same token.
+  auto jinja_end = EndOfTurnToken(*tok_, *resolved);
+  auto builtin_end = EndOfTurnToken(*tok_, GetParam());
+  ASSERT_TRUE(jinja_end.ok()) << jinja_end.status();
+  ASSERT_TRUE(builtin_end.ok()) << builtin_end.status();
+  EXPECT_EQ(*jinja_end, *builtin_end);
 }
 
 TEST_P(HfChatOracleTest, TextIdsAndMaskMatchHuggingFace) {
@@ -107,18 +117,28 @@ TEST_P(HfChatOracleTest, TextIdsAndMaskMatchHuggingFace) {
 
 // The whole engine on the oracle's file: every kept document equals the oracle's, in order, and
 // the dropped ones are exactly those with fewer than 2 * block_size supervised tokens.
+// The built-in template by name, and "auto" (the Jinja template shipped with the tokenizer, through
+// the interpreter and the prefix-rendering loss mask) give the oracle's ids and masks.
 TEST_P(HfChatOracleTest, PrepareMatchesTheOracle) {
+  for (const std::string setting : {name_, std::string("auto")}) {
+    SCOPED_TRACE(setting);
+    CheckPrepare(setting, setting == "auto" ? "jinja" : name_);
+  }
+}
+
+void HfChatOracleTest::CheckPrepare(const std::string& setting, const std::string& rendered_with) {
   testing::TempDir dir;
   PrepareOptions o;
   o.input = cases_path_;
   o.output = dir / "out.dflash";
   o.tokenizer = tokenizer_path_;
+  o.chat_template = setting;
   o.block_size = 8;
   o.threads = 3;
   o.chunk_bytes = 4096;
   auto report = Prepare(o, *tok_);
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_EQ(report->chat_template, name_);
+  EXPECT_EQ(report->chat_template, rendered_with);
   auto ds = PreparedDataset::Open(o.output, {tok_->fingerprint(), true});
   ASSERT_TRUE(ds.ok()) << ds.status();
   int64_t kept = 0, dropped = 0;

@@ -94,7 +94,7 @@ TEST(PrepareTest, BadRecordsAreCountedByReasonWithLineNumbers) {
   auto ds = PreparedDataset::Open(dir / "out.dflash", {QwenTokenizer()->fingerprint(), true});
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ((*ds)->num_documents(), 3);
-  EXPECT_EQ((*ds)->metadata().chat_template, "chatml");  // auto, from tokenizer_config.json
+  EXPECT_EQ((*ds)->metadata().chat_template, "jinja");  // auto: tokenizer_config.json's template
   // The report stored in the file is the returned one, less output/threads/seconds.
   auto stored = PrepareReport::FromJson(nlohmann::json::parse((*ds)->report_json()));
   ASSERT_TRUE(stored.ok()) << stored.status();

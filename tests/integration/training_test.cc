@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -128,6 +129,24 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("tau "));
   EXPECT_THAT(table.out, HasSubstr("prompts    2, "));
+  // Chat prompts without answers (rendered with the generation prompt; the built-in target's
+  // tokenizer needs data.chat_template chatml named).
+  const std::string chat_prompts = dir_ + "/chat-prompts.jsonl";
+  std::ofstream(chat_prompts) << R"({"messages":[{"role":"user","content":"hello there"}]})"
+                              << "\n"
+                              << R"({"messages":[{"role":"system","content":"s"},)"
+                              << R"({"role":"user","content":"q"}]})"
+                              << "\n";
+  const std::string chat_yaml = WriteRunYaml(
+      "chat-eval.yaml",
+      absl::StrCat("name: chat-eval\ntarget: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
+                   "drafter: {layers: 1, block_size: 8}\n"
+                   "data: {train: \"",
+                   chat_prompts, "\", format: chat, chat_template: chatml}\n"));
+  CtlResult chat = RunCtl(address_, {"eval", chat_yaml, "--prompts", chat_prompts, "--drafter",
+                                     dir_ + "/drafter", "--max_new_tokens", "8"});
+  EXPECT_EQ(chat.exit_code, 0) << chat.out << chat.err;
+  EXPECT_THAT(chat.out, HasSubstr("prompts    2, "));
   CtlResult nothing = RunCtl(address_, {"eval", run_yaml, "--drafter", dir_ + "/no-such"});
   EXPECT_EQ(nothing.exit_code, 3) << nothing.out << nothing.err;
   EXPECT_THAT(nothing.err, HasSubstr("drafter.init_from"));
