@@ -104,7 +104,9 @@ absl::StatusOr<Input> ReadInput(const config::RunSpec& spec, int64_t max_records
   std::string line;
   while (!full() && std::getline(file, line)) {
     if (line.empty()) continue;
-    std::variant<data::Record, data::BadRecord> parsed = data::ParseRecord(line, format);
+    // A chat record without an answer is a prompt: one answer is generated after its last message.
+    std::variant<data::Record, data::BadRecord> parsed =
+        data::ParseRecord(line, format, /*require_assistant_turn=*/false);
     if (std::holds_alternative<data::BadRecord>(parsed)) {
       ++in.skipped;
       continue;
@@ -116,6 +118,10 @@ absl::StatusOr<Input> ReadInput(const config::RunSpec& spec, int64_t max_records
       r.messages = std::move(rec.messages);
       for (size_t m = 0; m < r.messages.size(); ++m) {
         if (r.messages[m].role == data::Role::kAssistant) r.assistant_at.push_back(m);
+      }
+      if (r.assistant_at.empty() && !r.messages.empty()) {
+        r.assistant_at.push_back(r.messages.size());
+        r.messages.push_back({data::Role::kAssistant, ""});
       }
       ok = !r.assistant_at.empty() && r.assistant_at.front() > 0;
     } else {
