@@ -125,7 +125,7 @@ TEST_F(CoordinatorTest, TargetChecksAtSubmitNameTheField) {
   auto mask = submit("");
   ASSERT_FALSE(mask.ok());
   EXPECT_THAT(std::string(mask.status().message()),
-              HasSubstr("hybrid.yaml: drafter.mask_token_id: auto knows no mask token for a "
+              HasSubstr("hybrid.yaml: drafter.mask_token_id: auto found no mask token for the "
                         "qwen3_5 target with 512 tokens"));
   EXPECT_TRUE(submit("drafter: {mask_token_id: 1}\n").ok());
   write_config(4);
