@@ -198,10 +198,10 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
     // (seconds on a large set) is left to the start of training so that SubmitRun answers within
     // its deadline.
     auto data = data::OpenRunData(spec, /*verify=*/false);
-    if (!data.ok()) {
-      return absl::Status(data.status().code(),
-                          absl::StrCat(source_name.empty() ? "run.yaml" : source_name, ": ",
-                                       data.status().message()));
+    absl::Status usable = data.status();
+    if (usable.ok()) usable = data::CheckDataVocabulary(spec, *data, target->vocab_size);
+    if (!usable.ok()) {
+      return absl::Status(usable.code(), absl::StrCat(source, ": ", usable.message()));
     }
     *run.mutable_data() = ToProto(data->summary);
     run.set_total_steps(data->summary.total_steps);

@@ -92,6 +92,8 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   ASSIGN_OR_RETURN(
       t->spec, config::ParseRunSpec(p.resolved_yaml, p.run_id, config::RunSpecOptions{"", true}));
   ASSIGN_OR_RETURN(t->data, data::OpenRunData(t->spec, /*verify=*/true));
+  ASSIGN_OR_RETURN(const model::TransformerConfig target, plan::RunTargetConfig(t->spec));
+  RETURN_IF_ERROR(data::CheckDataVocabulary(t->spec, t->data, target.vocab_size));
   const int64_t pairs = static_cast<int64_t>(p.pairs.size());
   ASSIGN_OR_RETURN(t->batching, data::BatchingOptionsFor(t->spec, pairs));
   if (t->spec.optim.max_steps > 0) {

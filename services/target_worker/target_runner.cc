@@ -86,6 +86,10 @@ class TargetRunner : public StepRunner {
     if (!dc.ok()) return dc.status();
     absl::StatusOr<data::RunData> data = data::OpenRunData(ctx.spec, /*verify=*/true);
     if (!data.ok()) return data.status();
+    if (absl::Status s = data::CheckDataVocabulary(ctx.spec, *data, target_->config().vocab_size);
+        !s.ok()) {
+      return s;
+    }
     data_ = std::make_unique<data::RunData>(*std::move(data));
     absl::StatusOr<transport::FeatureDType> ftype = FeatureType(target_->dtype());
     if (!ftype.ok()) return ftype.status();
