@@ -20,6 +20,7 @@
 #include "services/coordinator/placement.h"
 #include "services/coordinator/regen.h"
 #include "services/coordinator/run_state.h"
+#include "services/coordinator/settings_echo.h"
 
 namespace dflash::coordinator {
 namespace {
@@ -144,12 +145,13 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   if (checked.code() == absl::StatusCode::kNotFound) {  // no config.json: a config error here
     checked = absl::InvalidArgumentError(checked.message());
   }
-  absl::StatusOr<std::vector<int64_t>> layer_ids =
-      checked.ok() ? plan::RunLayerIds(spec, *target) : checked;
-  checked = layer_ids.status();
-  if (checked.ok()) checked = plan::RunMaskTokenId(spec, *target).status();
+  absl::StatusOr<v1::ResolvedTarget> resolved =
+      checked.ok() ? ResolveTargetSettings(spec, *target) : checked;
+  checked = resolved.status();
   if (checked.ok() && spec.placement.target_parallel > 1) {
-    const int64_t layers = *std::max_element(layer_ids->begin(), layer_ids->end()) + 1;
+    const int64_t layers = *std::max_element(resolved->target_layer_ids().begin(),
+                                             resolved->target_layer_ids().end()) +
+                           1;
     if (absl::Status s =
             model::CheckTensorParallel(*target, layers, spec.placement.target_parallel);
         !s.ok()) {
@@ -192,6 +194,7 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   run.set_name(spec.name);
   run.set_state(v1::RUN_STATE_QUEUED);
   run.set_resolved_config_yaml(config::EmitRunSpec(spec));
+  *run.mutable_resolved_target() = *resolved;
   {
     // Training reads prepared (or built-in) data only; refuse now what could not be trained on
     // later. The structure, tokenizer and settings are checked here; the full checksum pass
