@@ -98,8 +98,6 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   // What the workers will apply for `auto`: logged, shown by `dflashctl status`, and compared
   // with their settings echo.
   ASSIGN_OR_RETURN(t->resolved, ResolveTargetSettings(t->spec, target));
-  LOG_RUN(INFO, p.run_id, -1) << "target " << t->spec.target.path << ": "
-                              << DescribeResolvedTarget(t->resolved);
   {
     std::lock_guard<std::mutex> lock(mu_);
     RETURN_IF_ERROR(store_->SetResolvedTarget(p.run_id, t->resolved));
@@ -164,6 +162,9 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   ASSIGN_OR_RETURN(t->batcher, batching::Batcher::Create(&t->data.source(), t->batching,
                                                          cursor ? &*cursor : nullptr));
   t->step = cursor ? cursor->step : 0;
+  // Logged once the run directory (and its log) exists.
+  LOG_RUN(INFO, p.run_id, -1) << "target " << t->spec.target.path << ": "
+                              << DescribeResolvedTarget(t->resolved);
   return absl::OkStatus();
 }
 
