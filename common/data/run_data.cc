@@ -218,4 +218,36 @@ absl::StatusOr<RunData> OpenRunData(const config::RunSpec& spec, bool verify) {
   return rd;
 }
 
+absl::Status CheckDataVocabulary(const config::RunSpec& spec, const RunData& data,
+                                 int64_t target_vocab_size) {
+  if (data.dataset == nullptr) return absl::OkStatus();  // built-in data
+  const int64_t prepared = data.dataset->metadata().vocab_size;
+  const std::string file = data.dataset->path().string();
+  if (prepared > target_vocab_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data.prepared: ", file, " was prepared with a tokenizer of ", prepared,
+                     " tokens, but the target ", spec.target.path,
+                     " (target.path) has a vocabulary of ", target_vocab_size,
+                     "; prepare it with the target's tokenizer (data.tokenizer: auto, then "
+                     "`dflashctl prepare`)"));
+  }
+  if (spec.data.tokenizer == "auto" || absl::StartsWith(spec.target.path, "builtin:")) {
+    return absl::OkStatus();  // the fingerprint check made it the target's own tokenizer
+  }
+  const fs::path own = fs::path(spec.target.path) / "tokenizer.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(own, ec) || fs::equivalent(own, spec.data.tokenizer, ec)) {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(auto tok, LoadTokenizer(own));
+  if (tok->vocab_size() != prepared) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data.prepared: ", file, " was prepared with a tokenizer of ", prepared,
+        " tokens (data.tokenizer ", spec.data.tokenizer, "), but the target ", spec.target.path,
+        " (target.path) has ", tok->vocab_size(),
+        " in its tokenizer.json; prepare it with the target's tokenizer (data.tokenizer: auto)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace dflash::data

@@ -83,4 +83,14 @@ struct RunData {
 // the generated data set (builtin_data.h) instead; its summary has no prepared path or tokenizer.
 absl::StatusOr<RunData> OpenRunData(const config::RunSpec& spec, bool verify = true);
 
+// Refuses (FAILED_PRECONDITION naming data.prepared, the file, both vocabulary sizes and
+// target.path) prepared data whose tokenizer's vocabulary is not the target's: more tokens than
+// the target has embedding rows (`target_vocab_size`), or, when data.tokenizer names another file
+// than the target's own tokenizer.json, a different number of tokens than that tokenizer.json.
+// (Fewer tokens than embedding rows is normal: Qwen3's 151669 tokens in 151936 rows.) Built-in
+// data is not checked. The coordinator calls it at submit and when the run starts, the target
+// worker when it prepares the run: before any step.
+absl::Status CheckDataVocabulary(const config::RunSpec& spec, const RunData& data,
+                                 int64_t target_vocab_size);
+
 }  // namespace dflash::data

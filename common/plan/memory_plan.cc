@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -252,27 +253,65 @@ absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
   return ids;
 }
 
-absl::StatusOr<int64_t> RunMaskTokenId(const config::RunSpec& spec,
-                                       const model::TransformerConfig& target) {
+namespace {
+
+// The run's tokenizer.json: data.tokenizer, auto: the target's (none for a built-in target).
+std::string RunTokenizerJson(const config::RunSpec& spec) {
+  if (spec.data.tokenizer != "auto") return spec.data.tokenizer;
+  if (absl::StartsWith(spec.target.path, "builtin:")) return "";
+  return (std::filesystem::path(spec.target.path) / "tokenizer.json").string();
+}
+
+}  // namespace
+
+absl::StatusOr<model::MaskTokenChoice> RunMaskToken(const config::RunSpec& spec,
+                                                    const model::TransformerConfig& target) {
   using model::kQwen3MaskTokenId;
-  int64_t id = 0;
+  model::MaskTokenChoice c;
   if (spec.drafter.mask_token_id) {
-    id = *spec.drafter.mask_token_id;
+    c = {*spec.drafter.mask_token_id, "", "drafter.mask_token_id"};
   } else if (target.mask_token_id) {  // a built-in target's, or the checkpoint's
-    id = *target.mask_token_id;
-  } else if (target.model_type == "qwen3" && target.vocab_size > kQwen3MaskTokenId) {
-    id = kQwen3MaskTokenId;
+    c = {*target.mask_token_id, "",
+         absl::StartsWith(spec.target.path, "builtin:") ? "the built-in target's"
+                                                        : "the target's config.json"};
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "drafter.mask_token_id: auto knows no mask token for a ", target.model_type,
-        " target with ", target.vocab_size, " tokens; set it to an id the data never uses"));
+    const std::string tokenizer = RunTokenizerJson(spec);
+    absl::StatusOr<model::MaskTokenChoice> found =
+        tokenizer.empty() || absl::StartsWith(tokenizer, "builtin:")
+            ? absl::NotFoundError("the target has no tokenizer.json")
+            : model::MaskTokenFromTokenizer(tokenizer, target.vocab_size);
+    if (found.ok()) {
+      c = *std::move(found);
+    } else if (found.status().code() != absl::StatusCode::kNotFound) {
+      return absl::Status(found.status().code(),
+                          absl::StrCat("drafter.mask_token_id: ", found.status().message()));
+    } else if (target.model_type == "qwen3" && target.vocab_size > kQwen3MaskTokenId) {
+      c = {kQwen3MaskTokenId, "", "Qwen3's mask token"};  // a config without its tokenizer
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "drafter.mask_token_id: auto found no mask token for the ", target.model_type,
+          " target with ", target.vocab_size, " tokens: ", found.status().message(),
+          "; set drafter.mask_token_id to an id the data never uses"));
+    }
   }
-  if (id >= target.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("drafter.mask_token_id: ", id,
+  if (c.id >= target.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("drafter.mask_token_id: ", c.id,
                                                    " is not below the target's vocabulary (",
                                                    target.vocab_size, ")"));
   }
-  return id;
+  return c;
+}
+
+absl::StatusOr<int64_t> RunMaskTokenId(const config::RunSpec& spec,
+                                       const model::TransformerConfig& target) {
+  absl::StatusOr<model::MaskTokenChoice> c = RunMaskToken(spec, target);
+  if (!c.ok()) return c.status();
+  return c->id;
+}
+
+std::string DescribeMaskToken(const model::MaskTokenChoice& c) {
+  return c.token.empty() ? absl::StrCat(c.id, " (", c.rule, ")")
+                         : absl::StrCat(c.id, " (", c.token, ": ", c.rule, ")");
 }
 
 absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::TransformerConfig& target,

@@ -28,8 +28,8 @@ absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
                                                  const model::TransformerConfig& target);
 
 // The drafter config: the target's shape, drafter.layers/block_size, the layer ids above and
-// drafter.mask_token_id (auto: the built-in target's, Qwen3's 151669 for a Qwen3 vocabulary large
-// enough, else an error naming the field).
+// drafter.mask_token_id (auto: plan::RunMaskToken's rule, the same the coordinator applies; an
+// error naming the field when it finds none).
 absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& spec,
                                                         const model::TransformerConfig& target);
 

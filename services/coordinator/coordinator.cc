@@ -20,6 +20,7 @@
 #include "services/coordinator/placement.h"
 #include "services/coordinator/regen.h"
 #include "services/coordinator/run_state.h"
+#include "services/coordinator/settings_echo.h"
 
 namespace dflash::coordinator {
 namespace {
@@ -144,12 +145,13 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   if (checked.code() == absl::StatusCode::kNotFound) {  // no config.json: a config error here
     checked = absl::InvalidArgumentError(checked.message());
   }
-  absl::StatusOr<std::vector<int64_t>> layer_ids =
-      checked.ok() ? plan::RunLayerIds(spec, *target) : checked;
-  checked = layer_ids.status();
-  if (checked.ok()) checked = plan::RunMaskTokenId(spec, *target).status();
+  absl::StatusOr<v1::ResolvedTarget> resolved =
+      checked.ok() ? ResolveTargetSettings(spec, *target) : checked;
+  checked = resolved.status();
   if (checked.ok() && spec.placement.target_parallel > 1) {
-    const int64_t layers = *std::max_element(layer_ids->begin(), layer_ids->end()) + 1;
+    const int64_t layers = *std::max_element(resolved->target_layer_ids().begin(),
+                                             resolved->target_layer_ids().end()) +
+                           1;
     if (absl::Status s =
             model::CheckTensorParallel(*target, layers, spec.placement.target_parallel);
         !s.ok()) {
@@ -192,16 +194,17 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   run.set_name(spec.name);
   run.set_state(v1::RUN_STATE_QUEUED);
   run.set_resolved_config_yaml(config::EmitRunSpec(spec));
+  *run.mutable_resolved_target() = *resolved;
   {
     // Training reads prepared (or built-in) data only; refuse now what could not be trained on
     // later. The structure, tokenizer and settings are checked here; the full checksum pass
     // (seconds on a large set) is left to the start of training so that SubmitRun answers within
     // its deadline.
     auto data = data::OpenRunData(spec, /*verify=*/false);
-    if (!data.ok()) {
-      return absl::Status(data.status().code(),
-                          absl::StrCat(source_name.empty() ? "run.yaml" : source_name, ": ",
-                                       data.status().message()));
+    absl::Status usable = data.status();
+    if (usable.ok()) usable = data::CheckDataVocabulary(spec, *data, target->vocab_size);
+    if (!usable.ok()) {
+      return absl::Status(usable.code(), absl::StrCat(source, ": ", usable.message()));
     }
     *run.mutable_data() = ToProto(data->summary);
     run.set_total_steps(data->summary.total_steps);

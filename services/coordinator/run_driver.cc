@@ -68,6 +68,7 @@ struct Coordinator::Training {
   std::chrono::steady_clock::time_point last_commit = std::chrono::steady_clock::now();
   // eval.every_steps > 0: the prompts, tokenized once when the run starts (drafter_dir unset).
   std::optional<v1::EvaluateRequest> eval_request;
+  v1::ResolvedTarget resolved;  // target.layer_ids and drafter.mask_token_id, `auto` resolved
 };
 
 // One planned step and its RPCs in flight. Destroying it waits for the calls (std::async).
@@ -92,6 +93,15 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   ASSIGN_OR_RETURN(
       t->spec, config::ParseRunSpec(p.resolved_yaml, p.run_id, config::RunSpecOptions{"", true}));
   ASSIGN_OR_RETURN(t->data, data::OpenRunData(t->spec, /*verify=*/true));
+  ASSIGN_OR_RETURN(const model::TransformerConfig target, plan::RunTargetConfig(t->spec));
+  RETURN_IF_ERROR(data::CheckDataVocabulary(t->spec, t->data, target.vocab_size));
+  // What the workers will apply for `auto`: logged, shown by `dflashctl status`, and compared
+  // with their settings echo.
+  ASSIGN_OR_RETURN(t->resolved, ResolveTargetSettings(t->spec, target));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(store_->SetResolvedTarget(p.run_id, t->resolved));
+  }
   const int64_t pairs = static_cast<int64_t>(p.pairs.size());
   ASSIGN_OR_RETURN(t->batching, data::BatchingOptionsFor(t->spec, pairs));
   if (t->spec.optim.max_steps > 0) {
@@ -152,6 +162,9 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   ASSIGN_OR_RETURN(t->batcher, batching::Batcher::Create(&t->data.source(), t->batching,
                                                          cursor ? &*cursor : nullptr));
   t->step = cursor ? cursor->step : 0;
+  // Logged once the run directory (and its log) exists.
+  LOG_RUN(INFO, p.run_id, -1) << "target " << t->spec.target.path << ": "
+                              << DescribeResolvedTarget(t->resolved);
   return absl::OkStatus();
 }
 
@@ -179,12 +192,12 @@ void Coordinator::StartRun(const Placement& p) {
       break;
     }
     absl::StatusOr<model::TransformerConfig> tc = plan::RunTargetConfig(training->spec);
-    absl::StatusOr<std::vector<int64_t>> layer_ids =
-        tc.ok() ? plan::RunLayerIds(training->spec, *tc) : tc.status();
-    if (!layer_ids.ok()) {
-      status = layer_ids.status();
+    if (!tc.ok()) {
+      status = tc.status();
       break;
     }
+    const std::vector<int64_t> layer_ids(training->resolved.target_layer_ids().begin(),
+                                         training->resolved.target_layer_ids().end());
     // The memory plan against this pair's own GPUs, before anything is loaded: both workers
     // together when they share one.
     if (*transport == "cuda_ipc") {
@@ -211,9 +224,9 @@ void Coordinator::StartRun(const Placement& p) {
                          {"drafter", pl->drafter.allocator_peak}};
       }
     }
-    const std::map<std::string, std::string> expected =
-        ExpectedSettings(training->spec, *layer_ids, *transport, training->total_steps,
-                         training->step, static_cast<int64_t>(p.pairs.size()));
+    const std::map<std::string, std::string> expected = ExpectedSettings(
+        training->spec, layer_ids, training->resolved.mask_token_id(), *transport,
+        training->total_steps, training->step, static_cast<int64_t>(p.pairs.size()));
     std::string channel_descriptor;  // transport nccl: from the target, for its drafter
     std::string tp_unique_id;        // nccl tensor-parallel group: from the target's rank 0
     // Target first: it creates the pair's channel, which the drafter then opens; a

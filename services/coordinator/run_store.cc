@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS runs (
   worker_ids TEXT NOT NULL DEFAULT '',
   resolved_yaml TEXT NOT NULL,
   source_yaml TEXT NOT NULL,
-  data_summary BLOB NOT NULL DEFAULT x''
+  data_summary BLOB NOT NULL DEFAULT x'',
+  resolved_target BLOB NOT NULL DEFAULT x''
 );
 CREATE TABLE IF NOT EXISTS run_events (
   run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -109,12 +110,16 @@ v1::RunStatus RowToRun(Stmt& s) {
   r.set_resolved_config_yaml(s.Text(9));
   const std::string data = s.Blob(10);
   if (!data.empty() && !r.mutable_data()->ParseFromString(data)) r.clear_data();
+  const std::string resolved = s.Blob(11);
+  if (!resolved.empty() && !r.mutable_resolved_target()->ParseFromString(resolved)) {
+    r.clear_resolved_target();
+  }
   return r;
 }
 
 constexpr const char* kRunColumns =
     "run_id, name, state, message, step, total_steps, created_ms, updated_ms, worker_ids, "
-    "resolved_yaml, data_summary";
+    "resolved_yaml, data_summary, resolved_target";
 
 }  // namespace
 
@@ -142,13 +147,25 @@ RunStore::~RunStore() { sqlite3_close(db_); }
 
 absl::Status RunStore::Migrate() {
   // Stores written before a column existed get it added (SQLite has no ADD COLUMN IF NOT EXISTS).
-  Stmt info(db_, "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'data_summary'");
-  RETURN_IF_ERROR(info.status());
-  ASSIGN_OR_RETURN(bool row, info.Step());
-  if (row && info.Int(0) == 0) {
-    RETURN_IF_ERROR(Exec("ALTER TABLE runs ADD COLUMN data_summary BLOB NOT NULL DEFAULT x'';"));
+  for (const char* column : {"data_summary", "resolved_target"}) {
+    Stmt info(db_, "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = ?1");
+    RETURN_IF_ERROR(info.status());
+    info.Bind(1, std::string(column));
+    ASSIGN_OR_RETURN(bool row, info.Step());
+    if (row && info.Int(0) == 0) {
+      RETURN_IF_ERROR(Exec(
+          absl::StrCat("ALTER TABLE runs ADD COLUMN ", column, " BLOB NOT NULL DEFAULT x'';")));
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status RunStore::SetResolvedTarget(const std::string& run_id,
+                                         const v1::ResolvedTarget& resolved) {
+  Stmt up(db_, "UPDATE runs SET resolved_target = ?2 WHERE run_id = ?1");
+  RETURN_IF_ERROR(up.status());
+  up.Bind(1, run_id).BindBlob(2, resolved.SerializeAsString());
+  return up.Step().status();
 }
 
 absl::Status RunStore::InTransaction(const std::function<absl::Status()>& body) {
@@ -176,13 +193,15 @@ absl::Status RunStore::CreateRun(const v1::RunStatus& run, const std::string& so
   return InTransaction([&]() -> absl::Status {
     Stmt ins(db_,
              "INSERT INTO runs (run_id, name, state, message, created_ms, updated_ms, "
-             "resolved_yaml, source_yaml, total_steps, data_summary) "
-             "VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, ?8, ?9)");
+             "resolved_yaml, source_yaml, total_steps, data_summary, resolved_target) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, ?8, ?9, ?10)");
     RETURN_IF_ERROR(ins.status());
     ins.Bind(1, run.run_id()).Bind(2, run.name()).Bind(3, int64_t{v1::RUN_STATE_QUEUED});
     ins.Bind(4, run.message()).Bind(5, now_ms).Bind(6, run.resolved_config_yaml());
     ins.Bind(7, source_yaml).Bind(8, run.total_steps());
     ins.BindBlob(9, run.has_data() ? run.data().SerializeAsString() : std::string());
+    ins.BindBlob(
+        10, run.has_resolved_target() ? run.resolved_target().SerializeAsString() : std::string());
     RETURN_IF_ERROR(ins.Step().status());
     Stmt ev(db_,
             "INSERT INTO run_events (run_id, seq, unix_ms, from_state, to_state, message, step) "

@@ -35,8 +35,11 @@ class RunStore {
   RunStore& operator=(const RunStore&) = delete;
 
   // Inserts a new run in state QUEUED and its first event. run.run_id must be unique. The run's
-  // total_steps and data summary are stored with it.
+  // total_steps, data summary and resolved target are stored with it.
   absl::Status CreateRun(const v1::RunStatus& run, const std::string& source_yaml, int64_t now_ms);
+
+  // Replaces the run's resolved target settings (RunStatus.resolved_target).
+  absl::Status SetResolvedTarget(const std::string& run_id, const v1::ResolvedTarget& resolved);
 
   // Moves the run from `from` to `to`, recording `message`; fails with FAILED_PRECONDITION when the
   // run is not in `from` or the transition is not allowed. Returns the event written.

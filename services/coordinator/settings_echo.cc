@@ -2,14 +2,33 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/plan/memory_plan.h"
 
 namespace dflash::coordinator {
 
-std::map<std::string, std::string> ExpectedSettings(const config::RunSpec& spec,
-                                                    const std::vector<int64_t>& layer_ids,
-                                                    const std::string& transport,
-                                                    int64_t total_steps, int64_t resume_step,
-                                                    int64_t num_pairs) {
+absl::StatusOr<v1::ResolvedTarget> ResolveTargetSettings(const config::RunSpec& spec,
+                                                         const model::TransformerConfig& target) {
+  absl::StatusOr<std::vector<int64_t>> ids = plan::RunLayerIds(spec, target);
+  if (!ids.ok()) return ids.status();
+  absl::StatusOr<model::MaskTokenChoice> mask = plan::RunMaskToken(spec, target);
+  if (!mask.ok()) return mask.status();
+  v1::ResolvedTarget r;
+  for (int64_t id : *ids) r.add_target_layer_ids(id);
+  r.set_mask_token_id(mask->id);
+  r.set_mask_token(mask->token);
+  r.set_mask_token_rule(mask->rule);
+  return r;
+}
+
+std::string DescribeResolvedTarget(const v1::ResolvedTarget& r) {
+  return absl::StrCat(
+      "target layer ids ", absl::StrJoin(r.target_layer_ids(), ","), "; mask token id ",
+      plan::DescribeMaskToken({r.mask_token_id(), r.mask_token(), r.mask_token_rule()}));
+}
+
+std::map<std::string, std::string> ExpectedSettings(
+    const config::RunSpec& spec, const std::vector<int64_t>& layer_ids, int64_t mask_token_id,
+    const std::string& transport, int64_t total_steps, int64_t resume_step, int64_t num_pairs) {
   std::map<std::string, std::string> e = {
       {"target.path", spec.target.path},
       {"target.dtype", spec.target.dtype},
@@ -27,9 +46,7 @@ std::map<std::string, std::string> ExpectedSettings(const config::RunSpec& spec,
       {"placement.pairs", std::to_string(num_pairs)},
       {"placement.transport", transport},
   };
-  if (spec.drafter.mask_token_id) {
-    e["drafter.mask_token_id"] = std::to_string(*spec.drafter.mask_token_id);
-  }
+  e["drafter.mask_token_id"] = std::to_string(mask_token_id);
   const std::optional<double> gamma =
       spec.loss.gamma ? spec.loss.gamma : config::DefaultGamma(spec.drafter.block_size);
   if (gamma) e["loss.gamma"] = absl::StrCat(*gamma);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "services/coordinator/run_state.h"
 
 namespace dflash::ctl {
@@ -123,6 +124,13 @@ std::string RunDetails(const v1::RunStatus& r) {
   for (int i = 0; i < r.worker_ids_size(); ++i) out << (i ? ", " : "") << r.worker_ids(i);
   out << (r.worker_ids_size() ? "" : "-") << "\n";
   if (!r.run_dir().empty()) out << "run dir:  " << r.run_dir() << "\n";
+  if (r.has_resolved_target()) {
+    const v1::ResolvedTarget& t = r.resolved_target();
+    out << "target layer ids: " << absl::StrJoin(t.target_layer_ids(), ",") << "\n"
+        << "mask token id:    " << t.mask_token_id() << " ("
+        << (t.mask_token().empty() ? "" : absl::StrCat(t.mask_token(), ": ")) << t.mask_token_rule()
+        << ")\n";
+  }
   if (r.has_last_step()) {
     const v1::StepMetrics& m = r.last_step();
     out << "last step: " << m.step() + 1 << " (epoch " << m.epoch() << "): loss "

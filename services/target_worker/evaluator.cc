@@ -1,6 +1,7 @@
-// The target worker's evaluator (services/worker_common/evaluator.h): loads the run's target with
-// every layer (kept between calls for the same target, device and dtype), the drafter snapshot,
-// and measures the acceptance length by speculative decoding (common/spec).
+// The target worker's evaluator (services/worker_common/evaluator.h): takes the run's target with
+// every layer from the process's target cache (shared_target.h: one copy per checkpoint, shared
+// with training), reads the drafter snapshot, and measures the acceptance length by speculative
+// decoding (common/spec), or generates (regen).
 #include "services/worker_common/evaluator.h"
 
 #include <c10/core/Device.h>
@@ -33,7 +34,9 @@ class TargetEvaluator : public Evaluator {
   absl::StatusOr<GenerateReport> Generate(const GenerateWork& work) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (work.prompts.empty()) return absl::InvalidArgumentError("no prompts to generate from");
-    if (absl::Status s = LoadTarget(work.spec, work.gpu); !s.ok()) return s;
+    absl::StatusOr<std::shared_ptr<nn::TargetModel>> loaded = LoadTarget(work.spec, work.gpu);
+    if (!loaded.ok()) return loaded.status();
+    const std::shared_ptr<nn::TargetModel> target = *std::move(loaded);
     nn::GenerateOptions options;
     options.max_new_tokens_per_prompt = work.max_new_tokens;
     options.stop_token_ids = work.stop_token_ids;
@@ -44,7 +47,7 @@ class TargetEvaluator : public Evaluator {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<nn::Generation>> out;
     try {
-      out = nn::Generate(*target_, work.prompts, options);
+      out = nn::Generate(*target, work.prompts, options);
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("generating: ", e.what_without_backtrace()));
     }
@@ -63,14 +66,16 @@ class TargetEvaluator : public Evaluator {
     if (work.prompts.empty()) return absl::InvalidArgumentError("no prompts to evaluate");
     const auto load_start = std::chrono::steady_clock::now();
     const c10::Device device = DeviceOf(work.gpu);
-    if (absl::Status s = LoadTarget(work.spec, work.gpu); !s.ok()) return s;
+    absl::StatusOr<std::shared_ptr<nn::TargetModel>> loaded = LoadTarget(work.spec, work.gpu);
+    if (!loaded.ok()) return loaded.status();
+    const std::shared_ptr<nn::TargetModel> target = *std::move(loaded);
     absl::StatusOr<drafter::DrafterConfig> config = drafter::ReadDrafterConfig(work.drafter_dir);
     if (!config.ok()) return config.status();
     drafter::DrafterOptions options;
     options.device = device;
-    if (target_->dtype() != c10::ScalarType::Float) options.compute_dtype = target_->dtype();
-    absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> model = drafter::DrafterModel::Create(
-        *config, options, target_->embed_tokens(), target_->lm_head());
+    if (target->dtype() != c10::ScalarType::Float) options.compute_dtype = target->dtype();
+    absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> model =
+        drafter::DrafterModel::Create(*config, options, target->embed_tokens(), target->lm_head());
     if (!model.ok()) return model.status();
     if (absl::Status s = drafter::ImportDrafter(work.drafter_dir, model->get()); !s.ok()) return s;
 
@@ -90,7 +95,7 @@ class TargetEvaluator : public Evaluator {
       std::vector<std::vector<int64_t>> prompts(work.prompts.begin() + first,
                                                 work.prompts.begin() + last);
       absl::StatusOr<spec::SpecDecodeResult> r =
-          spec::SpeculativeGenerate(*target_, **model, prompts, decode);
+          spec::SpeculativeGenerate(*target, **model, prompts, decode);
       if (!r.ok()) return r.status();
       stats.Add(r->stats);
       for (const std::vector<int64_t>& t : r->tokens) report.new_tokens += t.size();
@@ -106,7 +111,7 @@ class TargetEvaluator : public Evaluator {
         const size_t last = std::min(work.prompts.size(), first + batch);
         std::vector<std::vector<int64_t>> prompts(work.prompts.begin() + first,
                                                   work.prompts.begin() + last);
-        absl::StatusOr<std::vector<nn::Generation>> g = nn::Generate(*target_, prompts, plain);
+        absl::StatusOr<std::vector<nn::Generation>> g = nn::Generate(*target, prompts, plain);
         if (!g.ok()) return g.status();
         for (const nn::Generation& x : *g) report.baseline_tokens += x.tokens.size();
       }
@@ -128,31 +133,22 @@ class TargetEvaluator : public Evaluator {
     return gpu < 0 ? c10::Device(c10::DeviceType::CPU) : c10::Device(c10::DeviceType::CUDA, gpu);
   }
 
-  // The spec's target with every layer: the one already loaded when it is the same, else the
-  // one a run of this process shares (shared_target.h), else loaded (and kept for later calls).
-  absl::Status LoadTarget(const config::RunSpec& spec, int gpu) {
+  // The spec's target with every layer, from the process's cache (shared_target.h): a run's or
+  // an earlier call's copy when one is alive, else loaded. The cache keeps it idle after the call;
+  // the evaluator holds it only during the call.
+  absl::StatusOr<std::shared_ptr<nn::TargetModel>> LoadTarget(const config::RunSpec& spec,
+                                                              int gpu) {
     const c10::Device device = DeviceOf(gpu);
-    const std::string key = TargetKey(spec, device);
-    if (key == target_key_ && target_ != nullptr) return absl::OkStatus();
-    target_.reset();  // free the old one before loading the next
-    target_key_.clear();
-    if (std::shared_ptr<nn::TargetModel> shared = FindSharedTarget(key); shared != nullptr) {
-      target_ = std::move(shared);
-      target_key_ = key;
-      return absl::OkStatus();
-    }
-    absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
-        train::LoadRunTarget(spec, device, /*embeddings_only=*/false, /*full=*/true);
-    if (!target.ok()) return target.status();
-    target_ = std::shared_ptr<nn::TargetModel>(*std::move(target));
-    target_key_ = key;
-    ShareTarget(key, target_);
-    return absl::OkStatus();
+    TargetCache& cache = TargetCache::Process();
+    absl::StatusOr<std::shared_ptr<nn::TargetModel>> target =
+        cache.Acquire(spec, device, {.full = true, .features = false}, [&] {
+          return train::LoadRunTarget(spec, device, /*embeddings_only=*/false, /*full=*/true);
+        });
+    if (target.ok()) cache.KeepIdle(*target);
+    return target;
   }
 
   std::mutex mu_;
-  std::string target_key_;
-  std::shared_ptr<nn::TargetModel> target_;
 };
 
 }  // namespace

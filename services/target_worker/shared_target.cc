@@ -1,40 +1,70 @@
 #include "services/target_worker/shared_target.h"
 
-#include <map>
-#include <mutex>
+#include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "common/train/run_setup.h"
 
 namespace dflash::worker {
-namespace {
 
-std::mutex& Mu() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
-std::map<std::string, std::weak_ptr<nn::TargetModel>>& Registry() {
-  static auto* r = new std::map<std::string, std::weak_ptr<nn::TargetModel>>;
-  return *r;
+TargetCache& TargetCache::Process() {
+  static TargetCache* const cache = new TargetCache;
+  return *cache;
 }
 
-}  // namespace
-
-std::string TargetKey(const config::RunSpec& spec, c10::Device device) {
-  return absl::StrCat(spec.target.path, "|", spec.target.dtype, "|",
-                      spec.target.layer_ids ? absl::StrJoin(*spec.target.layer_ids, ",") : "auto",
-                      "|", device.str());
+absl::StatusOr<std::shared_ptr<nn::TargetModel>> TargetCache::Acquire(const config::RunSpec& spec,
+                                                                      c10::Device device, Need need,
+                                                                      const Loader& loader) {
+  std::vector<int64_t> layer_ids;
+  if (need.features) {
+    absl::StatusOr<model::TransformerConfig> config = train::RunTargetConfig(spec);
+    if (!config.ok()) return config.status();
+    absl::StatusOr<std::vector<int64_t>> ids = train::RunLayerIds(spec, *config);
+    if (!ids.ok()) return ids.status();
+    layer_ids = *std::move(ids);
+  }
+  const std::string key = absl::StrCat(spec.target.path, "|", spec.target.dtype, "|", device.str());
+  std::lock_guard<std::mutex> lock(mu_);  // held through a load: one load at a time
+  entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                [](const Entry& e) { return e.model.expired(); }),
+                 entries_.end());
+  for (const Entry& e : entries_) {
+    if (e.key != key) continue;
+    std::shared_ptr<nn::TargetModel> m = e.model.lock();
+    if (m == nullptr) continue;
+    if ((!need.full || m->full()) && (!need.features || m->layer_ids() == layer_ids)) return m;
+  }
+  // Nothing alive serves it: free the idle model (unless in use) before loading another.
+  idle_.reset();
+  absl::StatusOr<std::unique_ptr<nn::TargetModel>> loaded = loader();
+  if (!loaded.ok()) return loaded.status();
+  ++loads_;
+  std::shared_ptr<nn::TargetModel> m(*std::move(loaded));
+  entries_.push_back({key, m});
+  return m;
 }
 
-std::shared_ptr<nn::TargetModel> FindSharedTarget(const std::string& key) {
-  std::lock_guard<std::mutex> lock(Mu());
-  auto it = Registry().find(key);
-  return it == Registry().end() ? nullptr : it->second.lock();
+void TargetCache::KeepIdle(std::shared_ptr<nn::TargetModel> model) {
+  std::shared_ptr<nn::TargetModel> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::exchange(idle_, std::move(model));
+  }
+  // `old` is released here, outside the lock.
 }
 
-void ShareTarget(const std::string& key, const std::shared_ptr<nn::TargetModel>& model) {
-  std::lock_guard<std::mutex> lock(Mu());
-  Registry()[key] = model;
+void TargetCache::DropIdle() { KeepIdle(nullptr); }
+
+int64_t TargetCache::loads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loads_;
+}
+
+int64_t TargetCache::live_models() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::count_if(entries_.begin(), entries_.end(),
+                       [](const Entry& e) { return !e.model.expired(); });
 }
 
 }  // namespace dflash::worker

@@ -54,8 +54,9 @@ class TargetRunner : public StepRunner {
     ctx_ = ctx;
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
                                            : c10::Device(c10::DeviceType::CUDA, ctx.gpu);
-    // With evaluations during training the target is loaded full and shared with the evaluator
-    // (shared_target.h), which then decodes with these weights instead of loading a copy.
+    // With evaluations during training the target is loaded full, so that the evaluator decodes
+    // with these weights (shared_target.h); a copy already loaded for decoding (regen, eval) with
+    // the run's feature layers is reused instead of loading a second one.
     const bool full = ctx.spec.eval.every_steps > 0;
     Prepared prepared;
     train::TargetShard shard;
@@ -73,19 +74,33 @@ class TargetRunner : public StepRunner {
                                   ReduceTypeOf(t.scalar_type()), t.is_cuda());
       };
     }
-    if (full) target_ = FindSharedTarget(TargetKey(ctx.spec, device));  // the evaluator's
-    if (target_ == nullptr) {
-      absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
-          train::LoadRunTarget(ctx.spec, device, /*embeddings_only=*/false, full, shard);
+    const auto load = [&] {
+      return train::LoadRunTarget(ctx.spec, device, /*embeddings_only=*/false, full, shard);
+    };
+    if (ctx.tp_world > 1) {  // a tensor-parallel shard: this run's own
+      absl::StatusOr<std::unique_ptr<nn::TargetModel>> target = load();
       if (!target.ok()) return target.status();
       target_ = std::shared_ptr<nn::TargetModel>(*std::move(target));
-      if (full) ShareTarget(TargetKey(ctx.spec, device), target_);
+    } else {  // one copy per checkpoint in this process, shared with the evaluator
+      const int64_t loads = TargetCache::Process().loads();
+      absl::StatusOr<std::shared_ptr<nn::TargetModel>> target =
+          TargetCache::Process().Acquire(ctx.spec, device, {.full = full, .features = true}, load);
+      if (!target.ok()) return target.status();
+      target_ = *std::move(target);
+      LOG_RUN(INFO, ctx.run_id, -1)
+          << (TargetCache::Process().loads() > loads ? "loaded the target "
+                                                     : "reusing the loaded target ")
+          << ctx.spec.target.path << (target_->full() ? " (every layer)" : "");
     }
     absl::StatusOr<drafter::DrafterConfig> dc =
         train::RunDrafterConfig(ctx.spec, target_->config());
     if (!dc.ok()) return dc.status();
     absl::StatusOr<data::RunData> data = data::OpenRunData(ctx.spec, /*verify=*/true);
     if (!data.ok()) return data.status();
+    if (absl::Status s = data::CheckDataVocabulary(ctx.spec, *data, target_->config().vocab_size);
+        !s.ok()) {
+      return s;
+    }
     data_ = std::make_unique<data::RunData>(*std::move(data));
     absl::StatusOr<transport::FeatureDType> ftype = FeatureType(target_->dtype());
     if (!ftype.ok()) return ftype.status();

@@ -125,7 +125,7 @@ TEST_F(CoordinatorTest, TargetChecksAtSubmitNameTheField) {
   auto mask = submit("");
   ASSERT_FALSE(mask.ok());
   EXPECT_THAT(std::string(mask.status().message()),
-              HasSubstr("hybrid.yaml: drafter.mask_token_id: auto knows no mask token for a "
+              HasSubstr("hybrid.yaml: drafter.mask_token_id: auto found no mask token for the "
                         "qwen3_5 target with 512 tokens"));
   EXPECT_TRUE(submit("drafter: {mask_token_id: 1}\n").ok());
   write_config(4);
@@ -158,6 +158,12 @@ TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
   }
   EXPECT_EQ(after.step(), 5);
   EXPECT_EQ(after.total_steps(), 5);
+  // target.layer_ids and drafter.mask_token_id auto, resolved at submit and at the run's start.
+  for (const v1::RunStatus& r : {run, after}) {
+    EXPECT_THAT(r.resolved_target().target_layer_ids(), ::testing::ElementsAre(1, 2, 3, 4, 5));
+    EXPECT_EQ(r.resolved_target().mask_token_id(), 1);
+    EXPECT_EQ(r.resolved_target().mask_token_rule(), "the built-in target's");
+  }
   EXPECT_EQ(after.last_step().step(), 4);
   EXPECT_DOUBLE_EQ(after.last_step().loss(), 5.0 - 0.04);
   EXPECT_GT(after.last_step().tokens(), 0);
@@ -408,13 +414,21 @@ TEST_F(CoordinatorTest, SettingsEchoThatDiffersFromTheResolvedConfigRefusesTheRu
                              {"optim.total_steps", "5"},
                              {"loss.gamma", "7"},
                              {"placement.transport", "host"},
-                             {"drafter.mask_token_id", "7"}};  // not resolved by the coordinator
+                             {"drafter.mask_token_id", "1"}};  // auto: the built-in target's
   auto ok = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   AddWorker("t0", v1::WORKER_ROLE_TARGET);
   AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
   coordinator_->Tick();
   EXPECT_EQ(coordinator_->GetRun(ok.run_id())->state(), v1::RUN_STATE_DONE)
       << coordinator_->GetRun(ok.run_id())->message();
+  // A worker that resolves `auto` to another mask token than the coordinator is refused.
+  workers_.echo_overrides["drafter.mask_token_id"] = "7";
+  auto other_mask = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  EXPECT_THAT(coordinator_->GetRun(other_mask.run_id())->message(),
+              HasSubstr("settings echo: drafter.mask_token_id: worker t0 would apply '7' where "
+                        "the run's resolved config says '1'"));
+  workers_.echo_overrides["drafter.mask_token_id"] = "1";
   workers_.echo_overrides["batching.max_anchors"] = "8";
   auto bad = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   coordinator_->Tick();

@@ -84,5 +84,26 @@ TEST(RunDetails, ShowsRunDirAndLastStep) {
   EXPECT_THAT(text, ::testing::HasSubstr("1024 tokens in 0.35 s"));
 }
 
+// The resolved feature layers and mask token (RunStatus.resolved_target), as text and in -o json.
+TEST(RunDetails, ShowsTheResolvedLayerIdsAndMaskToken) {
+  v1::RunStatus r;
+  r.set_run_id("smol-1");
+  EXPECT_THAT(RunDetails(r), ::testing::Not(::testing::HasSubstr("mask token")));
+  v1::ResolvedTarget* t = r.mutable_resolved_target();
+  for (int64_t id : {1, 8, 15, 22, 28}) t->add_target_layer_ids(id);
+  t->set_mask_token_id(3);
+  t->set_mask_token("<repo_name>");
+  t->set_mask_token_rule("the first special token the chat template and text framing never use");
+  const std::string text = RunDetails(r);
+  EXPECT_THAT(text, ::testing::HasSubstr("target layer ids: 1,8,15,22,28\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("mask token id:    3 (<repo_name>: the first special "
+                                         "token the chat template and text framing never use)\n"));
+  const std::string json = ToJson(r);
+  EXPECT_THAT(
+      json,
+      ::testing::HasSubstr(
+          R"("resolved_target":{"target_layer_ids":["1","8","15","22","28"],"mask_token_id":"3","mask_token":"\u003crepo_name\u003e")"));
+}
+
 }  // namespace
 }  // namespace dflash::ctl

@@ -6,9 +6,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -310,6 +312,56 @@ TEST(MemoryPlanTest, TableAndJsonShowEveryTermAndTheVerdict) {
   // The CPU demo's tiny target plans too.
   const RunPlan tiny = Plan(Spec(2048, 64, 1, "builtin:tiny-qwen3"), "host");
   EXPECT_GT(tiny.drafter.allocator_peak, 0);
+}
+
+}  // namespace
+}  // namespace dflash::plan
+
+namespace dflash::plan {
+namespace {
+
+// drafter.mask_token_id auto on a Llama target (SmolLM2-135M-Instruct, converted by
+// scripts/models/smollm2.sh): the tokenizer rule's <repo_name>, 3; without the tokenizer files
+// beside its config.json, an error naming the field and what to set. Built-in targets keep theirs.
+TEST(MemoryPlanTest, MaskTokenAutoForALlamaTargetComesFromItsTokenizer) {
+  const char* models = std::getenv("DFLASH_MODELS");
+  const std::string home = std::getenv("HOME") ? std::getenv("HOME") : "";
+  const std::filesystem::path smol =
+      std::filesystem::path(models ? models : home + "/.local/share/dflash/models") /
+      "SmolLM2-135M-Instruct";
+  if (!std::filesystem::exists(smol / "config.json")) {
+    ASSERT_FALSE(std::filesystem::exists(home + "/.local/share/dflash/venv"))
+        << smol << " is missing although the venv exists: run scripts/setup.sh";
+    GTEST_SKIP() << smol << " is missing";
+  }
+  config::RunSpec spec = Spec(2048, 64, 1, smol.string());
+  absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
+  ASSERT_TRUE(target.ok()) << target.status();
+  absl::StatusOr<model::MaskTokenChoice> mask = RunMaskToken(spec, *target);
+  ASSERT_TRUE(mask.ok()) << mask.status();
+  EXPECT_EQ(mask->id, 3);
+  EXPECT_THAT(DescribeMaskToken(*mask), HasSubstr("3 (<repo_name>: the first special token"));
+  spec.drafter.mask_token_id = 7;  // an explicit id wins
+  EXPECT_EQ(*RunMaskTokenId(spec, *target), 7);
+
+  const std::filesystem::path bare =
+      std::filesystem::temp_directory_path() / absl::StrCat("dflash_mask_", getpid());
+  std::filesystem::create_directories(bare);
+  std::filesystem::copy_file(smol / "config.json", bare / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  spec = Spec(2048, 64, 1, bare.string());
+  absl::StatusOr<int64_t> none = RunMaskTokenId(spec, *target);
+  std::filesystem::remove_all(bare);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("drafter.mask_token_id: auto found no mask token for the llama target "
+                        "with 49152 tokens: "));
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("tokenizer.json does not exist; set drafter.mask_token_id"));
+
+  spec = Spec(2048, 64, 1);  // builtin:qwen3-8b-random
+  EXPECT_EQ(*RunMaskTokenId(spec, *RunTargetConfig(spec)), 151669);
 }
 
 }  // namespace

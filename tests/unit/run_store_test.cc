@@ -110,7 +110,8 @@ TEST(RunStore, KeepsTotalStepsAndTheDataSummary) {
   EXPECT_FALSE(store->GetRun("r2")->has_data());
 }
 
-// A store created before the data_summary column existed is upgraded in place and keeps its runs.
+// A store created before the data_summary and resolved_target columns existed is upgraded in
+// place and keeps its runs.
 TEST(RunStore, UpgradesAStoreWithoutTheDataColumn) {
   char tmpl[] = "/tmp/dflash-store-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -132,10 +133,20 @@ TEST(RunStore, UpgradesAStoreWithoutTheDataColumn) {
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->state(), v1::RUN_STATE_QUEUED);
   EXPECT_FALSE(old->has_data());
+  EXPECT_FALSE(old->has_resolved_target());
   v1::RunStatus run = NewRun("new");
   run.mutable_data()->set_tokens(7);
+  run.mutable_resolved_target()->set_mask_token_id(3);
   ASSERT_TRUE((*store)->CreateRun(run, "", 6).ok());
   EXPECT_EQ((*store)->GetRun("new")->data().tokens(), 7);
+  EXPECT_EQ((*store)->GetRun("new")->resolved_target().mask_token_id(), 3);
+  // The run's start replaces it.
+  v1::ResolvedTarget resolved;
+  resolved.add_target_layer_ids(2);
+  resolved.set_mask_token_id(4);
+  ASSERT_TRUE((*store)->SetResolvedTarget("old", resolved).ok());
+  EXPECT_EQ((*store)->GetRun("old")->resolved_target().mask_token_id(), 4);
+  EXPECT_EQ((*store)->GetRun("old")->resolved_target().target_layer_ids(0), 2);
   store->reset();
   std::filesystem::remove_all(tmpl);
 }
