@@ -2,7 +2,8 @@
 """Builds the SmolLM2 training and held-out prompt sets from documentation written by people.
 
 Model preparation (not product code). The answers are not written here: the files hold chat records
-whose assistant turn is empty, and `dflashctl regen` fills it with the target's own answers. Sources,
+of one user message (no answer, no system message: the checkpoint's chat template adds its default
+system prompt), and `dflashctl regen` writes the target's own answers after them. Sources,
 all shipped by packages on a Debian machine:
 
   python:QUALNAME     docstrings of Python's standard library (modules, classes, functions and
@@ -37,10 +38,6 @@ import re
 import subprocess
 import sys
 import warnings
-
-# SmolLM2-135M-Instruct's chat template adds this system turn when a conversation has none; dflash's
-# built-in chatml template does not (docs/data.md), so the records carry it.
-SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 MIN_WORDS, MAX_WORDS = 20, 350
 BODY_MAX_WORDS = 140  # the quoted text; keeps the files small and every prompt under MAX_WORDS
@@ -532,10 +529,7 @@ def heldout(source):
 
 
 def record(source, prompt):
-    return {"messages": [{"role": "system", "content": SYSTEM_PROMPT},
-                         {"role": "user", "content": prompt},
-                         {"role": "assistant", "content": ""}],
-            "source": source}
+    return {"messages": [{"role": "user", "content": prompt}], "source": source}
 
 
 def percentiles(values, ps=(0, 10, 50, 90, 100)):

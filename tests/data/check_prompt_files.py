@@ -49,15 +49,13 @@ def check_line(where, raw):
     if errors:
         return errors, None
     roles = [m["role"] for m in msgs]
-    if roles != ["system", "user", "assistant"]:
-        errors.append(f"{where}: roles {roles}, want [system, user, assistant]")
-    elif msgs[2]["content"] != "":
-        errors.append(f"{where}: the assistant turn is not empty (regen writes it)")
+    if roles != ["user"]:
+        errors.append(f"{where}: roles {roles}, want [user] (a prompt; regen writes the answer)")
     if not isinstance(rec.get("source"), str) or not SOURCE.match(rec["source"]):
         errors.append(f"{where}: source: missing or not 'python|debian-doc|man|license:...'")
     if errors:
         return errors, None
-    prompt = msgs[1]["content"]
+    prompt = msgs[0]["content"]
     n = len(prompt.split())
     if not MIN_WORDS <= n <= MAX_WORDS:
         errors.append(f"{where}: the prompt has {n} words (want {MIN_WORDS}..{MAX_WORDS})")
@@ -82,7 +80,7 @@ def check_file(name, data, min_count):
         line_errors, rec = check_line(f"{name}:{i + 1}", raw)
         errors += line_errors
         if rec is not None:
-            items.append((rec["source"], rec["messages"][1]["content"]))
+            items.append((rec["source"], rec["messages"][0]["content"]))
     if len(items) < min_count:
         errors.append(f"{name}: {len(items)} usable records, want at least {min_count}")
     python = sum(s.startswith("python:") for s, _ in items)
@@ -126,24 +124,23 @@ def self_test(files):
     cases = {
         "invalid UTF-8": (with_train([train[0][:-2] + b"\xff\"}"] + train[1:]), "invalid UTF-8"),
         "not valid JSON": (with_train([train[0][:-1]] + train[1:]), "not valid JSON"),
-        "no assistant turn": (edited(lambda r: r["messages"].pop()), "want [system, user"),
-        "unknown role": (edited(lambda r: r["messages"][1].update(role="human")),
+        "an answer present": (edited(lambda r: r["messages"].append(
+            {"role": "assistant", "content": "Hi"})), "want [user]"),
+        "unknown role": (edited(lambda r: r["messages"][0].update(role="human")),
                          "accepted role"),
-        "content not a string": (edited(lambda r: r["messages"][1].update(content=3)),
+        "content not a string": (edited(lambda r: r["messages"][0].update(content=3)),
                                  "content: not a string"),
-        "answer present": (edited(lambda r: r["messages"][2].update(content="Hi")),
-                           "not empty"),
         "no source": (edited(lambda r: r.pop("source")), "source: missing"),
-        "too short": (edited(lambda r: r["messages"][1].update(content="Explain `x`.")),
+        "too short": (edited(lambda r: r["messages"][0].update(content="Explain `x`.")),
                       "words (want"),
-        "too long": (edited(lambda r: r["messages"][1].update(content="word " * 400 + "end")),
+        "too long": (edited(lambda r: r["messages"][0].update(content="word " * 400 + "end")),
                      "words (want"),
-        "control character": (edited(lambda r: r["messages"][1].update(
-            content=r["messages"][1]["content"] + " \x07 end")), "control characters"),
-        "memory address": (edited(lambda r: r["messages"][1].update(
-            content=r["messages"][1]["content"] + " <object at 0x7f1811fa48c0>")),
+        "control character": (edited(lambda r: r["messages"][0].update(
+            content=r["messages"][0]["content"] + " \x07 end")), "control characters"),
+        "memory address": (edited(lambda r: r["messages"][0].update(
+            content=r["messages"][0]["content"] + " <object at 0x7f1811fa48c0>")),
             "memory address"),
-        "not English": (edited(lambda r: r["messages"][1].update(
+        "not English": (edited(lambda r: r["messages"][0].update(
             content="Объясните, что делает эта функция: " + "слово " * 30)), "not English"),
         "shared source": (edited(lambda r: r.update(source=held_source)), "in both sets"),
         "duplicate": (with_train([train[0], train[0]] + train[2:]), "duplicate of"),
