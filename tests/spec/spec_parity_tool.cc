@@ -4,13 +4,18 @@
 //
 //   spec_parity_tool export --target DIR --out DIR [--layers N] [--block_size B]
 //                           [--mask_token_id M] [--layer_ids 1,3] [--seed S] [--init_std X]
-//                           [--dtype bfloat16|float32]
-//     A randomly initialized drafter for the target, written by ExportDrafter.
+//                           [--dtype bfloat16|float32] [--train_prompts FILE --train_steps N
+//                           --lr X --train_tokens N]
+//     A randomly initialized drafter for the target, trained for N Adam steps (whole batch, every
+//     position an anchor) on the target's greedy continuations of FILE's prompts when given,
+//     written by ExportDrafter.
 //   spec_parity_tool decode --target DIR --drafter DIR --prompts FILE [--max_new_tokens N]
 //                           [--stop 2,5] [--batch_size N] [--dtype float32|bfloat16]
 //     Speculative decoding of every prompt (JSONL lines {"input_ids": [...]}) and plain greedy
 //     decoding of the same prompts; prints one JSON object: per prompt the tokens of both and
 //     each verification's emitted and accepted counts, and the eval measures.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdlib>
@@ -80,6 +85,68 @@ T OrDie(absl::StatusOr<T> v) {
   return *std::move(v);
 }
 
+std::vector<std::vector<int64_t>> ReadPrompts(const std::string& path);
+
+// Adam on the method.md loss over one packed batch: the prompts and the target's greedy
+// continuations of them, every position but a document's last an anchor.
+void Train(const nn::TargetModel& target, const Flags& f, drafter::DrafterModel* model) {
+  const std::vector<std::vector<int64_t>> prompts = ReadPrompts(Need(f, "train_prompts"));
+  nn::GenerateOptions go;
+  go.max_new_tokens = IntOr(f, "train_tokens", 32);
+  std::vector<nn::Generation> gen = OrDie(nn::Generate(target, prompts, go));
+  std::vector<int64_t> ids, positions, anchors;
+  std::vector<int32_t> cu = {0};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int64_t> doc = prompts[i];
+    doc.insert(doc.end(), gen[i].tokens.begin(), gen[i].tokens.end());
+    for (size_t p = 0; p < doc.size(); ++p) {
+      if (p + 1 < doc.size()) anchors.push_back(static_cast<int64_t>(ids.size()));
+      ids.push_back(doc[p]);
+      positions.push_back(static_cast<int64_t>(p));
+    }
+    cu.push_back(static_cast<int32_t>(ids.size()));
+  }
+  drafter::DrafterBatch batch;
+  batch.input_ids = at::tensor(ids, at::kLong);
+  batch.positions = at::tensor(positions, at::kLong);
+  batch.cu_seqlens = at::tensor(cu, at::kInt);
+  batch.anchors = at::tensor(anchors, at::kLong);
+  batch.loss_mask = at::ones({static_cast<int64_t>(ids.size())}, at::kLong);
+  batch.features =
+      OrDie(target.Forward(batch.input_ids, batch.positions, batch.cu_seqlens)).to(at::kFloat);
+  double lr = 3e-3;
+  if (auto it = f.find("lr"); it != f.end() && !absl::SimpleAtod(it->second, &lr)) {
+    Fail("--lr: not a number: " + it->second);
+  }
+  std::vector<at::Tensor> m, v;
+  for (const drafter::NamedParameter& p : model->parameters()) {
+    m.push_back(at::zeros_like(p.tensor));
+    v.push_back(at::zeros_like(p.tensor));
+  }
+  drafter::LossOptions loss_options;
+  loss_options.gamma = 4.0;  // no default for small blocks (method.md §3.5)
+  const int64_t steps = IntOr(f, "train_steps", 0);
+  for (int64_t step = 1; step <= steps; ++step) {
+    at::Tensor hidden = OrDie(model->Forward(batch));
+    drafter::DrafterLoss loss = OrDie(model->Loss(batch, hidden, loss_options));
+    (loss.numerator / loss.denominator).backward();
+    at::NoGradGuard no_grad;
+    const double c1 = 1 - std::pow(0.9, step), c2 = 1 - std::pow(0.999, step);
+    for (size_t i = 0; i < model->parameters().size(); ++i) {
+      at::Tensor w = model->parameters()[i].tensor;
+      at::Tensor g = w.grad();
+      m[i].mul_(0.9).add_(g, 0.1);
+      v[i].mul_(0.999).addcmul_(g, g, 0.001);
+      w.sub_(lr * (m[i] / c1) / ((v[i] / c2).sqrt() + 1e-8));
+      g.zero_();
+    }
+    if (step == 1 || step == steps) {
+      std::cerr << "train step " << step << ": loss "
+                << (loss.numerator / loss.denominator).item<double>() << "\n";
+    }
+  }
+}
+
 int Export(const Flags& f) {
   const std::string target_dir = Need(f, "target");
   drafter::DrafterConfig c;
@@ -94,6 +161,7 @@ int Export(const Flags& f) {
   nn::TargetModelOptions to;
   to.dtype = c10::kFloat;
   to.layer_ids = c.target_layer_ids;
+  to.full = f.count("train_prompts") > 0;
   auto target = OrDie(nn::TargetModel::Load(target_dir, to));
   drafter::DrafterOptions o;
   o.seed = static_cast<uint64_t>(IntOr(f, "seed", 0));
@@ -101,6 +169,7 @@ int Export(const Flags& f) {
     Fail("--init_std: not a number: " + it->second);
   }
   auto model = OrDie(drafter::DrafterModel::Create(c, o, target->embed_tokens(), target->lm_head()));
+  if (to.full) Train(*target, f, model.get());
   drafter::ExportOptions eo;
   eo.dtype = DtypeOr(f, "bfloat16") == c10::kFloat ? model::DType::kF32 : model::DType::kBF16;
   eo.overwrite = true;
