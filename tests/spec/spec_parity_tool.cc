@@ -135,6 +135,7 @@ void Train(const nn::TargetModel& target, const Flags& f, drafter::DrafterModel*
     for (size_t i = 0; i < model->parameters().size(); ++i) {
       at::Tensor w = model->parameters()[i].tensor;
       at::Tensor g = w.grad();
+      if (!g.defined()) continue;  // a tensor the loss does not reach
       m[i].mul_(0.9).add_(g, 0.1);
       v[i].mul_(0.999).addcmul_(g, g, 0.001);
       w.sub_(lr * (m[i] / c1) / ((v[i] / c2).sqrt() + 1e-8));
