@@ -14,7 +14,8 @@ the target, the package's own baseline), and prints one JSON object:
                     and at the token limit)
   greedy_equal      whether every prompt's tokens equal plain greedy decoding's
   tokens_per_second, baseline_tokens_per_second   decoding only (prefill included, load excluded)
-  per_prompt        with --per-step: tokens, greedy tokens and acceptance lengths of each prompt
+  per_prompt        with --per-step: each prompt's input_ids, tokens, greedy tokens and acceptance
+                    lengths
 
 Prompts (JSONL, one per line): {"input_ids": [...]} as they are, or {"messages": [...]} /
 {"prompt": "text"}, which the target's chat template turns into tokens (add_generation_prompt,
@@ -164,7 +165,7 @@ def main(argv=None):
         all_steps += steps
         if steps:
             prompt_means.append(statistics.mean(steps))
-        entry = {"tokens": tokens, "acceptance_lengths": steps}
+        entry = {"input_ids": p, "tokens": tokens, "acceptance_lengths": steps}
         if not args.no_baseline:
             greedy, _, seconds = run(p, 1)
             base_tokens += len(greedy)
