@@ -187,7 +187,7 @@ def main(argv=None):
         "new_tokens": spec_tokens,
         "verifications": len(all_steps),
         "tau_pooled": sum(all_steps) / len(all_steps) if all_steps else 0.0,
-        "tau_prompt_mean": statistics.mean(prompt_means) if prompt_means else 0.0,
+        "tau_prompt_mean": float(statistics.mean(prompt_means)) if prompt_means else 0.0,
         "emitted_histogram": [all_steps.count(e) for e in range(block + 1)],
         "greedy_equal": None if args.no_baseline else greedy_equal,
         "tokens_per_second": spec_tokens / spec_seconds if spec_seconds > 0 else 0.0,
