@@ -163,8 +163,7 @@ std::string EvalTable(const v1::EvalResult& r) {
       << r.verifications() << " verifications)\n";
   if (r.emitted_histogram_size() > 0) {
     out << "emitted    " << absl::StrFormat("%.3f", r.tau_pooled())
-        << " tokens per verification pooled, "
-        << absl::StrFormat("%.3f", r.tau_prompt_mean())
+        << " tokens per verification pooled, " << absl::StrFormat("%.3f", r.tau_prompt_mean())
         << " mean of the prompts' means; share of verifications by tokens emitted:";
     for (int e = 0; e < r.emitted_histogram_size(); ++e) {
       out << absl::StrFormat(" %d:%.3f", e, r.emitted_histogram(e));

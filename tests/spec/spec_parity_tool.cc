@@ -169,7 +169,8 @@ int Export(const Flags& f) {
   if (auto it = f.find("init_std"); it != f.end() && !absl::SimpleAtod(it->second, &o.init_std)) {
     Fail("--init_std: not a number: " + it->second);
   }
-  auto model = OrDie(drafter::DrafterModel::Create(c, o, target->embed_tokens(), target->lm_head()));
+  auto model =
+      OrDie(drafter::DrafterModel::Create(c, o, target->embed_tokens(), target->lm_head()));
   if (to.full) Train(*target, f, model.get());
   drafter::ExportOptions eo;
   eo.dtype = DtypeOr(f, "bfloat16") == c10::kFloat ? model::DType::kF32 : model::DType::kBF16;
