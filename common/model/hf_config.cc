@@ -231,9 +231,7 @@ absl::Status ParseDrafter(const Fields& f, TransformerConfig* cfg) {
     RETURN_IF_ERROR(d.Int("block_size", true, 1, kMaxBlockSize, &cfg->block_size));
     if (f.Has("block_size") && top != cfg->block_size) {
       return d.Error("block_size", absl::StrCat(cfg->block_size,
-                                                " differs from the top-level "
-                                                "block_size ",
-                                                top));
+                                                " differs from the top-level block_size ", top));
     }
   }
   if (d.Has("mask_token_id")) {
