@@ -230,8 +230,8 @@ absl::Status ParseDrafter(const Fields& f, TransformerConfig* cfg) {
     const int64_t top = cfg->block_size;
     RETURN_IF_ERROR(d.Int("block_size", true, 1, kMaxBlockSize, &cfg->block_size));
     if (f.Has("block_size") && top != cfg->block_size) {
-      return d.Error("block_size", absl::StrCat(cfg->block_size,
-                                                " differs from the top-level block_size ", top));
+      return d.Error("block_size",
+                     absl::StrCat(cfg->block_size, " differs from the top-level block_size ", top));
     }
   }
   if (d.Has("mask_token_id")) {
