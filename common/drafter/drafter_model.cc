@@ -181,6 +181,16 @@ absl::StatusOr<std::vector<int64_t>> ValidateBatch(const DrafterBatch& batch,
   if (with_loss_mask) RETURN_IF_ERROR(CheckRowTensor(batch.loss_mask, "loss_mask", t, false));
   ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ReadOffsets(batch.cu_seqlens, t));
   RETURN_IF_ERROR(CheckAnchors(batch.anchors, t));
+  if (batch.block_lengths.defined()) {
+    const at::Tensor& l = batch.block_lengths;
+    if (l.dim() != 1 || l.scalar_type() != at::kLong || l.size(0) != batch.anchors.size(0) ||
+        (l.numel() > 0 && (l.min().item<int64_t>() < 1 ||
+                           l.max().item<int64_t>() > config.block_size))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "block_lengths must be a 1-D int64 tensor of one length in [1, ", config.block_size,
+          "] per anchor, got ", Shape(l)));
+    }
+  }
   if (t > 0) {
     const int64_t lo = batch.input_ids.min().item<int64_t>();
     const int64_t hi = batch.input_ids.max().item<int64_t>();
@@ -390,7 +400,7 @@ absl::StatusOr<DrafterModel::Prepared> DrafterModel::Prepare(const DrafterBatch&
   p.q_rope = nn::MakeRopeTables(block_pos, inv_freq_, compute_dtype());
   nn::RopeTables ctx_rope = nn::MakeRopeTables(positions, inv_freq_, compute_dtype());
   p.k_rope = {at::cat({ctx_rope.cos, p.q_rope.cos}, 0), at::cat({ctx_rope.sin, p.q_rope.sin}, 0)};
-  p.mask = BuildBlockMask(p.anchors, p.doc_ids, b);
+  p.mask = BuildBlockMask(p.anchors, p.doc_ids, b, batch.block_lengths);
   return p;
 }
 

@@ -86,6 +86,9 @@ struct DrafterBatch {
   // slots all hold MASK at positions 0..B-1, see nothing in attention and carry weight 0.
   at::Tensor anchors;
   at::Tensor loss_mask;  // [T] bool or numeric, nonzero on supervised tokens; used by Loss only
+  // Optional [n] int64 in [1, B] (inference): block j's slots from block_lengths[j] on are not
+  // attended to, so the slots before compute what a block of that many slots would (BlockMask).
+  at::Tensor block_lengths;
 };
 
 struct LossOptions {

@@ -211,14 +211,29 @@ absl::Status ParseAttention(const Fields& f, TransformerConfig* cfg) {
 absl::Status ParseDrafter(const Fields& f, TransformerConfig* cfg) {
   bool drafter = false;
   for (const std::string& a : cfg->architectures) drafter |= (a == "DFlashDraftModel");
-  RETURN_IF_ERROR(f.Int("block_size", drafter, 1, kMaxBlockSize, &cfg->block_size));
   RETURN_IF_ERROR(f.Int("num_target_layers", drafter, 1, kMaxLayers, &cfg->num_target_layers));
-  if (!f.Has("dflash_config")) return absl::OkStatus();
-  const json& dc = f.At("dflash_config");
-  if (!dc.is_object()) {
-    return f.Error("dflash_config", absl::StrCat("must be an object, got ", dc.dump()));
+  const bool has_dc = f.Has("dflash_config");
+  if (has_dc && !f.At("dflash_config").is_object()) {
+    return f.Error("dflash_config",
+                   absl::StrCat("must be an object, got ", f.At("dflash_config").dump()));
   }
+  // The block size is dflash_config.block_size (where the reference inference code looks first)
+  // or the top-level block_size (older exports, SGLang); both written by ExportDrafter.
+  const bool nested_block = has_dc && f.At("dflash_config").contains("block_size") &&
+                            !f.At("dflash_config").at("block_size").is_null();
+  RETURN_IF_ERROR(
+      f.Int("block_size", drafter && !nested_block, 1, kMaxBlockSize, &cfg->block_size));
+  if (!has_dc) return absl::OkStatus();
+  const json& dc = f.At("dflash_config");
   Fields d(dc, f.source(), "dflash_config.");
+  if (nested_block) {
+    const int64_t top = cfg->block_size;
+    RETURN_IF_ERROR(d.Int("block_size", true, 1, kMaxBlockSize, &cfg->block_size));
+    if (f.Has("block_size") && top != cfg->block_size) {
+      return d.Error("block_size",
+                     absl::StrCat(cfg->block_size, " differs from the top-level block_size ", top));
+    }
+  }
   if (d.Has("mask_token_id")) {
     int64_t id = 0;
     RETURN_IF_ERROR(d.Int("mask_token_id", true, 0, cfg->vocab_size - 1, &id));

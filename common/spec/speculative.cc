@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
+#include "common/drafter/drafter_checkpoint.h"
 #include "common/drafter/drafter_model.h"
 #include "common/nn/target_model.h"
 
@@ -51,6 +52,7 @@ std::vector<int64_t> Argmax(const at::Tensor& logits) {
 // One sequence being decoded.
 struct Sequence : DraftContext {
   std::vector<int64_t> emitted;
+  std::vector<int64_t> step_emitted, step_accepted;  // per verification
   bool done = false;
 };
 
@@ -71,9 +73,12 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Draft(
     const drafter::DrafterModel& drafter, const std::vector<const DraftContext*>& active) {
   const int64_t b = drafter.config().block_size;
   std::vector<at::Tensor> features;
-  std::vector<int64_t> ids, positions, anchors;
+  std::vector<int64_t> ids, positions, anchors, lengths;
   std::vector<int32_t> cu = {0};
+  bool short_block = false;
   for (const DraftContext* s : active) {
+    lengths.push_back(s->block_length > 0 ? std::min(s->block_length, b) : b);
+    short_block |= lengths.back() < b;
     // Rows: the context (every position the target has run) and the anchor's own row, whose
     // feature the drafter never reads (the block sees context strictly before it).
     at::Tensor ctx = at::cat(s->features, 0);
@@ -92,6 +97,7 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Draft(
   batch.positions = at::tensor(positions, long_opts);
   batch.cu_seqlens = at::tensor(cu, at::TensorOptions().dtype(at::kInt));
   batch.anchors = at::tensor(anchors, long_opts);
+  if (short_block) batch.block_lengths = at::tensor(lengths, long_opts);
   at::NoGradGuard no_grad;
   ASSIGN_OR_RETURN(at::Tensor hidden, drafter.Forward(batch));
   ASSIGN_OR_RETURN(at::Tensor logits, drafter.Logits(hidden));
@@ -118,16 +124,44 @@ std::vector<double> AcceptanceStats::acceptance_by_position() const {
   return out;
 }
 
+double AcceptanceStats::tau_pooled() const {
+  return verifications == 0 ? 0.0 : static_cast<double>(emitted) / verifications;
+}
+
+double AcceptanceStats::tau_prompt_mean() const {
+  return prompts_verified == 0 ? 0.0 : prompt_tau_sum / prompts_verified;
+}
+
 void AcceptanceStats::Add(const AcceptanceStats& other) {
   verifications += other.verifications;
   accepted += other.accepted;
-  if (accepted_at.size() < other.accepted_at.size()) accepted_at.resize(other.accepted_at.size());
-  for (size_t k = 0; k < other.accepted_at.size(); ++k) accepted_at[k] += other.accepted_at[k];
+  emitted += other.emitted;
+  prompts_verified += other.prompts_verified;
+  prompt_tau_sum += other.prompt_tau_sum;
+  auto add = [](const std::vector<int64_t>& from, std::vector<int64_t>* to) {
+    if (to->size() < from.size()) to->resize(from.size());
+    for (size_t k = 0; k < from.size(); ++k) (*to)[k] += from[k];
+  };
+  add(other.accepted_at, &accepted_at);
+  add(other.emitted_histogram, &emitted_histogram);
 }
 
 Proposer DrafterProposer(const drafter::DrafterModel& drafter) {
   return
       [&drafter](const std::vector<const DraftContext*>& active) { return Draft(drafter, active); };
+}
+
+absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> LoadExportedDrafter(
+    const nn::TargetModel& target, const std::string& dir) {
+  ASSIGN_OR_RETURN(drafter::DrafterConfig config, drafter::ReadDrafterConfig(dir));
+  drafter::DrafterOptions options;
+  options.device = target.device();
+  if (target.dtype() != c10::ScalarType::Float) options.compute_dtype = target.dtype();
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<drafter::DrafterModel> model,
+      drafter::DrafterModel::Create(config, options, target.embed_tokens(), target.lm_head()));
+  RETURN_IF_ERROR(drafter::ImportDrafter(dir, model.get()));
+  return model;
 }
 
 absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
@@ -148,6 +182,7 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
   }
   SpecDecodeResult result;
   result.stats.accepted_at.assign(b, 0);
+  result.stats.emitted_histogram.assign(b + 1, 0);
   if (prompts.empty()) return result;
   int64_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -193,6 +228,9 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
       std::vector<int64_t> ids;
       for (int64_t i = 0; i < n; ++i) {
         if (!seqs[i].done) {
+          const int64_t left =
+              options.max_new_tokens - static_cast<int64_t>(seqs[i].emitted.size());
+          seqs[i].block_length = std::min(b, left + 1);
           active.push_back(&seqs[i]);
           contexts.push_back(&seqs[i]);
           ids.push_back(i);
@@ -212,35 +250,58 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
         }
       }
       std::vector<std::vector<int64_t>> blocks;
+      std::vector<int64_t> offsets;  // first row of each block in the verification's output
+      int64_t rows = 0;
       for (size_t j = 0; j < active.size(); ++j) {
+        const int64_t len = active[j]->block_length;
         blocks.push_back({active[j]->tokens.back()});
-        blocks.back().insert(blocks.back().end(), proposals[j].begin(), proposals[j].end());
+        blocks.back().insert(blocks.back().end(), proposals[j].begin(),
+                             proposals[j].begin() + (len - 1));
+        offsets.push_back(rows);
+        rows += len;
       }
       ASSIGN_OR_RETURN(nn::ExtendOutput verify, target.Extend(ids, blocks, cache.get(), true));
       ++result.target_forwards;
       ASSIGN_OR_RETURN(at::Tensor logits, target.Logits(verify.hidden));
-      const std::vector<int64_t> greedy = Argmax(logits);  // [active * B]
+      const std::vector<int64_t> greedy = Argmax(logits);  // [rows]
       for (size_t j = 0; j < active.size(); ++j) {
         Sequence* s = active[j];
-        const int64_t* g = greedy.data() + j * b;
+        const int64_t* g = greedy.data() + offsets[j];
+        const int64_t len = s->block_length;
         int64_t k = 0;  // proposals accepted: proposal k+1 (slot k+1) must equal g[k]
-        while (k < b - 1 && proposals[j][k] == g[k]) ++k;
+        while (k < len - 1 && proposals[j][k] == g[k]) ++k;
         ++result.stats.verifications;
         result.stats.accepted += k;
         for (int64_t i = 1; i <= k; ++i) ++result.stats.accepted_at[i];
         // The target ran the block's first k+1 rows for real: keep their cache and features.
         const int64_t kept = static_cast<int64_t>(s->tokens.size()) + k;
         RETURN_IF_ERROR(cache->Truncate(ids[j], kept));
-        s->features.push_back(verify.features.narrow(0, static_cast<int64_t>(j) * b, k + 1));
+        s->features.push_back(verify.features.narrow(0, offsets[j], k + 1));
         const std::vector<int64_t> out(g, g + k + 1);  // accepted proposals, then the bonus
         s->tokens.insert(s->tokens.end(), out.begin(), out.end());
+        const size_t before = s->emitted.size();
         s->done = Emit(out, options, stops, s);
+        const int64_t e = static_cast<int64_t>(s->emitted.size() - before);
+        result.stats.emitted += e;
+        ++result.stats.emitted_histogram[e];
+        s->step_emitted.push_back(e);
+        s->step_accepted.push_back(k);
       }
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("speculative decoding: ", e.what_without_backtrace()));
   }
-  for (Sequence& s : seqs) result.tokens.push_back(std::move(s.emitted));
+  for (Sequence& s : seqs) {
+    if (!s.step_emitted.empty()) {
+      int64_t e = 0;
+      for (int64_t x : s.step_emitted) e += x;
+      ++result.stats.prompts_verified;
+      result.stats.prompt_tau_sum += static_cast<double>(e) / s.step_emitted.size();
+    }
+    result.tokens.push_back(std::move(s.emitted));
+    result.step_emitted.push_back(std::move(s.step_emitted));
+    result.step_accepted.push_back(std::move(s.step_accepted));
+  }
   return result;
 }
 

@@ -5,6 +5,9 @@
 // forward (KV cache) and keeps the longest prefix of proposals equal to its own argmax, plus its
 // own next token (the bonus). The output equals plain greedy decoding of the target (lossless).
 // Sequences of a batch decode together: one drafter forward and one target forward per step.
+// Near the token limit the block shrinks to 1 + the tokens still to emit (its drafted slots see
+// only the block's own slots), as the reference inference code (dflash_generate) does, so that
+// both draft, verify and emit the same tokens step for step.
 //
 // LibTorch is a PRIVATE dependency of dflash_spec: a target that includes this header links
 // ${TORCH_LIBRARIES} itself and must not also include generated protobuf headers.
@@ -14,6 +17,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,9 +44,24 @@ struct AcceptanceStats {
   // accepted_at[k] (k = 1..B-1; index 0 unused): verifications whose proposal k was accepted,
   // i.e. whose accepted prefix reached slot k.
   std::vector<int64_t> accepted_at;
+  // Tokens the verifications emitted (accepted proposals plus the bonus, cut at a stop token and
+  // at the token limit): the reference's per-step "acceptance length". The first token, from the
+  // prefill, is not counted.
+  int64_t emitted = 0;
+  // emitted_histogram[e] (e = 0..B): verifications that emitted e tokens.
+  std::vector<int64_t> emitted_histogram;
+  // Prompts with at least one verification, and the sum over them of emitted / verifications of
+  // the prompt.
+  int64_t prompts_verified = 0;
+  double prompt_tau_sum = 0;
 
-  // tau, tokens emitted per verification: 1 + accepted / verifications (0 with no verification).
+  // tau, tokens per verification: 1 + accepted / verifications (0 with no verification).
   double tau() const;
+  // emitted / verifications: tau pooled over every verification as emitted (0 with none).
+  double tau_pooled() const;
+  // prompt_tau_sum / prompts_verified: the mean over prompts of each prompt's tokens emitted per
+  // verification, what the reference benchmark prints as "Average Acceptance length" (0 with none).
+  double tau_prompt_mean() const;
   // accepted_at[k] / verifications for k = 1..B-1 (index 0: 1). tau = sum over k of these.
   std::vector<double> acceptance_by_position() const;
   void Add(const AcceptanceStats& other);
@@ -49,6 +69,9 @@ struct AcceptanceStats {
 
 struct SpecDecodeResult {
   std::vector<std::vector<int64_t>> tokens;  // new tokens per prompt (a stop token included)
+  // Per prompt, per verification in order: tokens the verification emitted, and proposals the
+  // target accepted (the acceptance of each step; see AcceptanceStats).
+  std::vector<std::vector<int64_t>> step_emitted, step_accepted;
   AcceptanceStats stats;
   int64_t target_forwards = 0;   // prefill + verifications, batched
   int64_t drafter_forwards = 0;  // batched
@@ -58,6 +81,9 @@ struct SpecDecodeResult {
 struct DraftContext {
   std::vector<int64_t> tokens;       // prompt and emitted tokens; the target has not run the last
   std::vector<at::Tensor> features;  // target features [rows, K*H] of tokens[0..size-2], in chunks
+  // Slots of this step's block, in [2, B]: B, or 1 + the tokens still to emit when fewer. The
+  // proposer still returns B-1 tokens; only the first block_length-1 are verified.
+  int64_t block_length = 0;
 };
 
 // Proposals for slots 1..B-1 of the block of each given sequence (B-1 token ids each).
@@ -66,6 +92,12 @@ using Proposer = std::function<absl::StatusOr<std::vector<std::vector<int64_t>>>
 
 // The DFlash drafter as a proposer: one batched forward (method.md §1; no gradient).
 Proposer DrafterProposer(const drafter::DrafterModel& drafter);
+
+// The exported drafter at `dir` (drafter_checkpoint.h) made ready to decode with `target`, as
+// dflashctl eval loads it: fp32 weights on the target's device, computing in the target's dtype,
+// embedding and lm_head borrowed from the target. Errors of ReadDrafterConfig / ImportDrafter.
+absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> LoadExportedDrafter(
+    const nn::TargetModel& target, const std::string& dir);
 
 // The decoding loop with any proposer of blocks of `block_size` (>= 2): tests use proposers that
 // know the answer. Same contract as below.
@@ -77,8 +109,8 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
 // options.full) verifying `drafter`'s blocks. The drafter must match the target: its
 // target_layer_ids are the target's feature layers, its hidden size and vocabulary the target's
 // (FAILED_PRECONDITION naming the difference). The acceptance of a verification counts every
-// accepted proposal, also those past a stop token or the token limit (the drafter's quality, not
-// the request's length); emitted tokens stop there.
+// accepted proposal, also those past a stop token (the drafter's quality, not the request's
+// length); emitted tokens stop there.
 absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
     const nn::TargetModel& target, const drafter::DrafterModel& drafter,
     const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options);

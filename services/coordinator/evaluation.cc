@@ -54,6 +54,11 @@ v1::EvalResult ToEvalResult(const v1::EvaluateResponse& resp, const std::string&
   for (int k = 0; k < resp.accepted_at_size(); ++k) {
     r.add_acceptance_by_position(k == 0 ? 1.0 : (v > 0 ? resp.accepted_at(k) / v : 0.0));
   }
+  r.set_tau_pooled(v > 0 ? static_cast<double>(resp.emitted()) / v : 0.0);
+  r.set_tau_prompt_mean(resp.prompts_verified() > 0
+                            ? resp.prompt_tau_sum() / static_cast<double>(resp.prompts_verified())
+                            : 0.0);
+  for (int64_t e : resp.emitted_histogram()) r.add_emitted_histogram(v > 0 ? e / v : 0.0);
   r.set_block_size(resp.block_size());
   r.set_seconds(resp.seconds());
   r.set_tokens_per_second(resp.seconds() > 0 ? resp.new_tokens() / resp.seconds() : 0.0);

@@ -169,6 +169,15 @@ std::string EvalTable(const v1::EvalResult& r) {
       << "\n";
   out << "tau        " << absl::StrFormat("%.3f", r.tau()) << " tokens per verification ("
       << r.verifications() << " verifications)\n";
+  if (r.emitted_histogram_size() > 0) {
+    out << "emitted    " << absl::StrFormat("%.3f", r.tau_pooled())
+        << " tokens per verification pooled, " << absl::StrFormat("%.3f", r.tau_prompt_mean())
+        << " mean of the prompts' means; share of verifications by tokens emitted:";
+    for (int e = 0; e < r.emitted_histogram_size(); ++e) {
+      out << absl::StrFormat(" %d:%.3f", e, r.emitted_histogram(e));
+    }
+    out << "\n";
+  }
   if (r.baseline_tokens_per_second() > 0) {
     out << "baseline   " << absl::StrFormat("%.1f", r.baseline_tokens_per_second())
         << " tokens/s by plain greedy decoding of the same prompts: speed-up "

@@ -65,19 +65,13 @@ class TargetEvaluator : public Evaluator {
     std::lock_guard<std::mutex> lock(mu_);
     if (work.prompts.empty()) return absl::InvalidArgumentError("no prompts to evaluate");
     const auto load_start = std::chrono::steady_clock::now();
-    const c10::Device device = DeviceOf(work.gpu);
     absl::StatusOr<std::shared_ptr<nn::TargetModel>> loaded = LoadTarget(work.spec, work.gpu);
     if (!loaded.ok()) return loaded.status();
     const std::shared_ptr<nn::TargetModel> target = *std::move(loaded);
-    absl::StatusOr<drafter::DrafterConfig> config = drafter::ReadDrafterConfig(work.drafter_dir);
-    if (!config.ok()) return config.status();
-    drafter::DrafterOptions options;
-    options.device = device;
-    if (target->dtype() != c10::ScalarType::Float) options.compute_dtype = target->dtype();
     absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> model =
-        drafter::DrafterModel::Create(*config, options, target->embed_tokens(), target->lm_head());
+        spec::LoadExportedDrafter(*target, work.drafter_dir);
     if (!model.ok()) return model.status();
-    if (absl::Status s = drafter::ImportDrafter(work.drafter_dir, model->get()); !s.ok()) return s;
+    const drafter::DrafterConfig* config = &(*model)->config();
 
     EvalReport report;
     report.load_seconds = SecondsSince(load_start);
@@ -89,6 +83,7 @@ class TargetEvaluator : public Evaluator {
         work.batch_size > 0 ? static_cast<size_t>(work.batch_size) : work.prompts.size();
     spec::AcceptanceStats stats;
     stats.accepted_at.assign(config->block_size, 0);
+    stats.emitted_histogram.assign(config->block_size + 1, 0);
     const auto start = std::chrono::steady_clock::now();
     for (size_t first = 0; first < work.prompts.size(); first += batch) {
       const size_t last = std::min(work.prompts.size(), first + batch);
@@ -121,6 +116,10 @@ class TargetEvaluator : public Evaluator {
     report.verifications = stats.verifications;
     report.accepted = stats.accepted;
     report.accepted_at = stats.accepted_at;
+    report.emitted = stats.emitted;
+    report.emitted_histogram = stats.emitted_histogram;
+    report.prompts_verified = stats.prompts_verified;
+    report.prompt_tau_sum = stats.prompt_tau_sum;
     LOG_RUN(INFO, work.run_id, work.step)
         << "evaluated " << work.drafter_dir << ": tau " << stats.tau() << " over " << report.prompts
         << " prompts, " << report.new_tokens << " tokens in " << report.seconds << " s (load "

@@ -29,6 +29,11 @@ struct EvalWork {
 struct EvalReport {
   int64_t prompts = 0, new_tokens = 0, verifications = 0, accepted = 0, block_size = 0;
   std::vector<int64_t> accepted_at;
+  // The reference package's view (common/spec AcceptanceStats): tokens emitted by verifications,
+  // verifications by tokens emitted (0..B), prompts verified and the sum of their taus.
+  int64_t emitted = 0, prompts_verified = 0;
+  std::vector<int64_t> emitted_histogram;
+  double prompt_tau_sum = 0;
   double seconds = 0, load_seconds = 0;
   double baseline_seconds = 0;
   int64_t baseline_tokens = 0;

@@ -61,6 +61,10 @@ absl::StatusOr<v1::EvaluateResponse> WorkerCore::Evaluate(const v1::EvaluateRequ
   resp.set_verifications(r.verifications);
   resp.set_accepted(r.accepted);
   for (int64_t a : r.accepted_at) resp.add_accepted_at(a);
+  resp.set_emitted(r.emitted);
+  for (int64_t e : r.emitted_histogram) resp.add_emitted_histogram(e);
+  resp.set_prompts_verified(r.prompts_verified);
+  resp.set_prompt_tau_sum(r.prompt_tau_sum);
   resp.set_block_size(r.block_size);
   resp.set_seconds(r.seconds);
   resp.set_load_seconds(r.load_seconds);

@@ -6,6 +6,7 @@
 #include <ATen/ops/equal.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -126,6 +127,10 @@ TEST(DrafterCheckpointTest, ServingFormat) {
   EXPECT_FALSE(parsed->tie_word_embeddings);
   const nlohmann::json raw = nlohmann::json::parse(text);
   EXPECT_EQ(raw.at("dflash_config").at("mask_token_id"), 255);
+  // The reference inference package reads dflash_config.block_size first; older readers the
+  // top-level key. Both are written, equal.
+  EXPECT_EQ(raw.at("dflash_config").at("block_size"), 4);
+  EXPECT_EQ(raw.at("block_size"), 4);
 
   auto back = ReadDrafterConfig(dir.string());
   ASSERT_TRUE(back.ok()) << back.status();
@@ -252,6 +257,43 @@ TEST_F(ImportErrorTest, MismatchedConfigNamesTheField) {
     EXPECT_NE(s.message().find(tc.field), absl::string_view::npos) << tc.field << ": " << s;
     EXPECT_NE(s.message().find("good/config.json"), absl::string_view::npos) << s;
   }
+}
+
+// The block size from either place: dflash_config.block_size alone (the reference package's
+// configs), the top-level key alone (exports before dflash_config had it); two different values
+// are refused naming the field.
+TEST(DrafterCheckpointTest, BlockSizeEitherPlace) {
+  auto m = MakeModel(TinyConfig(), 1);
+  ASSERT_TRUE(m);
+  const ScopedDir tmp("blocksize");
+  const fs::path dir = tmp.path() / "ckpt";
+  ASSERT_TRUE(ExportDrafter(*m, dir.string()).ok());
+  const nlohmann::json exported = nlohmann::json::parse(ReadText(dir / "config.json"));
+
+  nlohmann::json nested_only = exported;
+  nested_only.erase("block_size");
+  nested_only["dflash_config"]["block_size"] = 6;
+  auto a = model::ParseHfConfig(nested_only.dump(), "config.json");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->block_size, 6);
+
+  nlohmann::json top_only = exported;
+  top_only["dflash_config"].erase("block_size");
+  auto b = model::ParseHfConfig(top_only.dump(), "config.json");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->block_size, 4);
+
+  nlohmann::json neither = top_only;
+  neither.erase("block_size");
+  EXPECT_FALSE(model::ParseHfConfig(neither.dump(), "config.json").ok());
+
+  nlohmann::json differ = exported;
+  differ["dflash_config"]["block_size"] = 8;
+  auto d = model::ParseHfConfig(differ.dump(), "config.json");
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(std::string(d.status().message()),
+              ::testing::HasSubstr("dflash_config.block_size: 8 differs from the top-level "
+                                   "block_size 4"));
 }
 
 }  // namespace

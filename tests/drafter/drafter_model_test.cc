@@ -232,6 +232,45 @@ TEST(DrafterModelTest, ContextVisibilityThroughTheModel) {
   EXPECT_EQ(changed_blocks(12), (std::set<int64_t>{}));  // another document
 }
 
+// block_lengths (the shorter last block of speculative decoding): the first block_lengths[j] slots
+// of block j compute what a model of that block size computes; lengths outside [1, B] are refused.
+TEST(DrafterModelTest, BlockLengthsEqualAShorterBlock) {
+  DrafterConfig c = TinyConfig();  // B = 4
+  auto model = MakeModel(c, 5);
+  ASSERT_NE(model, nullptr);
+  const std::vector<int64_t> anchors = {3, 6, 8, -1};
+  DrafterBatch batch = SmallBatch(c, anchors);
+  auto full = model->Forward(batch);
+  ASSERT_TRUE(full.ok()) << full.status();
+  batch.block_lengths = Longs({2, 4, 3, 1});
+  auto cut = model->Forward(batch);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  // The same weights (the seed; no parameter depends on B) with blocks of 2 and 3 slots.
+  std::map<int64_t, at::Tensor> shorter;
+  for (int64_t b : {2, 3}) {
+    DrafterConfig cb = c;
+    cb.block_size = b;
+    auto m = MakeModel(cb, 5);
+    ASSERT_NE(m, nullptr);
+    auto out = m->Forward(SmallBatch(cb, anchors));
+    ASSERT_TRUE(out.ok()) << out.status();
+    shorter[b] = *out;
+  }
+  EXPECT_LT(MaxRelError(cut->narrow(0, 0, 2), shorter[2].narrow(0, 0, 2)), 1e-5);
+  EXPECT_LT(MaxRelError(cut->narrow(0, 4, 4), full->narrow(0, 4, 4)), 1e-6);
+  EXPECT_LT(MaxRelError(cut->narrow(0, 8, 3), shorter[3].narrow(0, 6, 3)), 1e-5);
+  // Not a no-op: the full block's first slots differ from the cut ones.
+  EXPECT_GT(MaxRelError(full->narrow(0, 0, 2), shorter[2].narrow(0, 0, 2)), 1e-3);
+  for (const std::vector<int64_t>& bad :
+       std::vector<std::vector<int64_t>>{{0, 4, 4, 4}, {4, 4, 5, 4}, {4, 4}}) {
+    batch.block_lengths = Longs(bad);
+    auto refused = model->Forward(batch);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("block_lengths"), std::string::npos)
+        << refused.status();
+  }
+}
+
 TEST(DrafterModelTest, BlockInputsAndLossTargets) {
   const DrafterConfig c = TinyConfig();  // B = 4
   auto model = MakeModel(c, 3);

@@ -107,6 +107,11 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_GE(tau, 1.0);
   EXPECT_LE(tau, 8.0);
   EXPECT_EQ(done["last_eval"]["acceptance_by_position"].size(), 8u);
+  // The reference package's measures: verifications by tokens emitted (0..B), the two taus.
+  EXPECT_EQ(done["last_eval"]["emitted_histogram"].size(), 9u);
+  const double pooled = done["last_eval"]["tau_pooled"].get<double>();
+  EXPECT_GE(pooled, 1.0);
+  EXPECT_LE(pooled, tau);
   EXPECT_EQ(done["last_eval"]["prompts"], "3");
   EXPECT_EQ(StepMetrics(first).at(11).value("measuredAcceptanceLength", 0.0) >= 1.0, true);
   EXPECT_THAT(ReadFile(run_dir + "/logs/coordinator.log"),

@@ -138,6 +138,45 @@ TEST(SpeculativeTest, AcceptsExactlyTheMatchingPrefixPlusTheBonus) {
   }
 }
 
+// Near the limit the block shrinks to 1 + the tokens left (the reference package's verify_size):
+// only those proposals are verified, and each step's emitted / accepted counts are recorded.
+TEST(SpeculativeTest, LastBlockShrinksToTheTokensLeft) {
+  auto target = Target();
+  ASSERT_NE(target, nullptr);
+  const int64_t b = 8, max_new = 30;
+  const auto reference = Greedy(*target, kPrompts, max_new + b);
+  SpecDecodeOptions options;
+  options.max_new_tokens = max_new;
+  std::vector<int64_t> lengths;  // block lengths the proposer was asked for
+  Proposer knowing = KnowingProposer(kPrompts, reference, b, b - 1);
+  Proposer recording = [&](const std::vector<const DraftContext*>& contexts) {
+    for (const DraftContext* c : contexts) lengths.push_back(c->block_length);
+    return knowing(contexts);
+  };
+  auto out = SpeculativeGenerate(*target, b, recording, kPrompts, options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->tokens, Greedy(*target, kPrompts, max_new));
+  // 1 token from the prefill, then 8 + 8 + 8, then 5 left: a block of 6 slots, 5 accepted.
+  const size_t n = kPrompts.size();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(out->step_emitted[i], (std::vector<int64_t>{8, 8, 8, 5})) << i;
+    EXPECT_EQ(out->step_accepted[i], (std::vector<int64_t>{7, 7, 7, 5})) << i;
+  }
+  std::vector<int64_t> want_lengths;
+  for (int64_t len : {8, 8, 8, 6}) want_lengths.insert(want_lengths.end(), n, len);
+  EXPECT_EQ(lengths, want_lengths);
+  const AcceptanceStats& s = out->stats;
+  EXPECT_EQ(s.emitted, static_cast<int64_t>(29 * n));
+  std::vector<int64_t> hist(b + 1, 0);
+  hist[8] = static_cast<int64_t>(3 * n);
+  hist[5] = static_cast<int64_t>(n);
+  EXPECT_EQ(s.emitted_histogram, hist);
+  EXPECT_DOUBLE_EQ(s.tau_pooled(), 29.0 / 4);
+  EXPECT_EQ(s.prompts_verified, static_cast<int64_t>(n));
+  EXPECT_DOUBLE_EQ(s.tau_prompt_mean(), 29.0 / 4);
+  EXPECT_DOUBLE_EQ(s.tau(), 1.0 + 26.0 / 4);
+}
+
 TEST(SpeculativeTest, StopTokenInsideAnAcceptedBlockEndsTheOutputThere) {
   auto target = Target();
   ASSERT_NE(target, nullptr);
@@ -154,6 +193,23 @@ TEST(SpeculativeTest, StopTokenInsideAnAcceptedBlockEndsTheOutputThere) {
   EXPECT_EQ(out->tokens, greedy);
   EXPECT_EQ(out->tokens[0].back(), stop);
   EXPECT_LE(out->tokens[0].size(), 6u);
+  // The stopping step emitted up to the stop token only; every token but the prefill's is in a
+  // step, and the per-prompt mean averages each prompt's own steps.
+  double prompt_taus = 0;
+  int64_t verified = 0;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    int64_t sum = 0;
+    for (int64_t e : out->step_emitted[i]) sum += e;
+    EXPECT_EQ(sum + 1, static_cast<int64_t>(out->tokens[i].size())) << i;
+    if (out->step_emitted[i].empty()) continue;
+    ++verified;
+    prompt_taus += static_cast<double>(sum) / out->step_emitted[i].size();
+  }
+  ASSERT_EQ(out->step_emitted[0].size(), 1u);
+  EXPECT_EQ(out->step_emitted[0].back(), static_cast<int64_t>(out->tokens[0].size()) - 1);
+  EXPECT_EQ(out->step_accepted[0].back(), b - 1);  // accepted past the stop: counted
+  EXPECT_EQ(out->stats.prompts_verified, verified);
+  EXPECT_NEAR(out->stats.tau_prompt_mean(), prompt_taus / verified, 1e-12);
 }
 
 TEST(SpeculativeTest, RefusesADrafterOfAnotherTarget) {

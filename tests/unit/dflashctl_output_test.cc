@@ -105,5 +105,24 @@ TEST(RunDetails, ShowsTheResolvedLayerIdsAndMaskToken) {
           R"("resolved_target":{"target_layer_ids":["1","8","15","22","28"],"mask_token_id":"3","mask_token":"\u003crepo_name\u003e")"));
 }
 
+// The eval table's line of the reference package's measures: both taus and the histogram.
+TEST(EvalTable, ShowsEmittedTausAndHistogram) {
+  v1::EvalResult r;
+  r.set_drafter_dir("/d");
+  r.set_block_size(2);
+  r.set_tau(1.5);
+  r.set_verifications(4);
+  r.set_tau_pooled(1.25);
+  r.set_tau_prompt_mean(1.375);
+  for (double h : {0.0, 0.75, 0.25}) r.add_emitted_histogram(h);
+  const std::string table = EvalTable(r);
+  EXPECT_THAT(table, ::testing::HasSubstr("tau        1.500 tokens per verification (4 "
+                                          "verifications)\n"));
+  EXPECT_THAT(table, ::testing::HasSubstr(
+                         "emitted    1.250 tokens per verification pooled, 1.375 mean of the "
+                         "prompts' means; share of verifications by tokens emitted: 0:0.000 "
+                         "1:0.750 2:0.250\n"));
+}
+
 }  // namespace
 }  // namespace dflash::ctl
