@@ -11,7 +11,7 @@ and it names <|im_start|> as the end-of-sequence token). Writes:
   config.json, model.safetensors (or shards), generation_config.json   (transformers)
   tokenizer.json, tokenizer_config.json (with the chat template), special_tokens_map.json (here)
 
-Usage: gguf_to_hf.py FILE.gguf OUT_DIR [--dtype float32|bfloat16] [--max-shard-size 2GB]
+Usage: gguf_to_hf.py FILE.gguf OUT_DIR [--dtype float32|bfloat16]
 
 Refuses (exit 2, naming the file and the field) an architecture other than llama, a tokenizer
 model other than gpt2 (byte-level BPE), or a pre-tokenizer type it does not know: never a silent
@@ -121,11 +121,11 @@ def main():
     ap.add_argument("gguf")
     ap.add_argument("out")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--max-shard-size", default="2GB")
     args = ap.parse_args()
 
     import gguf  # noqa: E402  (the gguf package; transformers reads GGUF through it too)
     import torch
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     if not os.path.isfile(args.gguf):
@@ -152,7 +152,15 @@ def main():
             setattr(model.config, f"{key}_token_id", int(ids[key]))
     model.generation_config = GenerationConfig(
         bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["pad"])
-    model.save_pretrained(args.out, max_shard_size=args.max_shard_size)
+    # Written by hand: transformers 5 refuses save_pretrained of a model loaded from GGUF.
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.save_pretrained(args.out)
+    model.generation_config.save_pretrained(args.out)
+    save_file(state, os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
     for name, obj in (("tokenizer.json", tok_json), ("tokenizer_config.json", tok_config),
                       ("special_tokens_map.json", special_map)):
         with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:

