@@ -184,11 +184,11 @@ absl::StatusOr<std::vector<int64_t>> ValidateBatch(const DrafterBatch& batch,
   if (batch.block_lengths.defined()) {
     const at::Tensor& l = batch.block_lengths;
     if (l.dim() != 1 || l.scalar_type() != at::kLong || l.size(0) != batch.anchors.size(0) ||
-        (l.numel() > 0 && (l.min().item<int64_t>() < 1 ||
-                           l.max().item<int64_t>() > config.block_size))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "block_lengths must be a 1-D int64 tensor of one length in [1, ", config.block_size,
-          "] per anchor, got ", Shape(l)));
+        (l.numel() > 0 &&
+         (l.min().item<int64_t>() < 1 || l.max().item<int64_t>() > config.block_size))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("block_lengths must be a 1-D int64 tensor of one length in [1, ",
+                       config.block_size, "] per anchor, got ", Shape(l)));
     }
   }
   if (t > 0) {

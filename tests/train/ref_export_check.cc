@@ -61,10 +61,9 @@ int CheckInit(const drafter::DrafterModel& model, const std::string& dir) {
     if (it == ref->end()) return Fail(path + ": no tensor '" + p.name + "'");
     const at::Tensor mine = p.tensor.detach().to(at::kCPU, at::kFloat);
     if (it->second.sizes() != mine.sizes() || !at::equal(it->second.to(at::kFloat), mine)) {
-      const double diff =
-          it->second.sizes() == mine.sizes()
-              ? (it->second.to(at::kFloat) - mine).abs().max().item<double>()
-              : -1;
+      const double diff = it->second.sizes() == mine.sizes()
+                              ? (it->second.to(at::kFloat) - mine).abs().max().item<double>()
+                              : -1;
       return Fail(path + ": '" + p.name + "' differs from dflash's seeded init (max |diff| " +
                   std::to_string(diff) + ")");
     }
@@ -100,8 +99,8 @@ int CheckBatch(const drafter::DrafterModel& model, const config::RunSpec& spec,
   const double ours = loss->numerator.item<double>() / loss->denominator.item<double>();
   const double ref = want["loss"].get<double>();
   const double rel = std::abs(ours - ref) / std::max(std::abs(ref), 1e-12);
-  std::cout << "loss on the last batch: dflash " << ours << ", reference " << ref
-            << ", rel diff " << rel << "\n";
+  std::cout << "loss on the last batch: dflash " << ours << ", reference " << ref << ", rel diff "
+            << rel << "\n";
   if (!(rel <= 1e-4)) return Fail("the losses differ by more than 1e-4 relative");
   return 0;
 }
