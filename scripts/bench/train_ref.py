@@ -210,6 +210,8 @@ def read_run(path):
         target_dtype=g("target", "dtype", "bfloat16"),
         layers=int(g("drafter", "layers", 5)), block_size=int(g("drafter", "block_size", 16)),
         mask_token_id=auto(g("drafter", "mask_token_id", None)),
+        tokenizer=rel(g("data", "tokenizer", "auto")) if g("data", "tokenizer", "auto") != "auto"
+        else "auto",
         train=rel(g("data", "train", "")), prepared=g("data", "prepared", "auto"),
         max_length=int(g("data", "max_length", 4096)),
         long_documents=g("data", "long_documents", "truncate"),
@@ -282,6 +284,52 @@ def default_layer_ids(num_layers, k=5):
     return [int(round(1.0 + i * (num_layers - 4) / (k - 1))) for i in range(k)]
 
 
+def mask_token_from_tokenizer(tokenizer_json, vocab_size):
+    """model::MaskTokenFromTokenizer (common/model/mask_token.h), rule for rule; None if none."""
+    d = os.path.dirname(tokenizer_json)
+    load = lambda n: json.load(open(os.path.join(d, n))) if os.path.isfile(os.path.join(d, n)) else {}  # noqa: E731
+    tok = json.load(open(tokenizer_json))
+    tc = load("tokenizer_config.json")
+    vocab = (tok.get("model") or {}).get("vocab")
+    added = [a for a in tok.get("added_tokens") or [] if isinstance(a.get("id"), int)]
+    count = max([v + 1 for v in vocab.values()] if isinstance(vocab, dict) else
+                [len(vocab)] if isinstance(vocab, list) else [0])
+    count = max([count] + [a["id"] + 1 for a in added])
+    text = lambda v: v if isinstance(v, str) else v.get("content") if isinstance(v, dict) else None  # noqa: E731
+
+    def find(t):
+        for a in added:
+            if a.get("content") == t:
+                return a["id"]
+        return vocab.get(t) if isinstance(vocab, dict) else None
+    m = find(text(tc["mask_token"])) if text(tc.get("mask_token")) else None
+    if m is not None and 0 <= m < vocab_size:
+        return m
+    if 0 < count < vocab_size:
+        return count
+    templates = open(os.path.join(d, "chat_template.jinja")).read() if os.path.isfile(
+        os.path.join(d, "chat_template.jinja")) else ""
+    ct = tc.get("chat_template")
+    templates += ct if isinstance(ct, str) else "".join(
+        e.get("template", "") for e in ct if isinstance(e, dict)) if isinstance(ct, list) else ""
+    framing = {find(text(tc[k])) for k in ("bos_token", "eos_token", "pad_token", "unk_token",
+                                          "sep_token", "cls_token") if text(tc.get(k))}
+
+    def ids(obj):
+        for k in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id",
+                  "cls_token_id"):
+            v = obj.get(k)
+            framing.update(v if isinstance(v, list) else [v])
+        if isinstance(obj.get("text_config"), dict):
+            ids(obj["text_config"])
+    for f in ("config.json", "generation_config.json"):
+        ids(load(f))
+    special = sorted((a["id"], a["content"]) for a in added if a.get("special"))
+    ok = [(i, t) for i, t in special if 0 <= i < vocab_size and i not in framing and t not in templates]
+    reserved = [i for i, t in ok if "reserved" in t.lower() or "unused" in t.lower()]
+    return reserved[0] if reserved else ok[0][0] if ok else None
+
+
 def resolve(run, tg):
     """RunLayerIds, RunMaskTokenId and the loss gamma default (DefaultGamma), as dflash."""
     ids = run["layer_ids"] or tg["target_layer_ids"] or default_layer_ids(tg["num_layers"])
@@ -292,6 +340,11 @@ def resolve(run, tg):
     mask = run["mask_token_id"]
     if mask is None:
         mask = tg["mask_token_id"]
+    if mask is None:
+        tok = run["tokenizer"] if run["tokenizer"] != "auto" else os.path.join(
+            run["target_path"], "tokenizer.json")
+        if os.path.isfile(tok):
+            mask = mask_token_from_tokenizer(tok, tg["vocab_size"])
     if mask is None and tg["model_type"] == "qwen3" and tg["vocab_size"] > QWEN3_MASK_TOKEN_ID:
         mask = QWEN3_MASK_TOKEN_ID
     if mask is None:

@@ -68,7 +68,7 @@ assert len(losses) == 30, f"{len(losses)} steps logged, expected 30"
 assert all(math.isfinite(x) and x > 0 for x in losses), losses
 first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
 print(f"loss: first 5 steps {first:.4f}, last 5 {last:.4f}")
-assert last < 0.7 * first, f"the loss did not fall: {first:.4f} -> {last:.4f}"
+assert last < 0.8 * first, f"the loss did not fall by 20%: {first:.4f} -> {last:.4f}"
 PY
 
 check="$build/tests/train/ref_export_check"
