@@ -22,6 +22,7 @@
 #include "common/transport/nccl_channel.h"
 #include "common/transport/shm_ring.h"
 #include "services/worker_common/feature_channel.h"
+#include "services/worker_common/test_hooks.h"
 
 namespace dflash::worker {
 namespace {
@@ -94,9 +95,9 @@ class DrafterRunner : public StepRunner {
         train::DrafterTrainer::Create(drafter_.get(), options_.optim, options_.loss, comm_.get());
     if (!trainer.ok()) return trainer.status();
     trainer_ = *std::move(trainer);
-    // Test hook for the out-of-memory recovery on CPU machines (tests/integration).
-    if (const char* oom = std::getenv("DFLASH_TEST_OOM_ABOVE_TOKENS"); oom != nullptr) {
-      trainer_->InjectOutOfMemoryAbove(std::atoll(oom));
+    // Test hook (test_hooks.h: only the -testhooks executables inject anything).
+    if (const int64_t oom = ReadWorkerTestHooks().oom_above_tokens; oom >= 0) {
+      trainer_->InjectOutOfMemoryAbove(oom);
       LOG_RUN(WARNING, ctx.run_id, -1)
           << "test hook: micro-batches above " << oom << " tokens fail as out of memory";
     }

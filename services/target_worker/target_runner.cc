@@ -23,6 +23,7 @@
 #include "common/transport/shm_ring.h"
 #include "services/target_worker/shared_target.h"
 #include "services/worker_common/feature_channel.h"
+#include "services/worker_common/test_hooks.h"
 
 namespace dflash::worker {
 namespace {
@@ -111,18 +112,17 @@ class TargetRunner : public StepRunner {
       if (!checksummer.ok()) return checksummer.status();
       checksummer_ = *std::move(checksummer);
     }
-    // Test hook for the feature checksum (tests/integration, GPU): one bit of the Nth message's
-    // features (0-based) flipped after its checksum was taken, as a corrupting transport would.
-    if (const char* bad = std::getenv("DFLASH_TEST_CORRUPT_FEATURES_MESSAGE"); bad != nullptr) {
-      corrupt_message_ = std::atoll(bad);
-      LOG_RUN(WARNING, ctx.run_id, -1)
-          << "test hook: message " << bad << "'s features are corrupted after their checksum";
+    // Test hooks (test_hooks.h: only the -testhooks executables inject anything).
+    const WorkerTestHooks hooks = ReadWorkerTestHooks();
+    if (hooks.corrupt_features_message >= 0) {
+      corrupt_message_ = hooks.corrupt_features_message;
+      LOG_RUN(WARNING, ctx.run_id, -1) << "test hook: message " << corrupt_message_
+                                       << "'s features are corrupted after their checksum";
     }
-    // Test hook for the out-of-memory recovery on CPU machines (tests/integration).
-    if (const char* oom = std::getenv("DFLASH_TEST_OOM_ABOVE_TOKENS"); oom != nullptr) {
-      inject_oom_above_ = std::atoll(oom);
+    if (hooks.oom_above_tokens >= 0) {
+      inject_oom_above_ = hooks.oom_above_tokens;
       LOG_RUN(WARNING, ctx.run_id, -1)
-          << "test hook: forwards above " << oom << " tokens fail as out of memory";
+          << "test hook: forwards above " << inject_oom_above_ << " tokens fail as out of memory";
     }
     const int64_t budget = ctx.spec.batching.token_budget;
     const size_t feature_bytes =
@@ -433,8 +433,8 @@ class TargetRunner : public StepRunner {
   std::unique_ptr<transport::NcclChannel> nccl_;      // nccl only
   std::unique_ptr<transport::Communicator> tp_comm_;  // the tensor-parallel group (tp_world > 1)
   int64_t step_splits_ = 0;                           // this step's out-of-memory splits
-  int64_t inject_oom_above_ = 0;                      // test hook (DFLASH_TEST_OOM_ABOVE_TOKENS)
-  int64_t corrupt_message_ = -1;  // test hook (DFLASH_TEST_CORRUPT_FEATURES_MESSAGE)
+  int64_t inject_oom_above_ = 0;                      // test hook (test_hooks.h)
+  int64_t corrupt_message_ = -1;                      // test hook (test_hooks.h)
   std::unique_ptr<transport::DeviceChecksummer> checksummer_;  // cuda_ipc, nccl (rank 0)
   uint64_t sent_ = 0;  // messages sent (= ring slot counter)
   batching::PackedBatch scratch_;

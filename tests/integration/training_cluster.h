@@ -57,11 +57,15 @@ class TrainingCluster : public ::testing::Test {
     }
   }
 
-  Process* StartWorker(const std::string& role, const std::string& name, int gpu = -1) {
+  // test_hooks: start the -testhooks executable, which reads the DFLASH_TEST_* hooks from the
+  // environment (services/worker_common/test_hooks.h); the product executable injects nothing.
+  Process* StartWorker(const std::string& role, const std::string& name, int gpu = -1,
+                       bool test_hooks = false) {
     const std::string ready = dir_ + "/" + name + ".ready";
     std::filesystem::remove(ready);
     workers_[name] = std::make_unique<Process>(
-        BinDir() + "/" + role + "_worker/dflash-" + role + "-worker",
+        BinDir() + "/" + role + "_worker/dflash-" + role + "-worker" +
+            (test_hooks ? "-testhooks" : ""),
         std::vector<std::string>{"--coordinator", address_, "--name", name, "--ready_file", ready,
                                  "--gpu", std::to_string(gpu)},
         dir_ + "/" + name + ".log");

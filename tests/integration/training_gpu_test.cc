@@ -88,7 +88,7 @@ TEST_F(TrainingCluster, GpuPairTrainsThroughCudaIpcWithTheLossCurveOfHost) {
 TEST_F(TrainingCluster, GpuPairRefusesFeaturesThatDifferFromTheTargetsChecksum) {
   if (!HaveNvidiaDevice()) GTEST_SKIP() << "no NVIDIA device on this machine";
   setenv("DFLASH_TEST_CORRUPT_FEATURES_MESSAGE", "3", 1);  // step 1's second micro-batch
-  StartWorker("target", "t0", /*gpu=*/0);
+  StartWorker("target", "t0", /*gpu=*/0, /*test_hooks=*/true);
   unsetenv("DFLASH_TEST_CORRUPT_FEATURES_MESSAGE");
   StartWorker("drafter", "d0", /*gpu=*/0);
   CtlResult bad = RunCtl(address_, {"submit", WriteRunYaml("bad.yaml", Yaml("bad", "auto"))});

@@ -289,7 +289,7 @@ TEST_F(TrainingCluster, OutOfMemoryMicroBatchesAreSplitAndTheRunKeepsItsLossCurv
       << Status(plain).dump();
   workers_.erase("d0");  // the same drafter again, with the hook
   setenv("DFLASH_TEST_OOM_ABOVE_TOKENS", "300", 1);
-  StartWorker("drafter", "d1");
+  StartWorker("drafter", "d1", /*gpu=*/-1, /*test_hooks=*/true);
   unsetenv("DFLASH_TEST_OOM_ABOVE_TOKENS");
   const std::string split = Submit(yaml("split"));
   ASSERT_TRUE(
@@ -316,7 +316,7 @@ TEST_F(TrainingCluster, OutOfMemoryMicroBatchesAreSplitAndTheRunKeepsItsLossCurv
   workers_.erase("t0");
   workers_.erase("d1");
   setenv("DFLASH_TEST_OOM_ABOVE_TOKENS", "300", 1);
-  StartWorker("target", "t1");
+  StartWorker("target", "t1", /*gpu=*/-1, /*test_hooks=*/true);
   unsetenv("DFLASH_TEST_OOM_ABOVE_TOKENS");
   StartWorker("drafter", "d2");
   const std::string halves = Submit(yaml("halves"));
