@@ -228,9 +228,9 @@ PY_TEMPLATES = {
 }
 
 
-def python_prompts(rng):
+def python_prompts(rng, cap=PYTHON_ITEMS, per_module=24):
     items = python_items()
-    # Spread over modules: at most 24 items per top-level module, chosen at random.
+    # Spread over modules: at most per_module items per top-level module, chosen at random.
     by_top, seen_doc = collections.defaultdict(list), set()
     for key in sorted(items):
         kind, qual, mod, sig, doc = items[key]
@@ -242,8 +242,8 @@ def python_prompts(rng):
     chosen = []
     for top in sorted(by_top):
         keys = by_top[top]
-        chosen += sorted(rng.sample(keys, min(24, len(keys))))
-    chosen = sorted(rng.sample(chosen, min(PYTHON_ITEMS, len(chosen))))
+        chosen += sorted(rng.sample(keys, min(per_module, len(keys))))
+    chosen = sorted(rng.sample(chosen, min(cap, len(chosen))))
     out = []
     for key in chosen:
         kind, qual, mod, sig, doc = items[key]
@@ -330,7 +330,7 @@ def doc_kind(name):
     return "documentation"
 
 
-def debian_doc_prompts(rng, root="/usr/share/doc"):
+def debian_doc_prompts(rng, root="/usr/share/doc", cap=DOC_ITEMS, docs_per_package=8):
     per_package = collections.defaultdict(list)
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
@@ -342,15 +342,17 @@ def debian_doc_prompts(rng, root="/usr/share/doc"):
                 continue
             pkg = os.path.relpath(path, root).split(os.sep)[0]
             per_package[pkg].append(path)
-    # Every package gets a turn; large doc trees (git's release notes) at most 8 documents.
+    # Every package gets a turn; large doc trees (git's release notes) at most
+    # docs_per_package documents.
     candidates = []
     for pkg in sorted(per_package):
         paths = per_package[pkg]
-        candidates += [(pkg, p) for p in sorted(rng.sample(paths, min(8, len(paths))))]
+        picks = rng.sample(paths, min(docs_per_package, len(paths)))
+        candidates += [(pkg, p) for p in sorted(picks)]
     rng.shuffle(candidates)
     out, items, seen_text = [], 0, set()
     for pkg, path in candidates:
-        if items >= DOC_ITEMS:
+        if items >= cap:
             break
         text = read_doc(path)
         if text is None:
@@ -471,21 +473,24 @@ MAN_OPTION_TEMPLATES = [
 ]
 
 
-def man_prompts(rng, root="/usr/share/man/man1"):
+def man_prompts(rng, root="/usr/share/man/man1", cap=MAN_ITEMS, per_family=MAN_PER_FAMILY,
+                family_caps=None):
     files = sorted(f for f in os.listdir(root)
                    if not os.path.islink(os.path.join(root, f)))
-    # Families (gcloud_*, git-*, openssl-*, llvm-*) share a first word; at most MAN_PER_FAMILY
-    # pages of each, or gcloud's thousands of generated pages would be most of the sample.
+    # Families (gcloud_*, git-*, openssl-*, llvm-*) share a first word; at most per_family pages
+    # of each (family_caps: {family: pages} to differ), or gcloud's thousands of generated pages
+    # would be most of the sample.
     family = collections.defaultdict(list)
     for f in files:
         family[re.split(r"[_.-]", f)[0]].append(f)
     files = []
     for name in sorted(family):
-        files += sorted(rng.sample(family[name], min(MAN_PER_FAMILY, len(family[name]))))
+        n = (family_caps or {}).get(name, per_family)
+        files += sorted(rng.sample(family[name], min(n, len(family[name]))))
     rng.shuffle(files)
     out, items, seen_name, seen_body = [], 0, set(), set()
     for fn in files:
-        if items >= MAN_ITEMS:
+        if items >= cap:
             break
         m = re.match(r"^(.+)\.(1[a-z]*)(\.gz)?$", fn)
         if not m or m.group(1) in seen_name:
@@ -541,7 +546,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--seed", type=int, default=20261204)
+    ap.add_argument("--xl", action="store_true",
+                    help="write only train-prompts-xl.jsonl.gz (prompt_sources_xl.py); the "
+                    "committed train and held-out files in --out-dir are read, not rewritten")
+    ap.add_argument("--apt-lists", default="/var/lib/apt/lists",
+                    help="--xl: the apt lists directory holding Translation-en indexes")
     args = ap.parse_args()
+    if args.xl:
+        import prompt_sources_xl
+        prompt_sources_xl.make_xl(args)
+        return
 
     prompts = []
     for name, make in (("python", python_prompts), ("debian-doc", debian_doc_prompts),
