@@ -20,7 +20,11 @@ shares no source item with the training set (an item is held out when a SHA-256 
 the held-out tenth). Deterministic: sorted inputs, a fixed seed, no timestamps; the output depends on
 the Python version (its docstrings) and on the installed Debian packages (docs/real-model-data.md).
 
-Usage: make_prompts.py --out-dir configs/smollm2 [--seed 20261204] [--check-man]
+The XL training set (--xl, prompt_sources_xl.py) adds Debian package descriptions and docstrings of
+PyPI packages, writes only train-prompts-xl.jsonl.gz and leaves the two files above as they are.
+
+Usage: make_prompts.py --out-dir configs/smollm2 [--seed 20261204]
+       make_prompts.py --xl --out-dir configs/smollm2 [--apt-lists DIR]   (the venv's python)
 """
 import argparse
 import collections

@@ -5,7 +5,7 @@ Model preparation (not product code). Two more kinds of text written by people:
 
   debian-pkg:NAME          the long descriptions that Debian's maintainers write for their
                            packages, from the Translation-en indexes that `apt-get update`
-                           downloads with Acquire::Languages=en (README of make_prompts --xl)
+                           downloads with Acquire::Languages=en (docs/real-model-data.md)
   pypi:DIST:QUALNAME       docstrings of Python packages installed from PyPI (numpy, sympy, torch,
                            transformers, ...): modules, public classes, functions and methods
                            defined in the package's own public modules
@@ -39,7 +39,8 @@ import make_prompts as mp
 
 DEBIAN_PKG_ITEMS = 11500
 # Descriptions that say nothing of their own: debug symbols, transitional and dummy packages, the
-# generated text of Rust crates packaged by debcargo, and per-flavour splits of one library.
+# generated text of Rust crates packaged by debcargo. Names of splits that mostly repeat their main
+# package's text (-dev, -doc, -data, ...) are skipped too.
 PKG_BOILERPLATE = re.compile(
     r"debug(ging)? symbols|transitional|dummy package|empty package|packaged by debcargo|"
     r"this package contains the source for the rust|automatically generated", re.I)
