@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <set>
 
@@ -27,6 +28,10 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
   if (options.max_new_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_new_tokens ", options.max_new_tokens, " must be at least 1"));
+  }
+  if (options.max_batch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch ", options.max_batch, " must be >= 0 (0: every prompt at once)"));
   }
   const SamplingOptions& s = options.sampling;
   if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) {
@@ -45,11 +50,13 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
 std::vector<int64_t> PickTokens(const at::Tensor& logits, const SamplingOptions& options,
                                 at::Generator& generator) {
   c10::InferenceMode inference;
-  at::Tensor l = logits.to(at::kCPU, at::kFloat).contiguous();  // [N, V]
   at::Tensor picked;
   if (options.temperature == 0) {
-    picked = at::argmax(l, 1);  // the first maximum: ties go to the lowest id
+    // On the logits' device (the first maximum: ties go to the lowest id on every device); only
+    // the N ids travel to the host.
+    picked = at::argmax(logits, 1).to(at::kCPU).contiguous();
   } else {
+    at::Tensor l = logits.to(at::kCPU, at::kFloat).contiguous();  // [N, V]
     l = l / options.temperature;
     const double neg_inf = -std::numeric_limits<double>::infinity();
     if (options.top_k > 0 && options.top_k < l.size(1)) {
@@ -69,6 +76,17 @@ std::vector<int64_t> PickTokens(const at::Tensor& logits, const SamplingOptions&
   const int64_t* p = picked.data_ptr<int64_t>();
   return std::vector<int64_t>(p, p + picked.numel());
 }
+
+namespace {
+
+// A sequence being decoded: which prompt, which cache row, its last token.
+struct Slot {
+  int64_t prompt = 0;
+  int64_t row = 0;
+  int64_t last = 0;
+};
+
+}  // namespace
 
 absl::StatusOr<std::vector<Generation>> Generate(const TargetModel& model,
                                                  const std::vector<std::vector<int64_t>>& prompts,
@@ -100,39 +118,78 @@ absl::StatusOr<std::vector<Generation>> Generate(const TargetModel& model,
   for (int64_t i = 0; i < n; ++i) {
     capacity = std::max<int64_t>(capacity, static_cast<int64_t>(prompts[i].size()) + limits[i]);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(model, n, capacity));
+  const int64_t rows = options.max_batch > 0 ? std::min(options.max_batch, n) : n;
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(model, rows, capacity));
   at::Generator generator = at::detail::createCPUGenerator(options.sampling.seed);
   const std::set<int64_t> stops(options.stop_token_ids.begin(), options.stop_token_ids.end());
 
   std::vector<Generation> out(n);
-  std::vector<int64_t> active(n);
-  for (int64_t i = 0; i < n; ++i) active[i] = i;
-  std::vector<std::vector<int64_t>> inputs = prompts;
-  while (!active.empty()) {
-    ASSIGN_OR_RETURN(ExtendOutput step, model.Extend(active, inputs, cache.get(), false));
-    // The last row of each sequence predicts its next token.
-    std::vector<int64_t> last_rows;
-    int64_t row = 0;
-    for (const std::vector<int64_t>& in : inputs) {
-      row += static_cast<int64_t>(in.size());
-      last_rows.push_back(row - 1);
-    }
-    at::Tensor rows = step.hidden.index_select(
-        0, at::tensor(last_rows, at::TensorOptions().dtype(at::kLong)).to(step.hidden.device()));
-    ASSIGN_OR_RETURN(at::Tensor logits, model.Logits(rows));
+  std::vector<Slot> active;  // in cache-row order, so that a full batch is one contiguous range
+  std::vector<int64_t> free_rows;
+  for (int64_t r = rows - 1; r >= 0; --r) free_rows.push_back(r);
+  int64_t next_prompt = 0;
+  // Waiting prompts fill free cache rows once an eighth of the rows is free (or nothing runs):
+  // one prefill per wave of finished sequences rather than one per sequence.
+  const size_t refill_at = static_cast<size_t>(std::max<int64_t>(1, rows / 8));
+
+  // Picks each row's next token, records it, and keeps the slots that go on.
+  auto advance = [&](std::vector<Slot> slots, const at::Tensor& last_hidden) -> absl::Status {
+    ASSIGN_OR_RETURN(at::Tensor logits, model.Logits(last_hidden));
     std::vector<int64_t> next = PickTokens(logits, options.sampling, generator);
-    std::vector<int64_t> still;
-    std::vector<std::vector<int64_t>> next_inputs;
-    for (size_t i = 0; i < active.size(); ++i) {
-      Generation& g = out[active[i]];
+    for (size_t i = 0; i < slots.size(); ++i) {
+      Generation& g = out[slots[i].prompt];
       g.tokens.push_back(next[i]);
       g.stopped = stops.count(next[i]) > 0;
-      if (g.stopped || static_cast<int64_t>(g.tokens.size()) >= limits[active[i]]) continue;
-      still.push_back(active[i]);
-      next_inputs.push_back({next[i]});
+      if (g.stopped || static_cast<int64_t>(g.tokens.size()) >= limits[slots[i].prompt]) {
+        free_rows.push_back(slots[i].row);
+        continue;
+      }
+      slots[i].last = next[i];
+      active.push_back(slots[i]);
     }
-    active = std::move(still);
-    inputs = std::move(next_inputs);
+    std::sort(active.begin(), active.end(),
+              [](const Slot& a, const Slot& b) { return a.row < b.row; });
+    return absl::OkStatus();
+  };
+
+  while (next_prompt < n || !active.empty()) {
+    if (next_prompt < n && (active.empty() || free_rows.size() >= refill_at)) {
+      // Prefill waiting prompts into free rows.
+      std::sort(free_rows.begin(), free_rows.end(), std::greater<int64_t>());
+      std::vector<Slot> fresh;
+      std::vector<int64_t> seqs;
+      std::vector<std::vector<int64_t>> inputs;
+      while (!free_rows.empty() && next_prompt < n) {
+        Slot s{next_prompt, free_rows.back(), 0};
+        free_rows.pop_back();
+        RETURN_IF_ERROR(cache->Truncate(s.row, 0));
+        seqs.push_back(s.row);
+        inputs.push_back(prompts[next_prompt++]);
+        fresh.push_back(s);
+      }
+      ASSIGN_OR_RETURN(ExtendOutput step, model.Extend(seqs, inputs, cache.get(), false));
+      std::vector<int64_t> last_rows;
+      int64_t row = 0;
+      for (const std::vector<int64_t>& in : inputs) {
+        row += static_cast<int64_t>(in.size());
+        last_rows.push_back(row - 1);
+      }
+      at::Tensor last = step.hidden.index_select(
+          0, at::tensor(last_rows, at::TensorOptions().dtype(at::kLong)).to(step.hidden.device()));
+      RETURN_IF_ERROR(advance(std::move(fresh), last));
+      continue;
+    }
+    // One decoding step of every running sequence.
+    std::vector<Slot> running = std::move(active);
+    active.clear();
+    std::vector<int64_t> seqs;
+    std::vector<std::vector<int64_t>> inputs;
+    for (const Slot& s : running) {
+      seqs.push_back(s.row);
+      inputs.push_back({s.last});
+    }
+    ASSIGN_OR_RETURN(ExtendOutput step, model.Extend(seqs, inputs, cache.get(), false));
+    RETURN_IF_ERROR(advance(std::move(running), step.hidden));
   }
   return out;
 }

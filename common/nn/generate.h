@@ -1,6 +1,8 @@
-// Target-side generation with a KV cache (issue 9): batched greedy or sampled decoding with stop
-// tokens and a token limit. Every prompt is prefilled in one packed forward, then each step runs
-// one new token of every unfinished sequence in one batched forward (TargetModel::Extend).
+// Target-side generation with a KV cache: batched greedy or sampled decoding with stop tokens and a
+// token limit. Prompts are prefilled in one packed forward, then each step runs one new token of
+// every unfinished sequence in one batched forward (TargetModel::Extend). With max_batch below the
+// number of prompts, the KV cache holds max_batch sequences and the rows of finished sequences
+// are refilled with waiting prompts (continuous batching).
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -27,6 +29,9 @@ struct GenerateOptions {
   std::vector<int64_t> max_new_tokens_per_prompt;
   std::vector<int64_t> stop_token_ids;  // generation of a sequence ends after emitting one
   SamplingOptions sampling;
+  // Sequences decoded together (KV cache rows); 0: every prompt at once. Outputs do not depend on
+  // it when greedy; sampled outputs draw from one generator in step order, so they do.
+  int64_t max_batch = 0;
 };
 
 struct Generation {

@@ -1,10 +1,11 @@
 // TargetModel's generation path: the KV cache and Extend (target_model.h). The packed forward over
 // whole documents (Forward) is in target_model.cc.
+#include <ATen/TensorIndexing.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/matmul.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
@@ -27,7 +28,7 @@ namespace dflash::nn {
 
 namespace {
 
-// Where the new rows of S sequences extended by n tokens each go in the [S_all, capacity, ...]
+// Where the new rows of S sequences extended by n tokens each go in the [S_all, Hkv, capacity, D]
 // caches, and which cached keys each new row may see.
 struct BatchedCacheIndex {
   at::Tensor seqs;      // [S] int64: the sequences
@@ -35,6 +36,7 @@ struct BatchedCacheIndex {
   at::Tensor slot_pos;  // [S*n] int64: cache position of each new token
   at::Tensor visible;   // [S, 1, 1, n, Lmax] bool: key j visible to new row i of sequence s
   int64_t n = 0, max_len = 0;
+  int64_t first = -1;  // >= 0: the sequences are the cache rows first, first + 1, ... (no gather)
 };
 
 BatchedCacheIndex MakeBatchedCacheIndex(const std::vector<int64_t>& sequences, const KvCache& cache,
@@ -43,8 +45,10 @@ BatchedCacheIndex MakeBatchedCacheIndex(const std::vector<int64_t>& sequences, c
   b.n = n;
   const int64_t s = static_cast<int64_t>(sequences.size());
   std::vector<int64_t> slot_seq, slot_pos, past;
-  for (int64_t seq : sequences) {
-    const int64_t len = cache.length(seq);
+  b.first = sequences.front();
+  for (int64_t i = 0; i < s; ++i) {
+    const int64_t seq = sequences[i], len = cache.length(seq);
+    if (seq != sequences.front() + i) b.first = -1;
     past.push_back(len);
     b.max_len = std::max(b.max_len, len + n);
     for (int64_t j = 0; j < n; ++j) {
@@ -56,32 +60,42 @@ BatchedCacheIndex MakeBatchedCacheIndex(const std::vector<int64_t>& sequences, c
   b.seqs = at::tensor(sequences, long_opts).to(device);
   b.slot_seq = at::tensor(slot_seq, long_opts).to(device);
   b.slot_pos = at::tensor(slot_pos, long_opts).to(device);
-  // Key j is visible to new row i of sequence s iff j <= past_s + i.
-  at::Tensor key = at::arange(b.max_len, long_opts).view({1, 1, b.max_len});
-  at::Tensor last =
-      (at::tensor(past, long_opts).view({s, 1, 1}) + at::arange(n, long_opts).view({1, n, 1}));
-  b.visible = (key <= last).view({s, 1, 1, n, b.max_len}).to(device);
+  // Key j is visible to new row i of sequence s iff j <= past_s + i; built on the device from the
+  // S lengths.
+  const at::TensorOptions dev_long = long_opts.device(device);
+  at::Tensor key = at::arange(b.max_len, dev_long).view({1, 1, b.max_len});
+  at::Tensor last = at::tensor(past, long_opts).to(device).view({s, 1, 1}) +
+                    at::arange(n, dev_long).view({1, n, 1});
+  b.visible = (key <= last).view({s, 1, 1, n, b.max_len});
   return b;
 }
 
 // Writes the new keys/values into the caches, then attends every new row to its sequence's
 // visible keys: q [S*n, Hq, D] -> [S*n, Hq, D]. Same arithmetic as CachedCausalAttention, with the
-// padded keys masked out (their probabilities are exactly zero).
+// padded keys masked out (their probabilities are exactly zero). The cache is head-major, so each
+// (sequence, kv head) is one matrix of the batched products: no copy of the cached keys when the
+// sequences are consecutive rows, one gather otherwise.
 at::Tensor BatchedCachedAttention(const TargetModel::Qkv& qkv, const BatchedCacheIndex& b,
                                   at::Tensor* k_cache, at::Tensor* v_cache, double scale) {
-  k_cache->index_put_({b.slot_seq, b.slot_pos}, qkv.k);
-  v_cache->index_put_({b.slot_seq, b.slot_pos}, qkv.v);
+  // Advanced indices around a full slice: the indexed shape is [S*n, Hkv, D], as qkv.k.
+  k_cache->index_put_({b.slot_seq, at::indexing::Slice(), b.slot_pos}, qkv.k);
+  v_cache->index_put_({b.slot_seq, at::indexing::Slice(), b.slot_pos}, qkv.v);
   const int64_t s = b.seqs.size(0), n = b.n, hq = qkv.q.size(1), dim = qkv.q.size(2);
-  const int64_t hkv = k_cache->size(2), group = hq / hkv;
-  at::Tensor k = k_cache->narrow(1, 0, b.max_len).index_select(0, b.seqs);  // [S, L, Hkv, D]
-  at::Tensor v = v_cache->narrow(1, 0, b.max_len).index_select(0, b.seqs);
-  at::Tensor q = qkv.q.view({s, n, hkv, group, dim}).permute({0, 2, 3, 1, 4});  // [S,Hkv,G,n,D]
-  at::Tensor kt = k.permute({0, 2, 3, 1}).unsqueeze(2);                         // [S,Hkv,1,D,L]
-  at::Tensor scores = at::matmul(q, kt) * scale;                                // [S,Hkv,G,n,L]
-  scores.masked_fill_(b.visible.logical_not(), -std::numeric_limits<double>::infinity());
+  const int64_t hkv = k_cache->size(1), group = hq / hkv;
+  auto rows = [&](const at::Tensor& cache) {  // [S*Hkv, L, D]
+    at::Tensor c = cache.narrow(2, 0, b.max_len);
+    c = b.first >= 0 ? c.narrow(0, b.first, s) : c.index_select(0, b.seqs);
+    return c.view({s * hkv, b.max_len, dim});
+  };
+  at::Tensor q = qkv.q.view({s, n, hkv, group, dim})
+                     .permute({0, 2, 3, 1, 4})
+                     .reshape({s * hkv, group * n, dim});                      // [S*Hkv, G*n, D]
+  at::Tensor scores = at::bmm(q, rows(*k_cache).transpose(1, 2)).mul_(scale);  // [S*Hkv, G*n, L]
+  scores.view({s, hkv, group, n, b.max_len})
+      .masked_fill_(b.visible.logical_not(), -std::numeric_limits<double>::infinity());
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(qkv.q.scalar_type());
-  at::Tensor o = at::matmul(probs, v.permute({0, 2, 1, 3}).unsqueeze(2));  // [S,Hkv,G,n,D]
-  return o.permute({0, 3, 1, 2, 4}).reshape({s * n, hq, dim});
+  at::Tensor o = at::bmm(probs, rows(*v_cache));  // [S*Hkv, G*n, D]
+  return o.view({s, hkv, group, n, dim}).permute({0, 3, 1, 2, 4}).reshape({s * n, hq, dim});
 }
 
 }  // namespace
@@ -110,7 +124,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const TargetModel& mode
       // Zeros, not garbage: the batched attention multiplies the zero probabilities of padded
       // positions with their values, and 0 * NaN would be NaN.
       cache->k_.push_back(
-          at::zeros({sequences, capacity, c.num_key_value_heads, c.head_dim}, opts));
+          at::zeros({sequences, c.num_key_value_heads, capacity, c.head_dim}, opts));
       cache->v_.push_back(at::zeros_like(cache->k_.back()));
     }
   } catch (const c10::Error& e) {
@@ -241,7 +255,9 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
       for (size_t i = 0; i < sequences.size(); ++i) {
         const int64_t s = sequences[i], past = cache->length(s);
         const int64_t start = offsets[i], count = offsets[i + 1] - start;
-        at::Tensor k_all = cache->k_[l].select(0, s), v_all = cache->v_[l].select(0, s);
+        // [Hkv, capacity, D] -> [capacity, Hkv, D] views of this sequence's cache row.
+        at::Tensor k_all = cache->k_[l].select(0, s).permute({1, 0, 2});
+        at::Tensor v_all = cache->v_[l].select(0, s).permute({1, 0, 2});
         k_all.narrow(0, past, count).copy_(qkv.k.narrow(0, start, count));
         v_all.narrow(0, past, count).copy_(qkv.v.narrow(0, start, count));
         if (prefill) continue;

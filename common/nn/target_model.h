@@ -70,7 +70,7 @@ class KvCache {
   friend class TargetModel;
   KvCache() = default;
   int64_t capacity_ = 0;
-  std::vector<at::Tensor> k_, v_;  // per layer [S, capacity, Hkv, D]
+  std::vector<at::Tensor> k_, v_;  // per layer [S, Hkv, capacity, D] (head-major)
   std::vector<int64_t> lengths_;
 };
 
