@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/channel.h"
 
 namespace dflash {
 
@@ -34,6 +35,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   builder.AddListeningPort(address, creds ? std::move(creds) : grpc::InsecureServerCredentials(),
                            bound_port);
   for (grpc::Service* s : services) builder.RegisterService(s);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || *bound_port == 0) {
     return absl::UnavailableError(

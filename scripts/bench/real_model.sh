@@ -13,7 +13,8 @@
 #
 # Env: MODEL (the Hugging Face checkpoint; default $DFLASH_MODELS/SmolLM2-135M-Instruct, made by
 # scripts/models/smollm2.sh), DEVICE (gpu|cpu), TRAIN_PROMPTS / HELDOUT_PROMPTS (default the
-# committed sets), MAX_TRAIN (first N training prompts; default all), REGEN_BATCH (256),
+# committed sets; .jsonl.gz is read too, e.g. configs/smollm2/train-prompts-xl.jsonl.gz), MAX_TRAIN
+# (first N training prompts; default all), REGEN_BATCH (sequences decoded together; 512),
 # REGEN_MAX_NEW (512), EPOCHS / MAX_STEPS (override optim.*), EVAL_EVERY (eval.every_steps),
 # EVAL_PROMPTS (held-out prompts kept; default all), EVAL_MAX_NEW (256), EVAL_SETS (the final
 # evals as BATCH:PROMPTS, default "1:64 8:294 32:294"), STAGES (default "regen train eval"; add
@@ -59,7 +60,8 @@ for _ in $(seq 200); do
 done
 
 # The run.yaml: configs/smollm2/run.yaml with this machine's paths and the env's overrides.
-head_n() { if [ -n "${2:-}" ]; then head -n "$2" "$1"; else cat "$1"; fi; }
+# The first N lines (all without N) of a JSONL file, gzip-compressed or not.
+head_n() { zcat -f "$1" | awk -v n="${2:-0}" 'n == 0 || NR <= n'; }
 head_n "$train_prompts" "${MAX_TRAIN:-}" >"$out/train-prompts.jsonl"
 head_n "$heldout" "${EVAL_PROMPTS:-}" >"$out/heldout-prompts.jsonl"
 yaml=$out/run.yaml
@@ -91,7 +93,7 @@ if has regen; then
   t0=$(date +%s.%N)
   sed "s|train: \"$out/regen.jsonl\"|train: \"$out/train-prompts.jsonl\"|" "$yaml" >"$out/regen.yaml"
   "$ctl" regen "$out/regen.yaml" --input "$out/train-prompts.jsonl" --out "$out/regen.jsonl" \
-    --batch_size "${REGEN_BATCH:-256}" --max_new_tokens "${REGEN_MAX_NEW:-512}" -o json >"$out/regen.json"
+    --batch_size "${REGEN_BATCH:-512}" --max_new_tokens "${REGEN_MAX_NEW:-512}" -o json >"$out/regen.json"
   echo "$(date +%s.%N) $t0" | awk '{printf "%.1f\n", $1 - $2}' >"$out/regen.seconds"
   log "regen done in $(cat "$out/regen.seconds") s"
 fi

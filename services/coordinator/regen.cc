@@ -164,15 +164,24 @@ absl::Status ChatPrompt(const ChatTools& chat, const Record& r, size_t turn, Tok
   return absl::OkStatus();
 }
 
-// Runs `items` on the workers (each takes batches from a shared queue) and returns the outputs
-// in item order.
+// Prompts per Generate call, as a multiple of the sequences a worker decodes together: the worker
+// refills the rows of finished sequences from the rest, so only the call's last wave runs short.
+constexpr size_t kPromptsPerRowPerCall = 4;
+
+// Sequences each worker decodes together (RegenerateRequest.batch_size).
+size_t DecodeBatch(const v1::RegenerateRequest& req) {
+  return req.batch_size() > 0 ? static_cast<size_t>(req.batch_size()) : 16;
+}
+
+// Runs `items` on the workers (each takes calls of kPromptsPerRowPerCall x batch prompts from a
+// shared queue) and returns the outputs in item order.
 absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items, size_t turn,
                                                 const std::vector<int64_t>& stops,
                                                 const v1::RegenerateRequest& req,
                                                 const std::string& yaml,
                                                 const std::vector<v1::WorkerInfo>& workers,
                                                 WorkerControl* control) {
-  const size_t batch = req.batch_size() > 0 ? static_cast<size_t>(req.batch_size()) : 16;
+  const size_t rows = DecodeBatch(req), batch = kPromptsPerRowPerCall * rows;
   std::vector<Tokens> out(items.size());
   std::atomic<size_t> next{0};
   auto work = [&](const v1::WorkerInfo& w) -> absl::Status {
@@ -190,6 +199,7 @@ absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items, 
       g.set_temperature(req.temperature());
       g.set_top_p(req.top_p());
       g.set_top_k(req.top_k());
+      g.set_max_batch(static_cast<int64_t>(rows));
       // Per batch: the run's seed, the batch's first record and the turn (not the batch index,
       // which a resume shifts).
       g.set_seed(batching::SeedHash(req.seed(), {items[first].record, turn}));
@@ -298,8 +308,9 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
   p.set_workers(static_cast<int64_t>(workers.size()));
   p.set_output(out_path.string());
   const std::string yaml = config::EmitRunSpec(spec);
-  const size_t batch = req.batch_size() > 0 ? static_cast<size_t>(req.batch_size()) : 16;
-  const size_t chunk = std::max<size_t>(64, 2 * batch * workers.size());
+  // Records written per chunk: two calls per worker.
+  const size_t chunk =
+      std::max<size_t>(64, 2 * kPromptsPerRowPerCall * DecodeBatch(req) * workers.size());
   for (size_t first = p.records_done(); first < input.records.size(); first += chunk) {
     const size_t last = std::min(input.records.size(), first + chunk);
     size_t turns = 0;

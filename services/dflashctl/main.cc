@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   regen->add_option("--top_k", ra.top_k, "sample among the k most likely (0: off)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   regen->add_option("--seed", ra.seed, "sampling seed");
-  regen->add_option("--batch_size", ra.batch_size, "prompts per worker call (default 16)")
+  regen->add_option("--batch_size", ra.batch_size, "sequences each worker decodes together (default 16)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
 
   dflash::ctl::PrepareArgs pa;

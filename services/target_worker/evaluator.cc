@@ -44,6 +44,7 @@ class TargetEvaluator : public Evaluator {
     options.sampling.top_p = work.top_p;
     options.sampling.top_k = work.top_k;
     options.sampling.seed = work.seed;
+    options.max_batch = work.max_batch;
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<nn::Generation>> out;
     try {

@@ -48,6 +48,7 @@ struct GenerateWork {
   double temperature = 0, top_p = 1;
   int64_t top_k = 0;
   uint64_t seed = 0;
+  int64_t max_batch = 0;  // sequences decoded together; 0: all
 };
 
 struct GenerateReport {

@@ -103,6 +103,11 @@ absl::StatusOr<v1::GenerateResponse> WorkerCore::Generate(const v1::GenerateRequ
   work.top_p = req.top_p() > 0 ? req.top_p() : 1.0;
   work.top_k = req.top_k();
   work.seed = req.seed();
+  if (req.max_batch() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch: ", req.max_batch(), " must be >= 0 (0: every prompt at once)"));
+  }
+  work.max_batch = req.max_batch();
   ASSIGN_OR_RETURN(GenerateReport r, evaluator_->Generate(work));
   v1::GenerateResponse resp;
   for (size_t i = 0; i < r.outputs.size(); ++i) {
