@@ -15,6 +15,7 @@
 # scripts/models/smollm2.sh), DEVICE (gpu|cpu), TRAIN_PROMPTS / HELDOUT_PROMPTS (default the
 # committed sets; .jsonl.gz is read too, e.g. configs/smollm2/train-prompts-xl.jsonl.gz), MAX_TRAIN
 # (first N training prompts; default all), REGEN_BATCH (sequences decoded together; 512),
+# REGEN_SECONDS (stop the regeneration then, keep the records written so far and end the script),
 # REGEN_MAX_NEW (512), EPOCHS / MAX_STEPS (override optim.*), EVAL_EVERY (eval.every_steps),
 # EVAL_PROMPTS (held-out prompts kept; default all), EVAL_MAX_NEW (256), EVAL_SETS (the final
 # evals as BATCH:PROMPTS, default "1:64 8:294 32:294"), STAGES (default "regen train eval"; add
@@ -92,9 +93,19 @@ if has regen; then
   log "regen of $(wc -l <"$out/train-prompts.jsonl") prompts"
   t0=$(date +%s.%N)
   sed "s|train: \"$out/regen.jsonl\"|train: \"$out/train-prompts.jsonl\"|" "$yaml" >"$out/regen.yaml"
-  "$ctl" regen "$out/regen.yaml" --input "$out/train-prompts.jsonl" --out "$out/regen.jsonl" \
-    --batch_size "${REGEN_BATCH:-512}" --max_new_tokens "${REGEN_MAX_NEW:-512}" -o json >"$out/regen.json"
+  rc=0
+  timeout "${REGEN_SECONDS:-0}" "$ctl" regen "$out/regen.yaml" --input "$out/train-prompts.jsonl" \
+    --out "$out/regen.jsonl" --batch_size "${REGEN_BATCH:-512}" \
+    --max_new_tokens "${REGEN_MAX_NEW:-512}" -o json >"$out/regen.json" || rc=$?
   echo "$(date +%s.%N) $t0" | awk '{printf "%.1f\n", $1 - $2}' >"$out/regen.seconds"
+  if [ "$rc" = 124 ]; then
+    # Out of time: the complete lines written so far are the training data (a torn last line,
+    # without its newline, is left out); the coordinator still generating ends with this script.
+    head -n "$(wc -l <"$out/regen.jsonl.partial")" "$out/regen.jsonl.partial" >"$out/regen.jsonl"
+    log "regen stopped after ${REGEN_SECONDS} s: $(wc -l <"$out/regen.jsonl") records kept"
+    exit 0
+  fi
+  [ "$rc" = 0 ] || exit "$rc"
   log "regen done in $(cat "$out/regen.seconds") s"
 fi
 

@@ -308,9 +308,9 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
   p.set_workers(static_cast<int64_t>(workers.size()));
   p.set_output(out_path.string());
   const std::string yaml = config::EmitRunSpec(spec);
-  // Records written per chunk: two calls per worker.
+  // Records written per chunk: one call per worker.
   const size_t chunk =
-      std::max<size_t>(64, 2 * kPromptsPerRowPerCall * DecodeBatch(req) * workers.size());
+      std::max<size_t>(64, kPromptsPerRowPerCall * DecodeBatch(req) * workers.size());
   for (size_t first = p.records_done(); first < input.records.size(); first += chunk) {
     const size_t last = std::min(input.records.size(), first + chunk);
     size_t turns = 0;
