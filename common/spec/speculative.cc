@@ -44,8 +44,10 @@ absl::Status CheckPair(const nn::TargetModel& target, const drafter::DrafterMode
   return absl::OkStatus();
 }
 
+// Row-wise argmax on the logits' device (the first maximum on every device); only the ids travel
+// to the host, not the [rows, vocabulary] logits.
 std::vector<int64_t> Argmax(const at::Tensor& logits) {
-  at::Tensor a = at::argmax(logits.to(at::kCPU, at::kFloat), 1).contiguous();
+  at::Tensor a = at::argmax(logits, 1).to(at::kCPU).contiguous();
   return std::vector<int64_t>(a.data_ptr<int64_t>(), a.data_ptr<int64_t>() + a.numel());
 }
 
