@@ -203,9 +203,11 @@ absl::Status WorkerCore::ReleaseRun(const std::string& run_id) {
   if (run_id_ == run_id && !run_id.empty()) {
     LOG_RUN(INFO, run_id_, step_) << "released";
     CloseRunLog(run_id_);
-    if (runner_) runner_->Abort();
-    runner_.reset();
+    // The run is released before the runner is stopped: a runner whose Abort throws leaves no
+    // run behind.
+    std::shared_ptr<StepRunner> runner = std::move(runner_);
     run_id_.clear();
+    if (runner) runner->Abort();
   }
   return absl::OkStatus();
 }

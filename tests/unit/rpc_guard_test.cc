@@ -120,6 +120,12 @@ TEST(WorkerHandlers, AnswerAStatusWhenTheirDependencyThrows) {
     grpc::Status s = w.service.ReleaseRun(&w.ctx, &release, &released);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
     EXPECT_EQ(s.error_message(), "ReleaseRun: abort threw");
+    // The run was released all the same: a step of it is refused.
+    v1::RunStepRequest step;
+    step.set_run_id("r-1");
+    v1::RunStepResponse resp;
+    s = w.service.RunStep(&w.ctx, &step, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
   }
   {
     Worker w("none");
