@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <set>
 #include <utility>
@@ -239,8 +240,11 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
         }
       }
       if (active.empty()) break;
+      auto t0 = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> proposals, proposer(contexts));
       ++result.drafter_forwards;
+      auto t1 = std::chrono::steady_clock::now();
+      result.draft_seconds += std::chrono::duration<double>(t1 - t0).count();
       if (proposals.size() != active.size()) {
         return absl::InternalError(absl::StrCat("the proposer returned ", proposals.size(),
                                                 " blocks for ", active.size(), " sequences"));
@@ -262,10 +266,13 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
         offsets.push_back(rows);
         rows += len;
       }
+      t0 = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(nn::ExtendOutput verify, target.Extend(ids, blocks, cache.get(), true));
       ++result.target_forwards;
       ASSIGN_OR_RETURN(at::Tensor logits, target.Logits(verify.hidden));
       const std::vector<int64_t> greedy = Argmax(logits);  // [rows]
+      result.verify_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       for (size_t j = 0; j < active.size(); ++j) {
         Sequence* s = active[j];
         const int64_t* g = greedy.data() + offsets[j];

@@ -75,6 +75,10 @@ struct SpecDecodeResult {
   AcceptanceStats stats;
   int64_t target_forwards = 0;   // prefill + verifications, batched
   int64_t drafter_forwards = 0;  // batched
+  // Wall-clock seconds in the proposer and in the verifications (forward, logits, argmax); each
+  // ends with the picked ids on the host, so the device work is inside. The prefill and the
+  // bookkeeping between are neither.
+  double draft_seconds = 0, verify_seconds = 0;
 };
 
 // One sequence as a proposer sees it.

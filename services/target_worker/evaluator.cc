@@ -86,6 +86,8 @@ class TargetEvaluator : public Evaluator {
     stats.accepted_at.assign(config->block_size, 0);
     stats.emitted_histogram.assign(config->block_size + 1, 0);
     const auto start = std::chrono::steady_clock::now();
+    double draft_seconds = 0, verify_seconds = 0;
+    int64_t drafter_forwards = 0;
     for (size_t first = 0; first < work.prompts.size(); first += batch) {
       const size_t last = std::min(work.prompts.size(), first + batch);
       std::vector<std::vector<int64_t>> prompts(work.prompts.begin() + first,
@@ -94,6 +96,9 @@ class TargetEvaluator : public Evaluator {
           spec::SpeculativeGenerate(*target, **model, prompts, decode);
       if (!r.ok()) return r.status();
       stats.Add(r->stats);
+      draft_seconds += r->draft_seconds;
+      verify_seconds += r->verify_seconds;
+      drafter_forwards += r->drafter_forwards;
       for (const std::vector<int64_t>& t : r->tokens) report.new_tokens += t.size();
     }
     report.seconds = SecondsSince(start);
@@ -124,7 +129,10 @@ class TargetEvaluator : public Evaluator {
     LOG_RUN(INFO, work.run_id, work.step)
         << "evaluated " << work.drafter_dir << ": tau " << stats.tau() << " over " << report.prompts
         << " prompts, " << report.new_tokens << " tokens in " << report.seconds << " s (load "
-        << report.load_seconds << " s)";
+        << report.load_seconds << " s); " << drafter_forwards << " drafter forwards "
+        << draft_seconds << " s, verifications " << verify_seconds << " s, the rest "
+        << report.seconds - draft_seconds - verify_seconds << " s; plain greedy "
+        << report.baseline_tokens << " tokens in " << report.baseline_seconds << " s";
     return report;
   }
 
