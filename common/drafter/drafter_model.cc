@@ -35,19 +35,14 @@
 #include "common/drafter/lean_ops.h"
 #include "common/drafter/weighted_ce.h"
 #include "common/nn/layers.h"
+#include "common/nn/torch_status.h"
 
 namespace dflash::drafter {
 namespace {
 
-// A LibTorch error as a status: RESOURCE_EXHAUSTED for the caching allocator's out-of-memory (the
-// trainer recovers from it by splitting the micro-batch), INTERNAL otherwise.
-absl::Status TorchError(const c10::Error& e, const char* what) {
-  const std::string msg = absl::StrCat(what, ": ", e.what_without_backtrace());
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) {
-    return absl::ResourceExhaustedError(msg);
-  }
-  return absl::InternalError(msg);
-}
+// A LibTorch error as a status: RESOURCE_EXHAUSTED for any out-of-memory (the trainer recovers
+// from it by splitting the micro-batch), INTERNAL otherwise.
+absl::Status TorchError(const c10::Error& e, const char* what) { return nn::TorchStatus(e, what); }
 
 constexpr int64_t kMaxDrafterLayers = 1024;
 constexpr int64_t kMaxBlockSize = 1024;
@@ -328,7 +323,7 @@ absl::StatusOr<std::unique_ptr<DrafterModel>> DrafterModel::Create(const Drafter
     m->InitParameters(embed_tokens, lm_head);
     return m;
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("creating the drafter: ", e.what_without_backtrace()));
+    return TorchError(e, "creating the drafter");
   }
 }
 
@@ -518,7 +513,7 @@ absl::StatusOr<at::Tensor> DrafterModel::Logits(const at::Tensor& hidden) const 
     at::Tensor h = hidden.to(lm_head_.device(), lm_head_.scalar_type());
     return at::matmul(h, lm_head_.t()).to(compute_dtype());
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("drafter logits: ", e.what_without_backtrace()));
+    return TorchError(e, "drafter logits");
   }
 }
 
@@ -552,7 +547,7 @@ absl::StatusOr<BlockTargets> DrafterModel::Targets(const DrafterBatch& batch, do
     ASSIGN_OR_RETURN(Prepared p, Prepare(batch, /*for_targets=*/true));
     return MakeTargets(p, gamma);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("drafter targets: ", e.what_without_backtrace()));
+    return TorchError(e, "drafter targets");
   }
 }
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/nn/target_model.h"
+#include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
 
 namespace dflash::nn {
@@ -276,11 +277,8 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
     }
     out.hidden = RmsNorm(x, final_norm_, config_.rms_norm_eps);
     return out;
-  } catch (const c10::OutOfMemoryError& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("target model extend: ", e.what_without_backtrace()));
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("target model extend: ", e.what_without_backtrace()));
+    return TorchStatus(e, "target model extend");
   }
 }
 
@@ -297,7 +295,7 @@ absl::StatusOr<at::Tensor> TargetModel::Logits(const at::Tensor& hidden) const {
     c10::InferenceMode inference;
     return Linear(hidden.to(lm_head_.scalar_type()), lm_head_).to(at::kFloat);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("target logits: ", e.what_without_backtrace()));
+    return TorchStatus(e, "target logits");
   }
 }
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
 #include "common/nn/tensor_parallel.h"
+#include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
 
 namespace dflash::nn {
@@ -344,8 +345,7 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Load(const std::string
     RETURN_IF_ERROR(m->LoadWeights(reader));
     return m;
   } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("loading the target model from ", dir, ": ", e.what_without_backtrace()));
+    return TorchStatus(e, absl::StrCat("loading the target model from ", dir));
   }
 }
 
@@ -357,8 +357,7 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::FromTensors(
     RETURN_IF_ERROR(m->LoadWeights(TensorMapReader(tensors, options.dtype, options.device)));
     return m;
   } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("building the target model: ", e.what_without_backtrace()));
+    return TorchStatus(e, "building the target model");
   }
 }
 
@@ -449,12 +448,9 @@ absl::Status TargetModel::Forward(const at::Tensor& input_ids, const at::Tensor&
     return absl::OkStatus();
   } catch (const TensorParallelError& e) {
     return e.status;
-  } catch (const c10::OutOfMemoryError& e) {
-    // RESOURCE_EXHAUSTED: the target worker recovers by running the batch's documents in halves.
-    return absl::ResourceExhaustedError(
-        absl::StrCat("target model forward: ", e.what_without_backtrace()));
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("target model forward: ", e.what_without_backtrace()));
+    // RESOURCE_EXHAUSTED: the target worker recovers by running the batch's documents in halves.
+    return TorchStatus(e, "target model forward");
   }
 }
 

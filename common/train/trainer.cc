@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/safetensors.h"
+#include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
 #include "common/train/grad_reducer.h"
 
@@ -193,7 +194,12 @@ absl::Status DrafterTrainer::TryMicroBatch(const drafter::DrafterBatch& batch, b
   if (!hidden.ok()) return hidden.status();
   absl::StatusOr<drafter::DrafterLoss> loss = model_->Loss(batch, *hidden, loss_);
   if (!loss.ok()) return loss.status();
-  const double num = loss->numerator.item<double>();
+  double num = 0;
+  try {
+    num = loss->numerator.item<double>();  // the read back waits for the loss's device work
+  } catch (const c10::Error& e) {
+    return nn::TorchStatus(e, "drafter loss (read back)");
+  }
   Impl& m = *impl_;
   const bool overlap = last_in_step && m.reducer != nullptr;
   if (overlap) m.reducer->Arm();
@@ -201,13 +207,9 @@ absl::Status DrafterTrainer::TryMicroBatch(const drafter::DrafterBatch& batch, b
     *in_backward = true;
     try {
       loss->numerator.backward();
-    } catch (const c10::OutOfMemoryError& e) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("drafter backward: ", e.what_without_backtrace()));
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("drafter backward: ", e.what_without_backtrace()));
+      return nn::TorchStatus(e, "drafter backward");
     }
-    *in_backward = false;
   } else {
     m.nonfinite = true;  // the step will be skipped: no use propagating NaN into the gradients
   }
@@ -215,10 +217,20 @@ absl::Status DrafterTrainer::TryMicroBatch(const drafter::DrafterBatch& batch, b
   if (overlap) {
     if (absl::Status s = m.reducer->Flush(); !s.ok()) return s;
   }
+  // The reads back, before anything is added to the step's sums: a failure here (still counted
+  // as in the backward, whose gradients are in place) leaves the sums as they were.
+  double weight = 0;
+  at::Tensor correct, total;
+  try {
+    weight = loss->denominator.item<double>();
+    correct = loss->slot_correct.to(at::kCPU).contiguous();
+    total = loss->slot_total.to(at::kCPU).contiguous();
+  } catch (const c10::Error& e) {
+    return nn::TorchStatus(e, "drafter loss statistics (read back)");
+  }
+  *in_backward = false;
   m.numerator += num;
-  m.weight_sum += loss->denominator.item<double>();
-  const at::Tensor correct = loss->slot_correct.to(at::kCPU).contiguous();
-  const at::Tensor total = loss->slot_total.to(at::kCPU).contiguous();
+  m.weight_sum += weight;
   for (size_t k = 0; k < m.slot_correct.size(); ++k) {
     m.slot_correct[k] += correct.data_ptr<int64_t>()[k];
     m.slot_total[k] += total.data_ptr<int64_t>()[k];
@@ -253,27 +265,13 @@ absl::Status DrafterTrainer::ReduceGradients() {
   return impl_->reducer->Finish();
 }
 
-absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weight_sum) {
+// The optimizer's half of Step: the global gradient norm, clipping and the fused AdamW update (or
+// skipped for a non-finite norm). A LibTorch error, an out-of-memory included, is a status; the
+// parameters may then be part-updated, so the run goes back to its last checkpoint.
+absl::Status DrafterTrainer::ApplyOptimizer(StepStats* stats) {
   Impl& m = *impl_;
-  if (m.micro == 0) return absl::FailedPreconditionError("trainer: Step() without a micro-batch");
-  if (comm_ != nullptr) {
-    // Gradients first, then the scalars, on every rank: the order the overlapped backward starts
-    // them in. A step that turns out skipped has reduced its gradients for nothing.
-    if (absl::Status st = ReduceGradients(); !st.ok()) return st;
-    if (absl::Status st = ReduceScalars(); !st.ok()) return st;
-  }
-  StepStats s;
-  s.step = step_;
-  s.micro_batches = m.micro;
-  s.oom_splits = m.oom_splits;
-  s.weight_sum = comm_ != nullptr ? m.weight_sum : global_weight_sum.value_or(m.weight_sum);
-  s.loss = s.weight_sum > 0 ? m.numerator / s.weight_sum : 0.0;
-  s.slot_correct = m.slot_correct;
-  s.slot_total = m.slot_total;
-  s.acceptance_length = drafter::ExpectedAcceptanceLength(m.slot_correct, m.slot_total);
-  s.skipped = m.nonfinite || !(s.weight_sum > 0) || !std::isfinite(s.loss);
-  s.grad_norm = std::numeric_limits<double>::quiet_NaN();
-  if (!s.skipped) {
+  StepStats& s = *stats;
+  try {
     // The gradients hold the step's loss numerator's: one norm pass gives the global norm of the
     // normalized gradient (/ weight sum), and the normalization and the clipping are folded into
     // the fused AdamW's grad_scale (it divides each gradient by it as it reads it), so the
@@ -304,6 +302,36 @@ absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weig
                         config_.beta1, config_.beta2, config_.weight_decay, config_.eps,
                         /*amsgrad=*/false, /*maximize=*/false, grad_scale, /*found_inf=*/{});
     }
+
+  } catch (const c10::Error& e) {
+    return nn::TorchStatus(e, "optimizer step");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weight_sum) {
+  Impl& m = *impl_;
+  if (m.micro == 0) return absl::FailedPreconditionError("trainer: Step() without a micro-batch");
+  if (comm_ != nullptr) {
+    // Gradients first, then the scalars, on every rank: the order the overlapped backward starts
+    // them in. A step that turns out skipped has reduced its gradients for nothing.
+    if (absl::Status st = ReduceGradients(); !st.ok()) return st;
+    if (absl::Status st = ReduceScalars(); !st.ok()) return st;
+  }
+  StepStats s;
+  s.step = step_;
+  s.micro_batches = m.micro;
+  s.oom_splits = m.oom_splits;
+  s.weight_sum = comm_ != nullptr ? m.weight_sum : global_weight_sum.value_or(m.weight_sum);
+  s.loss = s.weight_sum > 0 ? m.numerator / s.weight_sum : 0.0;
+  s.slot_correct = m.slot_correct;
+  s.slot_total = m.slot_total;
+  s.acceptance_length = drafter::ExpectedAcceptanceLength(m.slot_correct, m.slot_total);
+  s.skipped = m.nonfinite || !(s.weight_sum > 0) || !std::isfinite(s.loss);
+  s.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  if (!s.skipped) {
+    absl::Status applied = ApplyOptimizer(&s);
+    if (!applied.ok()) return applied;
   }
   if (s.skipped) ++skipped_;
   for (at::Tensor& p : m.params) p.mutable_grad() = at::Tensor();

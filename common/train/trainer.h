@@ -107,7 +107,8 @@ class DrafterTrainer {
  private:
   struct Impl;
   DrafterTrainer(drafter::DrafterModel* model, OptimConfig config, drafter::LossOptions loss);
-  absl::Status ReduceScalars();    // numerator, weight sum, non-finite flag, slot counts
+  absl::Status ReduceScalars();  // numerator, weight sum, non-finite flag, slot counts
+  absl::Status ApplyOptimizer(StepStats* stats);  // norm, clipping, AdamW; sets lr, grad_norm
   absl::Status ReduceGradients();  // every parameter's gradient (the GradReducer's buckets)
   // One attempt at AddMicroBatch; *in_backward tells whether a failure came from the backward.
   absl::Status TryMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step,
