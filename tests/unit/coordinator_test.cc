@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "services/coordinator/coordinator_service.h"
 #include "tests/unit/fake_worker_control.h"
 
 namespace dflash::coordinator {
@@ -251,6 +253,33 @@ TEST_F(CoordinatorTest, EvaluationsDuringTrainingAreRecordedAndOnDemandUsesAnIdl
   EXPECT_DOUBLE_EQ(r->tau(), 3.0);
   EXPECT_EQ(workers_.eval_requests.back().prompts_size(), 2);
   EXPECT_EQ(workers_.eval_requests.back().max_new_tokens(), 256);  // eval.max_new_tokens default
+}
+
+// No exception leaves a coordinator handler (common/rpc/guarded.h): a worker call that throws
+// under EvaluateDrafter is answered INTERNAL naming the operation, and the coordinator answers the
+// next call.
+TEST_F(CoordinatorTest, AHandlerWhoseDependencyThrowsAnswersAStatus) {
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  const std::string dir = state_dir_ + "/drafter";
+  std::filesystem::create_directories(dir);
+  v1::EvaluateDrafterRequest req;
+  req.set_run_yaml(kRunYaml);
+  req.set_drafter_dir(dir);
+  req.set_prompts("builtin:tiny-chat");
+  req.set_max_prompts(2);
+  workers_.on_evaluate = [] { throw std::runtime_error("worker client threw"); };
+  CoordinatorService service(coordinator_.get());
+  grpc::ServerContext ctx;
+  v1::EvaluateDrafterResponse resp;
+  grpc::Status s = service.EvaluateDrafter(&ctx, &req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(s.error_message(), "EvaluateDrafter: worker client threw");
+  v1::ListWorkersRequest list;
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(service.ListWorkers(&ctx, &list, &workers).ok());
+  EXPECT_EQ(workers.workers_size(), 1);
+  workers_.on_evaluate = nullptr;
+  EXPECT_TRUE(service.EvaluateDrafter(&ctx, &req, &resp).ok());
 }
 
 TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndNcclOnTwo) {

@@ -63,6 +63,7 @@ class FakeWorkerControl : public WorkerControl {
   // Answers with `eval_accepted` proposals accepted in each of 10 verifications (block size 4).
   absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::WorkerInfo& worker,
                                                 const v1::EvaluateRequest& req) override {
+    if (on_evaluate) on_evaluate();
     std::lock_guard<std::mutex> lock(mu_);
     eval_requests.push_back(req);
     v1::EvaluateResponse resp;
@@ -114,6 +115,8 @@ class FakeWorkerControl : public WorkerControl {
   std::map<std::string, absl::Status> prepare_errors;  // by worker id
   // Runs before each PrepareRun answers (outside the coordinator's lock, as a real RPC would).
   std::function<void(const v1::WorkerInfo&)> on_prepare;
+  // Runs before each Evaluate answers; may throw (a dependency that fails badly).
+  std::function<void()> on_evaluate;
 };
 
 }  // namespace dflash::coordinator
