@@ -1,6 +1,7 @@
 #include "services/coordinator/coordinator.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
@@ -240,7 +241,10 @@ absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_
   ASSIGN_OR_RETURN(plan::RunPlan p, plan::PlanRun(spec, target, pt.transport));
   v1::PlanRunResponse resp;
   resp.set_table(plan::PlanTable(p, pt.target_capacity, pt.drafter_capacity));
-  resp.set_json(plan::PlanJson(p, pt.target_capacity, pt.drafter_capacity));
+  nlohmann::json json =
+      nlohmann::json::parse(plan::PlanJson(p, pt.target_capacity, pt.drafter_capacity));
+  AddFreeNow(p, &resp, &json);
+  resp.set_json(json.dump(2) + "\n");
   for (const auto& [role, worker, capacity] :
        {std::make_tuple("target", pt.target_worker, pt.target_capacity),
         std::make_tuple("drafter", pt.drafter_worker, pt.drafter_capacity)}) {
@@ -248,6 +252,45 @@ absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_
     if (!fits.ok()) resp.add_problems(std::string(fits.message()));
   }
   return resp;
+}
+
+void Coordinator::AddFreeNow(const plan::RunPlan& p, v1::PlanRunResponse* resp,
+                             nlohmann::json* json) {
+  // Each GPU's free memory now against the plan of the workers a pair would place there: one
+  // target and one drafter per GPU at most.
+  const std::vector<v1::WorkerInfo> workers = ListWorkers();
+  std::vector<DeviceNeed> needs;
+  std::set<std::pair<std::string, v1::WorkerRole>> taken;
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.device().kind() != "cuda" || w.health() != v1::WORKER_HEALTH_UP) continue;
+    if (!taken.insert({DeviceKey(w), w.role()}).second) continue;
+    if (w.role() == v1::WORKER_ROLE_TARGET) needs.push_back({w, p.target.device_bytes});
+    if (w.role() == v1::WORKER_ROLE_DRAFTER) needs.push_back({w, p.drafter.device_bytes});
+  }
+  const std::vector<GpuMemoryNow> now = MemoryNow(needs, workers);
+  if (now.empty()) return;
+  std::string table = "\nfree now (the workers' last heartbeats; a run that does not fit waits)\n";
+  nlohmann::json list = nlohmann::json::array();
+  for (const GpuMemoryNow& g : now) {
+    const std::string names = absl::StrJoin(g.workers, ", ");
+    absl::StrAppend(&table, "  ", g.Describe(), " (", names, ")",
+                    !g.known   ? ": free memory not reported"
+                    : g.Fits() ? ": fits now"
+                               : ": WOULD WAIT",
+                    "\n");
+    list.push_back({{"gpu", g.index},
+                    {"host", g.host},
+                    {"workers", g.workers},
+                    {"need_bytes", g.need},
+                    {"free_bytes", g.free},
+                    {"total_bytes", g.total},
+                    {"workers_reserved_bytes", g.all_workers},
+                    {"other_processes_bytes", g.others},
+                    {"fits_now", g.known ? nlohmann::json(g.Fits()) : nlohmann::json(nullptr)}});
+    if (g.known && !g.Fits()) resp->add_waits(g.Describe());
+  }
+  resp->set_table(resp->table() + table);
+  (*json)["free_now"] = list;
 }
 
 std::vector<v1::WorkerInfo> Coordinator::IdleTargets() {
@@ -443,6 +486,23 @@ void Coordinator::RequeuePausedRunsLocked() {
   }
 }
 
+std::string Coordinator::FreeMemoryWait(const config::RunSpec& spec,
+                                        const std::vector<std::vector<v1::WorkerInfo>>& groups,
+                                        const std::vector<v1::WorkerInfo>& drafters, size_t pairs) {
+  absl::StatusOr<model::TransformerConfig> tc = plan::RunTargetConfig(spec);
+  if (!tc.ok()) return "";  // StartRun reports it
+  std::vector<DeviceNeed> needs;
+  for (size_t i = 0; i < pairs; ++i) {
+    absl::StatusOr<std::string> transport = ResolveTransport(spec, groups[i][0], drafters[i]);
+    if (!transport.ok()) return "";
+    absl::StatusOr<plan::RunPlan> p = plan::PlanRun(spec, *tc, *transport);
+    if (!p.ok()) return "";
+    for (const v1::WorkerInfo& t : groups[i]) needs.push_back({t, p->target.device_bytes});
+    needs.push_back({drafters[i], p->drafter.device_bytes});
+  }
+  return FreeMemoryShortfall(needs, registry_.List());
+}
+
 std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
   std::vector<Placement> placements;
   auto runs = store_->ListRuns();
@@ -490,6 +550,16 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
       }
     }
     if (available == 0 || wanted > available) continue;  // stays queued until workers free up
+    // The memory plan against what the pairs' GPUs have free now (memory other processes hold
+    // is not the run's): a run that does not fit waits, with the reason as its message.
+    if (std::string wait = FreeMemoryWait(*spec, groups, drafters, wanted); !wait.empty()) {
+      if (run.message() != wait) {
+        absl::Status s = store_->SetQueuedMessage(run.run_id(), wait);
+        if (!s.ok()) LOG_RUN(WARNING, run.run_id(), -1) << "cannot record why it waits: " << s;
+        LOG_RUN(INFO, run.run_id(), -1) << "waits for GPU memory: " << wait;
+      }
+      continue;
+    }
     Placement p;
     p.run_id = run.run_id();
     p.resolved_yaml = run.resolved_config_yaml();

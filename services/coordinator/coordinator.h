@@ -9,12 +9,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/base/clock.h"
+#include "common/config/run_spec.h"
 #include "common/metrics/catalogue.h"
 #include "dflash/v1/common.pb.h"
 #include "dflash/v1/coordinator.pb.h"
@@ -22,6 +24,10 @@
 #include "services/coordinator/run_store.h"
 #include "services/coordinator/worker_control.h"
 #include "services/coordinator/worker_registry.h"
+
+namespace dflash::plan {
+struct RunPlan;
+}  // namespace dflash::plan
 
 namespace dflash::coordinator {
 
@@ -102,6 +108,14 @@ class Coordinator {
   absl::Status TransitionLocked(const std::string& run_id, v1::RunState from, v1::RunState to,
                                 const std::string& message,
                                 const std::vector<std::string>* worker_ids = nullptr);
+  // Why a run placed on these pairs must wait for GPU memory ("" when it fits; placement.h
+  // FreeMemoryShortfall).
+  std::string FreeMemoryWait(const config::RunSpec& spec,
+                             const std::vector<std::vector<v1::WorkerInfo>>& groups,
+                             const std::vector<v1::WorkerInfo>& drafters, size_t pairs);
+  // PlanRun's "free now" part: each GPU's free memory against the plan of the workers a pair
+  // would place on it, in the table, the JSON ("free_now") and `waits`.
+  void AddFreeNow(const plan::RunPlan& p, v1::PlanRunResponse* resp, nlohmann::json* json);
   std::vector<Placement> PlaceQueuedRunsLocked();
   void RequeuePausedRunsLocked();
   // run_driver.cc: prepares the workers, then trains the run to its end (or until it is

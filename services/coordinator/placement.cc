@@ -1,6 +1,10 @@
 #include "services/coordinator/placement.h"
 
+#include <algorithm>
+#include <map>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace dflash::coordinator {
 
@@ -138,6 +142,60 @@ PlanTargets PlanTargetsOf(const config::RunSpec& spec, const std::vector<v1::Wor
     p.transport = shared_gpu ? "cuda_ipc" : gpus ? "nccl" : "host";
   }
   return p;
+}
+
+std::string GpuMemoryNow::Describe() const {
+  auto gib = [](double bytes) { return absl::StrFormat("%.1f GiB", bytes / (1ull << 30)); };
+  return absl::StrCat("GPU ", index, " of host ", host, ": ", gib(free), " free, the ",
+                      workers.size() > 1 ? "pair" : "worker", " needs ", gib(need),
+                      "; held by other processes: ", gib(others));
+}
+
+std::vector<GpuMemoryNow> MemoryNow(const std::vector<DeviceNeed>& needs,
+                                    const std::vector<v1::WorkerInfo>& registered) {
+  std::vector<GpuMemoryNow> gpus;
+  std::map<std::string, size_t> at;  // DeviceKey -> index in gpus
+  for (const DeviceNeed& n : needs) {
+    const v1::DeviceInfo& d = n.worker.device();
+    if (d.kind() != "cuda") continue;
+    auto [it, fresh] = at.try_emplace(DeviceKey(n.worker), gpus.size());
+    if (fresh) {
+      GpuMemoryNow g;
+      g.host = HostOf(n.worker.control_address());
+      g.index = d.index();
+      g.total = d.total_bytes();
+      g.free = d.free_bytes();
+      gpus.push_back(g);
+    }
+    GpuMemoryNow& g = gpus[it->second];
+    g.need += n.bytes;
+    g.known = g.known && d.free_bytes() > 0;
+    g.free = std::min<uint64_t>(g.free, d.free_bytes());
+    if (std::find(g.workers.begin(), g.workers.end(), n.worker.name()) == g.workers.end()) {
+      g.workers.push_back(n.worker.name());
+      g.placed_own += d.process_reserved_bytes();
+    }
+  }
+  for (const auto& [key, i] : at) {
+    GpuMemoryNow& g = gpus[i];
+    for (const v1::WorkerInfo& w : registered) {
+      if (w.device().kind() == "cuda" && DeviceKey(w) == key) {
+        g.all_workers += w.device().process_reserved_bytes();
+      }
+    }
+    const int64_t others = static_cast<int64_t>(g.total) - static_cast<int64_t>(g.free) -
+                           static_cast<int64_t>(g.all_workers);
+    g.others = static_cast<uint64_t>(std::max<int64_t>(0, others));
+  }
+  return gpus;
+}
+
+std::string FreeMemoryShortfall(const std::vector<DeviceNeed>& needs,
+                                const std::vector<v1::WorkerInfo>& registered) {
+  for (const GpuMemoryNow& g : MemoryNow(needs, registered)) {
+    if (!g.Fits()) return g.Describe();
+  }
+  return "";
 }
 
 }  // namespace dflash::coordinator

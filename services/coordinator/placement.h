@@ -64,4 +64,40 @@ struct PlanTargets {
 };
 PlanTargets PlanTargetsOf(const config::RunSpec& spec, const std::vector<v1::WorkerInfo>& workers);
 
+// What one worker of a placement needs on its GPU (the memory plan's device total).
+struct DeviceNeed {
+  v1::WorkerInfo worker;
+  int64_t bytes = 0;
+};
+
+// One GPU's memory now (the latest heartbeats) against what the workers placed on it need.
+struct GpuMemoryNow {
+  std::string host;
+  int64_t index = 0;
+  std::vector<std::string> workers;  // the placed workers' names, in the order of the needs
+  int64_t need = 0;                  // their plans together
+  uint64_t total = 0;
+  uint64_t free = 0;         // the lowest free figure those workers reported
+  uint64_t placed_own = 0;   // what the placed workers' LibTorch allocators hold (theirs to reuse)
+  uint64_t all_workers = 0;  // what every registered worker's allocator holds on this GPU
+  uint64_t others = 0;       // total - free - all_workers: held by other processes
+  bool known = true;         // false: a worker never reported its free memory (not checked)
+  bool Fits() const { return !known || need <= static_cast<int64_t>(free + placed_own); }
+  // "GPU 0 of host 10.0.0.1: 41.0 GiB free, the pair needs 46.0 GiB; held by other processes:
+  // 97.8 GiB" ("the worker" when one worker is placed there).
+  std::string Describe() const;
+};
+
+// The placement's needs grouped by GPU (DeviceKey), in the order the GPUs first appear; CPU
+// workers are left out. `registered`: every registered worker (whose allocators do not count as
+// other processes).
+std::vector<GpuMemoryNow> MemoryNow(const std::vector<DeviceNeed>& needs,
+                                    const std::vector<v1::WorkerInfo>& registered);
+
+// Why the run must wait: the first GPU of MemoryNow without room for its workers (its free
+// memory plus what those workers' allocators hold, which they free or reuse), Describe()d;
+// "" when every GPU has room.
+std::string FreeMemoryShortfall(const std::vector<DeviceNeed>& needs,
+                                const std::vector<v1::WorkerInfo>& registered);
+
 }  // namespace dflash::coordinator

@@ -168,6 +168,13 @@ absl::Status RunStore::SetResolvedTarget(const std::string& run_id,
   return up.Step().status();
 }
 
+absl::Status RunStore::SetQueuedMessage(const std::string& run_id, const std::string& message) {
+  Stmt up(db_, "UPDATE runs SET message = ?2 WHERE run_id = ?1 AND state = ?3");
+  RETURN_IF_ERROR(up.status());
+  up.Bind(1, run_id).Bind(2, message).Bind(3, int64_t{v1::RUN_STATE_QUEUED});
+  return up.Step().status();
+}
+
 absl::Status RunStore::InTransaction(const std::function<absl::Status()>& body) {
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
   absl::Status s = body();

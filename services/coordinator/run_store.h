@@ -40,6 +40,8 @@ class RunStore {
 
   // Replaces the run's resolved target settings (RunStatus.resolved_target).
   absl::Status SetResolvedTarget(const std::string& run_id, const v1::ResolvedTarget& resolved);
+  // Replaces the message of a run that is still queued (why it waits); no event is written.
+  absl::Status SetQueuedMessage(const std::string& run_id, const std::string& message);
 
   // Moves the run from `from` to `to`, recording `message`; fails with FAILED_PRECONDITION when the
   // run is not in `from` or the transition is not allowed. Returns the event written.

@@ -252,6 +252,8 @@ int Commands::Plan(const std::string& path) {
   // A worker that does not fit: what submit would refuse, with the fix.
   for (const std::string& p : resp.problems())
     std::cerr << "dflashctl: does not fit: " << p << "\n";
+  // Too little free now: submit would queue the run until the memory frees (not a refusal).
+  for (const std::string& w : resp.waits()) std::cerr << "dflashctl: would wait: " << w << "\n";
   return resp.problems().empty() ? kOk : kDoesNotFit;
 }
 

@@ -372,6 +372,7 @@ v1::DeviceInfo WorkerCore::ReadDevice() {
     d.set_total_bytes(probe->total_bytes);
     d.set_free_bytes(probe->free_bytes);
   }
+  if (gpu >= 0) d.set_process_reserved_bytes(device::TorchAllocatorStats(gpu).reserved_bytes);
   if (metrics_) {
     const std::string gpu_label = gpu < 0 ? "cpu" : std::to_string(gpu);
     prometheus::Labels l = {{"worker", name}, {"role", role}, {"gpu", gpu_label}};

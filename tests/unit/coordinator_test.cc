@@ -282,6 +282,68 @@ TEST_F(CoordinatorTest, AHandlerWhoseDependencyThrowsAnswersAStatus) {
   EXPECT_TRUE(service.EvaluateDrafter(&ctx, &req, &resp).ok());
 }
 
+// Free memory is part of the plan (issue 26): a pair whose GPU has less free than the plan needs
+// waits queued with the reason as its message, and starts once the GPU reports room; what the
+// pair's own allocators hold counts as room (they free or reuse it).
+TEST_F(CoordinatorTest, ARunWaitsForFreeGpuMemoryAndStartsWhenItFrees) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  std::map<std::string, std::string> ids;
+  auto device = [&](uint64_t free, uint64_t reserved) {
+    v1::DeviceInfo d;
+    d.set_kind("cuda");
+    d.set_index(0);
+    d.set_total_bytes(80 * kGiB);
+    d.set_free_bytes(free);
+    d.set_process_reserved_bytes(reserved);
+    return d;
+  };
+  for (const auto& [name, role] : {std::make_pair("t0", v1::WORKER_ROLE_TARGET),
+                                   std::make_pair("d0", v1::WORKER_ROLE_DRAFTER)}) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address("10.0.0.1:100");
+    *w.mutable_device() = device(kGiB / 1024, 0);
+    ids[name] = coordinator_->Register(w)->worker_id();
+  }
+  auto beat = [&](uint64_t free, uint64_t reserved) {
+    for (const auto& [name, id] : ids) {
+      v1::HeartbeatRequest req;
+      req.set_worker_id(id);
+      *req.mutable_device() = device(free, reserved);
+      ASSERT_TRUE(coordinator_->Heartbeat(req).ok());
+    }
+  };
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  auto waiting = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(waiting.state(), v1::RUN_STATE_QUEUED);
+  EXPECT_THAT(waiting.message(), ::testing::StartsWith("GPU 0 of host 10.0.0.1: 0.0 GiB free, "
+                                                       "the pair needs "));
+  EXPECT_THAT(waiting.message(), HasSubstr("; held by other processes: 80.0 GiB"));
+  EXPECT_TRUE(workers_.prepared.empty());
+  // plan shows the same figure, and the same line as what the run would wait for.
+  auto plan = coordinator_->PlanRun(kRunYaml);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(plan->table(), HasSubstr("free now"));
+  EXPECT_THAT(plan->table(), HasSubstr("(t0, d0): WOULD WAIT"));
+  ASSERT_EQ(plan->waits_size(), 1);
+  EXPECT_EQ(plan->waits(0), waiting.message());
+  EXPECT_TRUE(plan->problems().empty());  // waiting is not a refusal
+  EXPECT_THAT(plan->json(), HasSubstr("\"fits_now\": false"));
+  EXPECT_THAT(plan->json(), HasSubstr("\"other_processes_bytes\": 85898297344"));
+  // The workers' own allocators hold 1 GiB each of what is not free: theirs, not another's.
+  beat(kGiB / 1024, kGiB);
+  plan = coordinator_->PlanRun(kRunYaml);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(plan->table(), HasSubstr("(t0, d0): fits now"));
+  EXPECT_THAT(plan->table(), HasSubstr("held by other processes: 78.0 GiB"));
+  EXPECT_EQ(plan->waits_size(), 0);
+  coordinator_->Tick();
+  auto mine = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(mine.state(), v1::RUN_STATE_DONE) << mine.message();
+}
+
 TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndNcclOnTwo) {
   auto worker = [&](const std::string& name, v1::WorkerRole role, const std::string& kind,
                     int index) {
