@@ -343,6 +343,7 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Load(const std::string
     RETURN_IF_ERROR(CheckAllTensors(config, reader));
     ASSIGN_OR_RETURN(std::unique_ptr<TargetModel> m, Create(std::move(config), options));
     RETURN_IF_ERROR(m->LoadWeights(reader));
+    m->source_ = dir;
     return m;
   } catch (const c10::Error& e) {
     return TorchStatus(e, absl::StrCat("loading the target model from ", dir));

@@ -153,6 +153,10 @@ class TargetModel {
   }
   c10::ScalarType dtype() const { return dtype_; }
   c10::Device device() const { return device_; }
+  // Where the weights came from: the directory Load read, or what the caller set (a built-in
+  // target's "builtin:NAME"); "" for tensors handed in. What a worker echoes as target.path.
+  const std::string& source() const { return source_; }
+  void set_source(std::string source) { source_ = std::move(source); }
   // [V, H]. lm_head is the same tensor as embed_tokens when the checkpoint ties them.
   const at::Tensor& embed_tokens() const { return embed_tokens_; }
   const at::Tensor& lm_head() const { return lm_head_; }
@@ -194,6 +198,7 @@ class TargetModel {
   std::vector<int64_t> layer_ids_;
   std::vector<std::vector<int64_t>> slots_of_layer_;  // layer -> feature slots it fills
   c10::ScalarType dtype_;
+  std::string source_;
   c10::Device device_;
   at::Tensor embed_tokens_;
   at::Tensor lm_head_;

@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::Run
     return absl::Status(target.status().code(),
                         absl::StrCat("target.path: ", target.status().message()));
   }
+  if (IsBuiltin(spec.target.path)) (*target)->set_source(spec.target.path);
   return target;
 }
 
@@ -99,18 +100,17 @@ absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> CreateRunDrafter(
   return drafter::DrafterModel::Create(*config, options, target.embed_tokens(), target.lm_head());
 }
 
-std::map<std::string, std::string> RunSettings(const config::RunSpec& spec,
-                                               const drafter::DrafterConfig& drafter) {
-  return {
-      {"target.path", spec.target.path},
-      {"target.dtype", spec.target.dtype},
-      {"target.layer_ids", absl::StrJoin(drafter.target_layer_ids, ",")},
-      {"drafter.layers", std::to_string(drafter.num_layers)},
-      {"drafter.block_size", std::to_string(drafter.block_size)},
-      {"drafter.mask_token_id", std::to_string(drafter.mask_token_id)},
-      {"batching.token_budget", std::to_string(spec.batching.token_budget)},
-      {"data.max_length", std::to_string(spec.data.max_length)},
-  };
+std::string TargetDtypeName(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::BFloat16:
+      return "bfloat16";
+    case c10::ScalarType::Half:
+      return "float16";
+    case c10::ScalarType::Float:
+      return "float32";
+    default:
+      return std::string(c10::toString(dtype));
+  }
 }
 
 }  // namespace dflash::train

@@ -1,8 +1,8 @@
 // run.yaml -> the models a worker runs: the target (HF checkpoint directory or builtin:NAME) with
 // the run's feature layers, and the drafter (method.md §2) shaped from the target and the run's
 // drafter settings. Target and drafter workers call the same functions, so both sides agree on
-// layer ids, shapes and the mask token without talking to each other; the settings echo
-// (RunSettings) is what they report to the coordinator.
+// layer ids, shapes and the mask token without talking to each other; each worker's settings
+// echo reads them back from what it built (services/coordinator/settings_echo.h).
 #pragma once
 
 #include <c10/core/Device.h>
@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::Run
 absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> CreateRunDrafter(
     const config::RunSpec& spec, const nn::TargetModel& target, c10::Device device);
 
-// The settings a worker applies, as "field.path" -> value (PrepareRunResponse.applied).
-std::map<std::string, std::string> RunSettings(const config::RunSpec& spec,
-                                               const drafter::DrafterConfig& drafter);
+// target.dtype's spelling of a model dtype ("bfloat16", "float16", "float32"): what a worker
+// echoes for the model it built.
+std::string TargetDtypeName(c10::ScalarType dtype);
 
 }  // namespace dflash::train

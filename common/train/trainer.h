@@ -93,6 +93,7 @@ class DrafterTrainer {
   int64_t step() const { return step_; }              // steps finished
   int64_t skipped_steps() const { return skipped_; }  // of those, not applied
   const OptimConfig& config() const { return config_; }
+  const drafter::LossOptions& loss() const { return loss_; }
 
   // Everything a resumed run needs from the trainer, as named fp32/int64 CPU tensors and metadata:
   // "param/<name>", "adam.exp_avg/<name>", "adam.exp_avg_sq/<name>", "adam.step/<name>", and

@@ -276,7 +276,8 @@ void Coordinator::StartRun(const Placement& p) {
       }
       status = CheckEcho(
           self.name(), expected,
-          std::map<std::string, std::string>(resp->applied().begin(), resp->applied().end()));
+          std::map<std::string, std::string>(resp->applied().begin(), resp->applied().end()),
+          RequiredEcho(is_drafter, tp_rank, expected));
       if (!status.ok()) break;
       echoes.push_back(absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
     }

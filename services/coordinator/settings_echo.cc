@@ -53,9 +53,32 @@ std::map<std::string, std::string> ExpectedSettings(
   return e;
 }
 
+std::vector<std::string> RequiredEcho(bool drafter, int64_t tp_rank,
+                                      const std::map<std::string, std::string>& expected) {
+  if (!drafter) {
+    std::vector<std::string> keys = {"target.path", "target.dtype", "target.layer_ids",
+                                     "batching.token_budget"};
+    if (tp_rank == 0) keys.push_back("placement.transport");
+    return keys;
+  }
+  std::vector<std::string> keys = {
+      "target.path",           "target.layer_ids",  "drafter.layers",       "drafter.block_size",
+      "drafter.mask_token_id", "drafter.recompute", "batching.max_anchors", "optim.lr",
+      "optim.total_steps",     "resume.step",       "placement.pairs",      "placement.transport"};
+  if (expected.count("loss.gamma")) keys.push_back("loss.gamma");
+  return keys;
+}
+
 absl::Status CheckEcho(const std::string& worker,
                        const std::map<std::string, std::string>& expected,
-                       const std::map<std::string, std::string>& applied) {
+                       const std::map<std::string, std::string>& applied,
+                       const std::vector<std::string>& required) {
+  for (const std::string& key : required) {
+    if (applied.count(key)) continue;
+    return absl::FailedPreconditionError(
+        absl::StrCat("settings echo: ", key, ": worker ", worker,
+                     " did not report the value it applies; the run is not started"));
+  }
   for (const auto& [key, value] : applied) {
     auto it = expected.find(key);
     if (it == expected.end() || it->second == value) continue;

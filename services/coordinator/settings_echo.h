@@ -32,9 +32,21 @@ std::map<std::string, std::string> ExpectedSettings(
     const config::RunSpec& spec, const std::vector<int64_t>& layer_ids, int64_t mask_token_id,
     const std::string& transport, int64_t total_steps, int64_t resume_step, int64_t num_pairs);
 
-// FAILED_PRECONDITION for the first echoed entry whose key is expected and whose value differs.
+// The settings a worker must echo, each read back from the object that applies it (docs/
+// run-spec.md#settings-echo): a target (`tp_rank` 0 holds the pair's channel, other ranks none)
+// echoes the loaded model's path, dtype and feature layers and its token budget, rank 0 also its
+// channel's transport; a drafter echoes its model's shape, mask token and target layers, the
+// trainer's learning rate, schedule length, loss gamma and step, its communicator's size, its
+// anchor limit and its channel's transport. loss.gamma only where `expected` holds it.
+std::vector<std::string> RequiredEcho(bool drafter, int64_t tp_rank,
+                                      const std::map<std::string, std::string>& expected);
+
+// FAILED_PRECONDITION for the first `required` key the worker did not echo (a setting that may
+// not have reached the code), then for the first echoed entry whose key is expected and whose
+// value differs; each names the field and the worker.
 absl::Status CheckEcho(const std::string& worker,
                        const std::map<std::string, std::string>& expected,
-                       const std::map<std::string, std::string>& applied);
+                       const std::map<std::string, std::string>& applied,
+                       const std::vector<std::string>& required);
 
 }  // namespace dflash::coordinator

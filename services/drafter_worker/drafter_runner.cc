@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/drafter/drafter_checkpoint.h"
 #include "common/train/local_run.h"
@@ -82,6 +83,8 @@ class DrafterRunner : public StepRunner {
     absl::StatusOr<std::unique_ptr<nn::TargetModel>> target =
         train::LoadRunTarget(ctx.spec, device, /*embeddings_only=*/true);
     if (!target.ok()) return target.status();
+    target_source_ = (*target)->source();
+    max_anchors_ = options_.max_anchors;
     absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> model =
         train::CreateRunDrafter(ctx.spec, **target, device);
     if (!model.ok()) return model.status();
@@ -112,18 +115,33 @@ class DrafterRunner : public StepRunner {
         << drafter::RecomputeName(drafter_->options().recompute)
         << (ctx.resume_checkpoint.empty() ? std::string(", fresh")
                                           : absl::StrCat(", resumed from ", ctx.resume_checkpoint));
-    std::map<std::string, std::string> applied = train::RunSettings(ctx.spec, drafter_->config());
-    applied["batching.max_anchors"] = std::to_string(options_.max_anchors);
-    applied["drafter.recompute"] = drafter::RecomputeName(drafter_->options().recompute);
-    applied["batching.grad_accum"] = std::to_string(options_.batching.grad_accum);
-    applied["loss.gamma"] = absl::StrCat(options_.loss.gamma);
-    applied["optim.lr"] = absl::StrCat(options_.optim.lr);
-    applied["optim.total_steps"] = std::to_string(options_.optim.total_steps);
-    applied["resume.step"] = std::to_string(trainer_->step());
-    applied["placement.pairs"] = std::to_string(ctx.num_pairs);
-    applied["placement.transport"] = ctx.transport;
-    prepared.applied = std::move(applied);
+    prepared.applied = Echo();
     return prepared;
+  }
+
+  // The settings echo (services/coordinator/settings_echo.h RequiredEcho), read back from what
+  // this runner built: the model, the trainer, the communicator, the anchor limit RunStep
+  // enforces, and the channel (nccl: created here; host and cuda_ipc: opened at the first step
+  // then, cuda_ipc with the IPC mappings made here).
+  std::map<std::string, std::string> Echo() const {
+    const drafter::DrafterConfig& c = drafter_->config();
+    std::map<std::string, std::string> e = {
+        {"target.path", target_source_},
+        {"target.layer_ids", absl::StrJoin(c.target_layer_ids, ",")},
+        {"drafter.layers", std::to_string(c.num_layers)},
+        {"drafter.block_size", std::to_string(c.block_size)},
+        {"drafter.mask_token_id", std::to_string(c.mask_token_id)},
+        {"drafter.recompute", drafter::RecomputeName(drafter_->options().recompute)},
+        {"batching.max_anchors", std::to_string(max_anchors_)},
+        {"loss.gamma", absl::StrCat(trainer_->loss().gamma)},
+        {"optim.lr", absl::StrCat(trainer_->config().lr)},
+        {"optim.total_steps", std::to_string(trainer_->config().total_steps)},
+        {"resume.step", std::to_string(trainer_->step())},
+        {"placement.pairs", std::to_string(comm_ ? comm_->world() : 1)},
+        {"placement.transport", nccl_       ? "nccl"
+                                : mappings_ ? "cuda_ipc"
+                                            : "host"}};
+    return e;
   }
 
   absl::StatusOr<StepReport> RunStep(const StepWork& work) override {
@@ -269,6 +287,13 @@ class DrafterRunner : public StepRunner {
           absl::StrCat("batch ", mb.batch_id, ": features are ", d->feature_dim,
                        " wide, the drafter expects ", drafter_->config().feature_dim()));
     }
+    // The memory plan sized this drafter's activations for at most batching.max_anchors anchors
+    // per micro-batch (the value it echoed): more would be a planning fault.
+    if (static_cast<int64_t>(mb.anchors.size()) > max_anchors_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch ", mb.batch_id, ": ", mb.anchors.size(),
+          " anchors, more than the batching.max_anchors of this run (", max_anchors_, ")"));
+    }
     for (int32_t a : mb.anchors) {
       if (a < 0 || a >= t) {
         return absl::InvalidArgumentError(
@@ -352,6 +377,8 @@ class DrafterRunner : public StepRunner {
   std::unique_ptr<train::DrafterTrainer> trainer_;
   std::mutex mu_;
   bool aborted_ = false;
+  std::string target_source_;  // where embed_tokens and lm_head came from (echoed)
+  int64_t max_anchors_ = 0;    // batching.max_anchors: RunStep refuses more (echoed)
   std::unique_ptr<transport::ShmRing> ring_;
   std::unique_ptr<transport::Communicator> comm_;              // data-parallel drafters only
   std::unique_ptr<transport::CudaIpcMappings> mappings_;       // cuda_ipc only

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/batching/packed_batch.h"
 #include "common/data/run_data.h"
@@ -93,6 +94,8 @@ class TargetRunner : public StepRunner {
                                                      : "reusing the loaded target ")
           << ctx.spec.target.path << (target_->full() ? " (every layer)" : "");
     }
+    // The drafter's config from this target, checked here as the drafter will check it: a run
+    // whose drafter cannot be built fails on both sides with the same message.
     absl::StatusOr<drafter::DrafterConfig> dc =
         train::RunDrafterConfig(ctx.spec, target_->config());
     if (!dc.ok()) return dc.status();
@@ -124,7 +127,8 @@ class TargetRunner : public StepRunner {
       LOG_RUN(WARNING, ctx.run_id, -1)
           << "test hook: forwards above " << inject_oom_above_ << " tokens fail as out of memory";
     }
-    const int64_t budget = ctx.spec.batching.token_budget;
+    token_budget_ = ctx.spec.batching.token_budget;  // sizes the channel and every batch
+    const int64_t budget = token_budget_;
     const size_t feature_bytes =
         static_cast<size_t>(budget * target_->feature_dim()) * transport::FeatureDTypeSize(ftype_);
     if (ctx.tp_rank > 0) {
@@ -133,11 +137,10 @@ class TargetRunner : public StepRunner {
           << "target ready: tensor-parallel rank " << ctx.tp_rank << " of " << ctx.tp_world << " ("
           << ctx.tp_collective << "), " << target_->config().num_hidden_layers
           << " layers, features " << target_->feature_dim() << " wide";
-      prepared.applied = train::RunSettings(ctx.spec, *dc);
-      prepared.applied["placement.transport"] = ctx.transport;
+      prepared.applied = Echo();
       return prepared;
     }
-    if (ctx.transport == "nccl") return PrepareNccl(*dc, feature_bytes, std::move(prepared));
+    if (ctx.transport == "nccl") return PrepareNccl(feature_bytes, std::move(prepared));
     transport::ShmRing::Options ro;
     ro.slots = kChannelSlots;
     ro.slot_bytes = transport::MaxFeatureMessageBytes(budget, target_->feature_dim(), ftype_,
@@ -166,9 +169,27 @@ class TargetRunner : public StepRunner {
                                   << data_->summary.documents << " documents; channel "
                                   << ctx.channel << " (" << ctx.transport << ", " << ro.slots
                                   << " x " << ro.slot_bytes << " bytes)";
-    prepared.applied = train::RunSettings(ctx.spec, *dc);
-    prepared.applied["placement.transport"] = ctx.transport;
+    prepared.applied = Echo();
     return prepared;
+  }
+
+  // The settings echo (services/coordinator/settings_echo.h RequiredEcho), read back from what
+  // this runner built: the loaded model, the token budget its batches and channel are sized by,
+  // the channel it created (none on a tensor-parallel rank other than 0).
+  std::map<std::string, std::string> Echo() const {
+    std::map<std::string, std::string> e = {
+        {"target.path", target_->source()},
+        {"target.dtype", train::TargetDtypeName(target_->dtype())},
+        {"target.layer_ids", absl::StrJoin(target_->layer_ids(), ",")},
+        {"batching.token_budget", std::to_string(token_budget_)}};
+    if (nccl_) {
+      e["placement.transport"] = "nccl";
+    } else if (slots_) {
+      e["placement.transport"] = "cuda_ipc";
+    } else if (ring_) {
+      e["placement.transport"] = "host";
+    }
+    return e;
   }
 
   static transport::ReduceType ReduceTypeOf(c10::ScalarType t) {
@@ -201,10 +222,9 @@ class TargetRunner : public StepRunner {
     return transport::JoinGroup(o, &prepared->tp_nccl_unique_id);
   }
 
-  absl::StatusOr<Prepared> PrepareNccl(const drafter::DrafterConfig& dc, size_t feature_bytes,
-                                       Prepared prepared) {
+  absl::StatusOr<Prepared> PrepareNccl(size_t feature_bytes, Prepared prepared) {
     const size_t message_bytes = transport::MaxFeatureMessageBytes(
-        ctx_.spec.batching.token_budget, target_->feature_dim(), ftype_, /*inline_features=*/false);
+        token_budget_, target_->feature_dim(), ftype_, /*inline_features=*/false);
     absl::StatusOr<std::string> descriptor =
         transport::NcclChannel::NewDescriptor(message_bytes, feature_bytes);
     if (!descriptor.ok()) return descriptor.status();
@@ -224,8 +244,7 @@ class TargetRunner : public StepRunner {
         << "target ready: " << target_->config().num_hidden_layers << " layers, features "
         << target_->feature_dim() << " wide, " << data_->summary.documents
         << " documents; channel nccl (" << o.slots << " x " << feature_bytes << " bytes)";
-    prepared.applied = train::RunSettings(ctx_.spec, dc);
-    prepared.applied["placement.transport"] = ctx_.transport;
+    prepared.applied = Echo();
     prepared.channel_descriptor = *std::move(descriptor);
     return prepared;
   }
@@ -236,8 +255,8 @@ class TargetRunner : public StepRunner {
     step_splits_ = 0;
     uint32_t chain = 0;
     for (const StepMicroBatch& mb : work.micro_batches) {
-      absl::Status s = batching::MaterializeBatch(data_->source(), mb.pieces,
-                                                  ctx_.spec.batching.token_budget, &scratch_);
+      absl::Status s =
+          batching::MaterializeBatch(data_->source(), mb.pieces, token_budget_, &scratch_);
       if (!s.ok()) return s;
       if (ctx_.tp_rank > 0) {
         // The same forward as rank 0 (its all-reduces need this rank), nothing to send. On host
@@ -433,6 +452,7 @@ class TargetRunner : public StepRunner {
   std::unique_ptr<transport::NcclChannel> nccl_;      // nccl only
   std::unique_ptr<transport::Communicator> tp_comm_;  // the tensor-parallel group (tp_world > 1)
   int64_t step_splits_ = 0;                           // this step's out-of-memory splits
+  int64_t token_budget_ = 0;                          // batching.token_budget (echoed)
   int64_t inject_oom_above_ = 0;                      // test hook (test_hooks.h)
   int64_t corrupt_message_ = -1;                      // test hook (test_hooks.h)
   std::unique_ptr<transport::DeviceChecksummer> checksummer_;  // cuda_ipc, nccl (rank 0)

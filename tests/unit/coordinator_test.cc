@@ -531,6 +531,31 @@ TEST_F(CoordinatorTest, SettingsEchoThatDiffersFromTheResolvedConfigRefusesTheRu
   EXPECT_EQ(failed.step(), 0);
 }
 
+// A worker that does not echo a setting it must apply (one that may never have reached its code)
+// is refused as one that echoes another value: before the first step, naming field and worker.
+TEST_F(CoordinatorTest, SettingsEchoThatOmitsARequiredSettingRefusesTheRun) {
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  for (const auto& [omitted, worker] :
+       {std::make_pair("placement.transport", "t0"), std::make_pair("optim.lr", "d0"),
+        std::make_pair("drafter.mask_token_id", "d0")}) {
+    workers_.echo_omit = {omitted};
+    auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+    coordinator_->Tick();
+    auto failed = *coordinator_->GetRun(run.run_id());
+    EXPECT_EQ(failed.state(), v1::RUN_STATE_FAILED) << omitted;
+    EXPECT_THAT(failed.message(),
+                HasSubstr(absl::StrCat("settings echo: ", omitted, ": worker ", worker,
+                                       " did not report the value it applies")));
+    EXPECT_EQ(failed.step(), 0);
+  }
+  EXPECT_TRUE(workers_.steps.empty());
+  workers_.echo_omit.clear();
+  auto ok = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetRun(ok.run_id())->state(), v1::RUN_STATE_DONE);
+}
+
 TEST_F(CoordinatorTest, DrafterThatTrainedOnOtherFeaturesFailsTheRun) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   AddWorker("t0", v1::WORKER_ROLE_TARGET);

@@ -4,9 +4,14 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "common/config/run_spec.h"
+#include "common/plan/memory_plan.h"
+#include "services/coordinator/settings_echo.h"
 #include "services/coordinator/worker_control.h"
 
 namespace dflash::coordinator {
@@ -22,8 +27,11 @@ class FakeWorkerControl : public WorkerControl {
     auto it = prepare_errors.find(worker.worker_id());
     if (it != prepare_errors.end()) return it->second;
     v1::PrepareRunResponse resp;
-    (*resp.mutable_applied())["drafter.block_size"] = "16";
+    for (const auto& [k, v] : Echo(req, worker.role() == v1::WORKER_ROLE_DRAFTER)) {
+      (*resp.mutable_applied())[k] = v;
+    }
     for (const auto& [k, v] : echo_overrides) (*resp.mutable_applied())[k] = v;
+    for (const std::string& k : echo_omit) resp.mutable_applied()->erase(k);
     // The pair-0 drafter of an nccl group makes the group's unique id.
     if (req.collective() == "nccl" && req.pair() == 0)
       resp.set_nccl_unique_id("id-" + req.run_id());
@@ -110,7 +118,33 @@ class FakeWorkerControl : public WorkerControl {
   std::function<void(const v1::WorkerInfo&, const v1::RunStepRequest&)> on_step;
   std::vector<std::string> prepared;
   std::vector<v1::PrepareRunRequest> prepare_requests;
+  // What a faithful worker of that role echoes for the request (settings_echo.h RequiredEcho),
+  // with the resume step read from the checkpoint's name (step-<N>.safetensors).
+  static std::map<std::string, std::string> Echo(const v1::PrepareRunRequest& req, bool drafter) {
+    absl::StatusOr<config::RunSpec> spec =
+        config::ParseRunSpec(req.resolved_config_yaml(), "resolved", config::RunSpecOptions());
+    if (!spec.ok()) return {};
+    absl::StatusOr<model::TransformerConfig> target = plan::RunTargetConfig(*spec);
+    if (!target.ok()) return {};
+    absl::StatusOr<v1::ResolvedTarget> r = ResolveTargetSettings(*spec, *target);
+    if (!r.ok()) return {};
+    std::string digits;
+    for (char c : req.resume_checkpoint().substr(req.resume_checkpoint().rfind('/') + 1)) {
+      if (absl::ascii_isdigit(static_cast<unsigned char>(c))) digits += c;
+    }
+    const std::map<std::string, std::string> expected =
+        ExpectedSettings(*spec, {r->target_layer_ids().begin(), r->target_layer_ids().end()},
+                         r->mask_token_id(), req.transport(), req.total_steps(),
+                         digits.empty() ? 0 : std::stoll(digits), req.num_pairs());
+    std::map<std::string, std::string> out;
+    for (const std::string& k : RequiredEcho(drafter, req.tp_rank(), expected)) {
+      out[k] = expected.at(k);
+    }
+    return out;
+  }
+
   std::map<std::string, std::string> echo_overrides;  // settings every worker echoes
+  std::set<std::string> echo_omit;                    // settings no worker echoes
   std::vector<std::string> released;
   std::map<std::string, absl::Status> prepare_errors;  // by worker id
   // Runs before each PrepareRun answers (outside the coordinator's lock, as a real RPC would).
