@@ -1,6 +1,7 @@
 #include "common/base/file_mode.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <fstream>
@@ -45,7 +46,8 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const std::s
   if (::stat(path.c_str(), &st) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the ", what));
   }
-  if ((st.st_mode & 077) != 0) {
+  const bool own_group_reads = (st.st_mode & 070) == 040 && st.st_gid == ::getegid();
+  if ((st.st_mode & 007) != 0 || ((st.st_mode & 070) != 0 && !own_group_reads)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": the ", what, " is readable by others; chmod 600 it"));
   }

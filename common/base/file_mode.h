@@ -23,7 +23,9 @@ absl::Status ApplyUmask(const std::string& octal);
 mode_t NewFileMode();
 
 // A secret's file (a TLS private key): all of it; INVALID_ARGUMENT naming the file and `what`
-// when it cannot be read, is empty, or is readable by group or others (chmod 600 it).
+// when it cannot be read, is empty, is readable or writable by others, writable by its group,
+// or readable by a group other than this process's (chmod 600 it). Read access for the process's
+// own group is allowed: Kubernetes mounts a Secret as mode 0440 with the pod's fsGroup.
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const std::string& what);
 
 // A bearer token's file: its first line, trimmed; INVALID_ARGUMENT naming the file

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/file_mode.h"
@@ -58,6 +59,31 @@ void CheckLogLevel(ConfigErrors* e, const std::string& level) {
   CheckOneOf(e, "log_level", level, {"debug", "info", "warning", "error"});
 }
 
+bool IsLoopbackHost(std::string host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+// require_auth: a token, and TLS unless only this machine can connect.
+void CheckRequiredAuth(ConfigErrors* e, const CoordinatorConfig& c) {
+  if (c.auth_token_file.empty()) {
+    e->Add("auth_token_file",
+           "required by require_auth: a file (mode 600) holding the bearer token that dflashctl "
+           "must present");
+  }
+  const size_t colon = c.listen.rfind(':');
+  const std::string host = colon == std::string::npos ? "" : c.listen.substr(0, colon);
+  if (c.tls.cert_file.empty() && !IsLoopbackHost(host)) {
+    e->Add("listen", absl::StrCat("'", c.listen,
+                                  "' accepts connections from the network and tls is not "
+                                  "configured: with require_auth the bearer token must not cross "
+                                  "the network in clear; set tls.cert_file and tls.key_file, or "
+                                  "listen on 127.0.0.1"));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<int> ParseHostPort(const std::string& address) {
@@ -95,6 +121,7 @@ absl::Status LoadCoordinatorConfigFile(const std::string& path, CoordinatorConfi
   m.Get("umask", &c->umask);
   m.Get("data_roots", &c->data_roots);
   m.Get("auth_token_file", &c->auth_token_file);
+  m.Get("require_auth", &c->require_auth);
   ReadTls(&m, &c->tls);
   m.Finish();
   return e.ToStatus(path);
@@ -153,6 +180,7 @@ absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
     e.Add("tls.cert_file",
           "required with tls.ca_file (a coordinator that verifies workers serves TLS itself)");
   }
+  if (c.require_auth) CheckRequiredAuth(&e, c);
   return e.ToStatus("");
 }
 

@@ -28,6 +28,10 @@ struct CoordinatorConfig {
   std::string auth_token_file;
   // gRPC transport security (TLS; mutual: workers must present a certificate signed by ca_file).
   TlsOptions tls;
+  // A deployment's safety net (the Kubernetes manifests set it): refuse to start without
+  // auth_token_file, and with a `listen` address other than loopback unless TLS is configured
+  // (the bearer token would otherwise cross the network in clear).
+  bool require_auth = false;
 };
 
 struct WorkerConfig {

@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   auto* o_log = app.add_option("--log_file", flags.log_file, "also append logs here");
   auto* o_token = app.add_option("--auth_token_file", flags.auth_token_file,
                                  "require this bearer token from dflashctl (file, one line)");
+  auto* o_require = app.add_flag("--require_auth", flags.require_auth,
+                                 "refuse to start without --auth_token_file, or on a network "
+                                 "address without TLS");
   auto* o_roots = app.add_option("--data_root", flags.data_roots,
                                  "run.yaml paths must lie inside one of these (repeatable)");
   auto* o_umask = app.add_option("--umask", flags.umask,
@@ -77,6 +80,7 @@ int main(int argc, char** argv) {
   if (*o_umask) cfg.umask = flags.umask;
   if (*o_roots) cfg.data_roots = flags.data_roots;
   if (*o_token) cfg.auth_token_file = flags.auth_token_file;
+  if (*o_require) cfg.require_auth = flags.require_auth;
   if (*o_cert) cfg.tls.cert_file = flags.tls.cert_file;
   if (*o_key) cfg.tls.key_file = flags.tls.key_file;
   if (*o_ca) cfg.tls.ca_file = flags.tls.ca_file;

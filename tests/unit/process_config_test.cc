@@ -5,12 +5,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/file_mode.h"
 
 namespace dflash::config {
 namespace {
@@ -473,6 +476,86 @@ TEST(ValidateProcessConfigTest, TlsCombinations) {
   w.tls.cert_file = "w.crt";
   w.tls.key_file = "w.key";
   EXPECT_TRUE(ValidateWorkerConfig(w).ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// require_auth (the Kubernetes manifests' setting) and secret files' modes
+
+TEST_F(ProcessConfigTest, RequireAuthNeedsATokenAndTlsOffLoopback) {
+  CoordinatorConfig c;
+  c.require_auth = true;
+  c.listen = "0.0.0.0:7070";
+  absl::Status s = ValidateCoordinatorConfig(c);
+  EXPECT_THAT(s.message(), HasSubstr("auth_token_file: required by require_auth"));
+  EXPECT_THAT(s.message(), HasSubstr("listen: '0.0.0.0:7070' accepts connections from the "
+                                     "network and tls is not configured"));
+  c.auth_token_file = Write("token", "t\n");
+  EXPECT_THAT(ValidateCoordinatorConfig(c).message(), HasSubstr("set tls.cert_file"));
+  for (const char* loopback : {"127.0.0.1:7070", "localhost:0", "[::1]:7070"}) {
+    c.listen = loopback;
+    EXPECT_TRUE(ValidateCoordinatorConfig(c).ok()) << loopback;
+  }
+  // Off loopback with TLS configured (the certificate and key are read when the process starts).
+  c.listen = "0.0.0.0:7070";
+  c.tls.cert_file = Write("c.crt", "x");
+  c.tls.key_file = Write("c.key", "x");
+  EXPECT_THAT(ValidateCoordinatorConfig(c).message(), Not(HasSubstr("listen:")));
+  // Read from the file as the manifests write it.
+  CoordinatorConfig f;
+  ASSERT_TRUE(LoadCoordinatorConfigFile(Write("c.yaml", "require_auth: true\n"), &f).ok());
+  EXPECT_TRUE(f.require_auth);
+}
+
+TEST_F(ProcessConfigTest, SecretFilesMayBeReadByTheProcesssOwnGroupOnly) {
+  const std::string path = Write("secret", "s3cret\n");
+  auto mode = [&](fs::perms p) { fs::permissions(path, p, fs::perm_options::replace); };
+  using P = fs::perms;
+  mode(P::owner_read | P::owner_write);
+  EXPECT_TRUE(ReadSecretFile(path, "token file").ok());
+  // 0440 with this process's group: how Kubernetes mounts a Secret for the pod's fsGroup.
+  ASSERT_EQ(::chown(path.c_str(), static_cast<uid_t>(-1), ::getegid()), 0);
+  mode(P::owner_read | P::group_read);
+  EXPECT_TRUE(ReadSecretFile(path, "token file").ok());
+  for (P open : {P::owner_read | P::others_read, P::owner_read | P::group_read | P::group_write}) {
+    mode(open);
+    EXPECT_THAT(ReadSecretFile(path, "token file").status().message(),
+                HasSubstr("readable by others; chmod 600"));
+  }
+  // Group-readable by another group: refused (only root can hand the file to another group).
+  if (::geteuid() == 0) {
+    const gid_t other = ::getegid() == 1 ? 2 : 1;
+    ASSERT_EQ(::chown(path.c_str(), static_cast<uid_t>(-1), other), 0);
+    mode(P::owner_read | P::group_read);
+    EXPECT_THAT(ReadSecretFile(path, "token file").status().message(),
+                HasSubstr("readable by others; chmod 600"));
+  }
+}
+
+}  // namespace
+}  // namespace dflash::config
+
+namespace dflash::config {
+namespace {
+
+// The Kubernetes manifests ship the coordinator's config with require_auth and a network
+// listener: as shipped (no TLS yet) it must refuse to start, naming listen; with TLS added and
+// the token file mounted it passes.
+TEST_F(ProcessConfigTest, TheKubernetesCoordinatorConfigRefusesToRunOpen) {
+  const YAML::Node map =
+      YAML::LoadFile(std::string(DFLASH_SOURCE_DIR) + "/deploy/k8s/configmap.yaml");
+  ASSERT_TRUE(map["data"]["coordinator.yaml"]) << "configmap.yaml lost its coordinator.yaml";
+  CoordinatorConfig c;
+  ASSERT_TRUE(LoadCoordinatorConfigFile(
+                  Write("coordinator.yaml", map["data"]["coordinator.yaml"].as<std::string>()), &c)
+                  .ok());
+  EXPECT_TRUE(c.require_auth);
+  EXPECT_EQ(c.auth_token_file, "/etc/dflash-auth/token");
+  c.state_dir = dir_;
+  absl::Status shipped = ValidateCoordinatorConfig(c);
+  EXPECT_THAT(shipped.message(), HasSubstr("listen: '0.0.0.0:7070' accepts connections"));
+  c.tls.cert_file = "/etc/dflash-tls/coordinator.crt";
+  c.tls.key_file = "/etc/dflash-tls/coordinator.key";
+  EXPECT_THAT(ValidateCoordinatorConfig(c).message(), Not(HasSubstr("listen")));
 }
 
 }  // namespace
