@@ -147,6 +147,9 @@ class Coordinator {
   uint64_t attempts_ = 0;                             // numbers each start of a run (channel names)
   std::map<std::string, std::thread> drivers_;        // run id -> its step thread
   std::map<std::string, v1::EvalResult> last_evals_;  // run id -> its newest evaluation
+  // run id -> the step at which it was last paused for running out of memory (EndRun): a second
+  // time at the same step fails the run instead of pausing it again.
+  std::map<std::string, int64_t> oom_paused_at_;
   bool stopping_ = false;
 };
 

@@ -13,6 +13,7 @@
 #include <future>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -24,11 +25,11 @@
 #include "common/data/run_data.h"
 #include "common/model/safetensors.h"
 #include "common/plan/memory_plan.h"
+#include "common/rpc/run_state.h"
 #include "common/train/checkpoints.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
-#include "services/coordinator/run_state.h"
 #include "services/coordinator/settings_echo.h"
 
 namespace dflash::coordinator {
@@ -42,6 +43,14 @@ constexpr char kCursorKey[] = "data.cursor";  // as LocalRun writes it (common/t
 bool Unreachable(const absl::Status& s) {
   return s.code() == absl::StatusCode::kUnavailable ||
          s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+// An out-of-memory that a retry from the checkpoint may get past: every one but a single
+// document that did not fit (the trainer's and the target's "not recoverable: ... one document
+// of N tokens", which only a smaller data.max_length or token_budget fixes).
+bool RetryableOutOfMemory(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kResourceExhausted &&
+         !absl::StrContains(s.message(), "one document of");
 }
 
 // Prompts decoded together by an evaluation during training.
@@ -631,6 +640,25 @@ void Coordinator::EndRun(Training* t, const absl::Status& status) {
     // A worker went away mid-step: the run waits for workers and resumes from its checkpoint.
     s = TransitionLocked(run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_PAUSED,
                          std::string(status.message()));
+  } else if (RetryableOutOfMemory(status)) {
+    // Out of memory where halving the micro-batch could not help (the optimizer step, a backward
+    // that had begun adding to shared gradients, a read back, another process taking memory):
+    // the run pauses and resumes from its newest checkpoint once placed again (placement waits
+    // for free memory). The same failure at the same step after that fails the run.
+    auto again = oom_paused_at_.find(run_id);
+    if (again != oom_paused_at_.end() && again->second == t->step) {
+      s = TransitionLocked(
+          run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_FAILED,
+          absl::StrCat(status.message(), "; out of memory again at step ", t->step,
+                       " after resuming: lower batching.token_budget or batching.max_anchors, or "
+                       "set drafter.recompute (dflashctl plan shows what fits)"));
+    } else {
+      oom_paused_at_[run_id] = t->step;
+      s = TransitionLocked(run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_PAUSED,
+                           absl::StrCat(status.message(),
+                                        "; paused: resumes from its newest checkpoint when its "
+                                        "GPUs have room"));
+    }
   } else {
     s = TransitionLocked(run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_FAILED,
                          std::string(status.message()));

@@ -597,6 +597,52 @@ TEST_F(CoordinatorTest, WorkerLostMidStepPausesThenRequeuesTheRun) {
   EXPECT_EQ(after.step(), 5);
 }
 
+// An out-of-memory that splitting could not fix pauses the run (it resumes from its checkpoint
+// once placed again); the same at the same step after resuming fails it, naming the settings to
+// change. A single document that does not fit fails at once: a retry cannot help.
+TEST_F(CoordinatorTest, OutOfMemoryPausesTheRunOnceThenFailsItNamingTheSettings) {
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  const absl::Status oom = absl::ResourceExhaustedError(
+      "drafter optimizer step: CUDA out of memory. Tried to allocate 2.00 GiB");
+  workers_.on_step = [&](const v1::WorkerInfo& w, const v1::RunStepRequest& req) {
+    if (w.worker_id() != d) return;
+    if (req.step() == 3) {
+      workers_.step_errors[d] = oom;
+    } else {
+      workers_.step_errors.erase(d);
+    }
+  };
+  coordinator_->Tick();
+  auto paused = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(paused.state(), v1::RUN_STATE_PAUSED);
+  EXPECT_EQ(paused.step(), 3);  // steps 0..2 committed
+  EXPECT_THAT(paused.message(), HasSubstr("CUDA out of memory"));
+  EXPECT_THAT(paused.message(), HasSubstr("paused: resumes from its newest checkpoint"));
+  // Requeued and placed again (the workers stayed up): step 3 runs out of memory again.
+  coordinator_->Tick();
+  coordinator_->Tick();
+  auto failed = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(failed.state(), v1::RUN_STATE_FAILED) << failed.message();
+  EXPECT_THAT(failed.message(), HasSubstr("out of memory again at step 3 after resuming: lower "
+                                          "batching.token_budget or batching.max_anchors"));
+  // A document that cannot fit on its own: failed at once.
+  workers_.step_errors.clear();
+  workers_.on_step = [&](const v1::WorkerInfo& w, const v1::RunStepRequest& req) {
+    if (req.step() == 1 && w.worker_id() == d) {
+      workers_.step_errors[d] = absl::ResourceExhaustedError(
+          "drafter backward: CUDA out of memory; not recoverable: the micro-batch is one "
+          "document of 2000 tokens (lower data.max_length or batching.token_budget)");
+    }
+  };
+  auto single = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  auto one = *coordinator_->GetRun(single.run_id());
+  EXPECT_EQ(one.state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(one.message(), HasSubstr("lower data.max_length or batching.token_budget"));
+}
+
 TEST_F(CoordinatorTest, WorkerRefusingTheConfigFailsTheRunWithItsReason) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   AddWorker("t0", v1::WORKER_ROLE_TARGET);
