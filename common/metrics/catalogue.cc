@@ -33,9 +33,9 @@ const std::vector<MetricDef>& Catalogue() {
       {"dflash_coordinator_run_oom_splits_total", T::kCounter, "coordinator",
        "Micro-batches the run's drafters trained as halves after running out of device memory."},
       {"dflash_coordinator_run_loss", T::kGauge, "coordinator",
-       "Loss of the run's last committed step (method.md §3.4)."},
+       "Loss of the run's last committed step (docs/method.md §3.6)."},
       {"dflash_coordinator_run_acceptance_length", T::kGauge, "coordinator",
-       "Expected acceptance length of the run's last committed step (method.md §3.6)."},
+       "Expected acceptance length of the run's last committed step (docs/method.md §3.6)."},
       {"dflash_coordinator_run_measured_acceptance_length", T::kGauge, "coordinator",
        "Acceptance length tau (tokens per target verification) measured by speculative decoding "
        "at the run's newest evaluation (eval.every_steps)."},

@@ -1,9 +1,11 @@
-#include "services/coordinator/run_state.h"
+#include "common/rpc/run_state.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 
-namespace dflash::coordinator {
+namespace dflash {
+
+using v1::RunState;
 
 bool IsTerminal(RunState s) {
   return s == v1::RUN_STATE_FAILED || s == v1::RUN_STATE_CANCELLED || s == v1::RUN_STATE_DONE;
@@ -39,4 +41,4 @@ bool ParseStateName(const std::string& name, RunState* state) {
          *state != v1::RUN_STATE_UNSPECIFIED;
 }
 
-}  // namespace dflash::coordinator
+}  // namespace dflash

@@ -1,4 +1,6 @@
-// The run state machine: which transitions exist, which states are terminal.
+// The run state machine of the coordinator's API (v1::RunState): which transitions exist, which
+// states are terminal, and the names dflashctl prints. Here, not in services/coordinator/, so that
+// dflashctl depends on the API and not on the coordinator.
 //
 //   queued ──▶ starting ──▶ running ──▶ done
 //     │           │  ▲         │
@@ -13,15 +15,13 @@
 
 #include "dflash/v1/common.pb.h"
 
-namespace dflash::coordinator {
+namespace dflash {
 
-using v1::RunState;
-
-bool IsTerminal(RunState state);
-bool IsAllowedTransition(RunState from, RunState to);
+bool IsTerminal(v1::RunState state);
+bool IsAllowedTransition(v1::RunState from, v1::RunState to);
 // Lower-case name without the prefix: "queued", "running", ...
-std::string StateName(RunState state);
+std::string StateName(v1::RunState state);
 // Inverse of StateName; returns false for unknown names.
-bool ParseStateName(const std::string& name, RunState* state);
+bool ParseStateName(const std::string& name, v1::RunState* state);
 
-}  // namespace dflash::coordinator
+}  // namespace dflash

@@ -20,7 +20,7 @@
 #include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/regen.h"
-#include "services/coordinator/run_state.h"
+#include "common/rpc/run_state.h"
 #include "services/coordinator/settings_echo.h"
 
 namespace dflash::coordinator {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/status.h"
-#include "services/coordinator/run_state.h"
+#include "common/rpc/run_state.h"
 
 namespace dflash::coordinator {
 namespace {

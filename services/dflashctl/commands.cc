@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "common/config/run_spec.h"
 #include "common/rpc/channel.h"
-#include "services/coordinator/run_state.h"
+#include "common/rpc/run_state.h"
 #include "services/dflashctl/output.h"
 #include "services/dflashctl/progress.h"
 
@@ -173,7 +173,7 @@ int Commands::Follow(const std::string& run_id) {
   grpc::Status s = GetRun(run_id, &run);
   if (!s.ok()) return RpcError(s, "status");
   if (!opts_.json) {
-    std::cout << "run " << run_id << " ended: " << coordinator::StateName(run.state()) << "\n";
+    std::cout << "run " << run_id << " ended: " << StateName(run.state()) << "\n";
   }
   return run.state() == v1::RUN_STATE_DONE ? kOk : kRunFailed;
 }
@@ -377,8 +377,7 @@ int Commands::Export(const std::string& run_id, const std::string& out, bool for
   const fs::path src = fs::path(run.run_dir()) / "export";
   std::error_code ec;
   if (run.state() != v1::RUN_STATE_DONE || !fs::is_regular_file(src / "model.safetensors", ec)) {
-    std::cerr << "dflashctl: export " << run_id << ": the run is "
-              << coordinator::StateName(run.state())
+    std::cerr << "dflashctl: export " << run_id << ": the run is " << StateName(run.state())
               << "; the serving-format drafter is written when it finishes (" << src.string()
               << (run.run_dir().empty() ? "" : ", on the coordinator's machine") << ")\n";
     return kError;
@@ -406,7 +405,7 @@ int Commands::Export(const std::string& run_id, const std::string& out, bool for
               << "\"}\n";
   } else {
     std::cout << "exported the drafter of run " << run_id << " (step " << run.step() << ") to "
-              << out << " (config.json + model.safetensors, method.md §7)\n";
+              << out << " (config.json + model.safetensors, docs/method.md §7)\n";
   }
   return kOk;
 }

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "services/coordinator/run_state.h"
+#include "common/rpc/run_state.h"
 
 namespace dflash::ctl {
 namespace {
@@ -77,7 +77,7 @@ std::string RunsTable(const std::vector<v1::RunStatus>& runs) {
   for (const auto& r : runs) {
     std::string msg = r.message();
     if (msg.size() > 60) msg = msg.substr(0, 57) + "...";
-    rows.push_back({r.run_id(), r.name(), coordinator::StateName(r.state()),
+    rows.push_back({r.run_id(), r.name(), StateName(r.state()),
                     r.total_steps() > 0 ? absl::StrCat(r.step(), "/", r.total_steps())
                                         : absl::StrCat(r.step()),
                     Time(r.created_unix_ms()), msg});
@@ -114,7 +114,7 @@ std::string RunDetails(const v1::RunStatus& r) {
   std::ostringstream out;
   out << "run:      " << r.run_id() << "\n"
       << "name:     " << r.name() << "\n"
-      << "state:    " << coordinator::StateName(r.state()) << "\n"
+      << "state:    " << StateName(r.state()) << "\n"
       << "message:  " << r.message() << "\n"
       << "step:     " << r.step() << (r.total_steps() ? absl::StrCat("/", r.total_steps()) : "")
       << "\n"
@@ -208,11 +208,9 @@ std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers) {
 }
 
 std::string EventLine(const v1::RunEvent& e) {
-  std::string from = e.from_state() == v1::RUN_STATE_UNSPECIFIED
-                         ? std::string("submitted")
-                         : coordinator::StateName(e.from_state());
-  return absl::StrCat("[", Time(e.unix_ms()), "] ", from, " -> ",
-                      coordinator::StateName(e.to_state()),
+  std::string from = e.from_state() == v1::RUN_STATE_UNSPECIFIED ? std::string("submitted")
+                                                                 : StateName(e.from_state());
+  return absl::StrCat("[", Time(e.unix_ms()), "] ", from, " -> ", StateName(e.to_state()),
                       e.message().empty() ? "" : absl::StrCat(": ", e.message()));
 }
 

@@ -1,8 +1,4 @@
-// Workers built without LibTorch (-DDFLASH_WITH_TORCH=OFF) register and answer control RPCs but
-// cannot train: every run they are asked to prepare is refused, saying why.
-#include "services/drafter_worker/drafter_runner.h"
-#include "services/target_worker/target_runner.h"
-#include "services/worker_common/evaluator.h"
+#include "services/worker_common/unavailable_runner.h"
 
 namespace dflash::worker {
 namespace {
@@ -30,8 +26,9 @@ class UnavailableEvaluator : public Evaluator {
 
 }  // namespace
 
-std::unique_ptr<StepRunner> NewTargetRunner() { return std::make_unique<UnavailableRunner>(); }
-std::unique_ptr<StepRunner> NewDrafterRunner() { return std::make_unique<UnavailableRunner>(); }
-std::unique_ptr<Evaluator> NewTargetEvaluator() { return std::make_unique<UnavailableEvaluator>(); }
+std::unique_ptr<StepRunner> NewUnavailableRunner() { return std::make_unique<UnavailableRunner>(); }
+std::unique_ptr<Evaluator> NewUnavailableEvaluator() {
+  return std::make_unique<UnavailableEvaluator>();
+}
 
 }  // namespace dflash::worker

@@ -1,4 +1,4 @@
-#include "services/coordinator/run_state.h"
+#include "common/rpc/run_state.h"
 
 #include <gtest/gtest.h>
 
