@@ -1,4 +1,4 @@
-// Permissions of what the processes write (issue 10: the run store, checkpoints and logs are not
+// Permissions of what the processes write (the run store, checkpoints and logs are not
 // readable by other users unless configured). Each process applies its configured umask once at
 // start, before any thread (`umask` in the coordinator's and workers' configs, default 077:
 // private to the service's user); writers that set a mode explicitly take it from here.

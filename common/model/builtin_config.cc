@@ -9,7 +9,7 @@ using config::TinyQwen3;
 
 namespace {
 
-// Qwen3-8B's config.json shape (the GPU benchmarks' target, issue 6), weights random.
+// Qwen3-8B's config.json shape (the GPU benchmarks' target), weights random.
 TransformerConfig Qwen3_8B() {
   TransformerConfig t;
   t.model_type = "qwen3";

@@ -1,5 +1,5 @@
-// The gated delta-rule (linear attention) layers of hybrid targets: Qwen3-Next and Qwen3.5/3.6
-// (issue 11). A layer projects its input to q, k, v (through a short causal depthwise
+// The gated delta-rule (linear attention) layers of hybrid targets: Qwen3-Next and Qwen3.5/3.6.
+// A layer projects its input to q, k, v (through a short causal depthwise
 // convolution and silu), an output gate z, a write strength beta and a decay g, runs the gated
 // delta rule per value head
 //

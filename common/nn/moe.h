@@ -1,4 +1,4 @@
-// The sparse mixture-of-experts MLP of Qwen3-MoE targets (issue 11): a router picks top-k experts
+// The sparse mixture-of-experts MLP of Qwen3-MoE targets: a router picks top-k experts
 // per token; each expert is a SwiGLU MLP. Computed grouped by expert: the (token, expert) pairs
 // are sorted by expert, the experts' GEMMs run over their contiguous rows, and the weighted
 // outputs are summed back per token. No per-token loops. On CUDA in bf16 (H and I multiples of 8)

@@ -1,4 +1,4 @@
-// Tensor parallelism of the target model (issue 11, deliverable 3), Megatron style: each of the
+// Tensor parallelism of the target model, Megatron style: each of the
 // `world` processes of a target group holds shard `rank` of every decoder layer and all of them
 // run the same packed batch.
 //   attention: q/k/v rows of heads [rank * Hq / world, ...) and of kv heads likewise (column

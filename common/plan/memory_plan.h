@@ -1,4 +1,4 @@
-// The memory planner (architecture.md, "Memory: planned, measured, enforced"; issue 8): each
+// The memory planner (architecture.md, "Memory: planned, measured, enforced"): each
 // worker's peak GPU memory predicted from the model configs and the run's budgets, as named terms,
 // before anything is loaded. Plain arithmetic, no LibTorch: the coordinator runs it at submit and
 // at placement, `dflashctl plan` prints it.

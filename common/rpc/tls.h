@@ -1,4 +1,4 @@
-// Transport security of every gRPC connection (issue 10): TLS from PEM files, mutual TLS as an
+// Transport security of every gRPC connection: TLS from PEM files, mutual TLS as an
 // option. One `tls` block per process (docs/security.md):
 //
 //   coordinator  cert_file/key_file: serves TLS. ca_file: verifies the workers' certificates (their

@@ -1,4 +1,4 @@
-// The gradient all-reduce among data-parallel drafters (issue 6, deliverable 3), bucketed and
+// The gradient all-reduce among data-parallel drafters, bucketed and
 // overlapped with the backward where LibTorch allows: a post-accumulate-grad hook on every
 // parameter counts the gradients of the step's last backward as they land; a bucket (about 32 MiB
 // of whole gradients, in reverse parameter order, i.e. roughly the order the backward produces

@@ -76,7 +76,7 @@ class DrafterTrainer {
   // Forward, loss and backward of the numerator for one micro-batch of the current step.
   // `last_in_step` with a communicator: the gradient all-reduce starts bucket by bucket during
   // this backward (grad_reducer.h); otherwise it all runs in Step().
-  // Out of device memory (issue 8): the micro-batch's tensors are freed and its documents are
+  // Out of device memory: the micro-batch's tensors are freed and its documents are
   // trained as two halves (recursively), which sum to the same step: every token once, the same
   // numerator and weight. Not recoverable, RESOURCE_EXHAUSTED saying why: a single document, or
   // an out-of-memory inside a backward that had begun adding to gradients holding earlier

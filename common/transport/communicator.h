@@ -1,4 +1,4 @@
-// Collectives among the data-parallel drafters of a run (issue 6, deliverable 3): the gradient
+// Collectives among the data-parallel drafters of a run: the gradient
 // all-reduce and the step's loss normalizers. One interface, two implementations chosen with the
 // feature transport: `host` (shared memory among the drafter processes of one machine,
 // host_communicator.h) and `nccl` (GPUs, nccl_communicator.h). Sums are deterministic: every rank

@@ -12,7 +12,7 @@
 namespace dflash::coordinator {
 
 // `token` non-empty: every call must carry the metadata "authorization: Bearer <token>"
-// (dflashctl --token_file), else UNAUTHENTICATED (issue 10).
+// (dflashctl --token_file), else UNAUTHENTICATED.
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
   explicit CoordinatorService(Coordinator* c, std::string token = "")

@@ -1,4 +1,4 @@
-// Acceptance-length evaluation by speculative decoding (issue 9): what the coordinator sends a
+// Acceptance-length evaluation by speculative decoding: what the coordinator sends a
 // target worker and how it reads the answer, shared by `dflashctl eval` (EvaluateDrafter) and the
 // evaluations during training (eval.every_steps, run_driver.cc).
 #pragma once

@@ -1,4 +1,4 @@
-// Settings echo (architecture.md, "Configuration"; issue 8): every worker answers PrepareRun with
+// Settings echo (architecture.md, "Configuration"): every worker answers PrepareRun with
 // the settings it will actually apply, as flat "field.path -> value" entries; the coordinator
 // compares them with the run's resolved config and refuses to start the run on any difference,
 // naming the field, the worker and both values. A flag that silently did not reach the code

@@ -334,7 +334,7 @@ class TargetRunner : public StepRunner {
 
   // Runs the target on documents [d0, d1) of the packed batch into `out` (their rows). Out of
   // device memory: the documents in two halves, recursively; a document's rows depend on that
-  // document only, so the features are the same (issue 8).
+  // document only, so the features are the same.
   absl::Status ForwardDocs(const at::Tensor& ids, const at::Tensor& positions, size_t d0, size_t d1,
                            const at::Tensor& out, int64_t* splits) {
     const std::vector<int32_t>& cu = scratch_.cu_seqlens;

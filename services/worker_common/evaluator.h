@@ -1,4 +1,4 @@
-// The target worker's speculative-decoding evaluation (issue 9): plain C++ structs (no protobuf,
+// The target worker's speculative-decoding evaluation: plain C++ structs (no protobuf,
 // no LibTorch), converted from EvaluateRequest by WorkerCore, like step_runner.h.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Fused block-sparse DFlash attention on CUDA (issue 5, deliverables 1-2): the LibTorch side of
+// Fused block-sparse DFlash attention on CUDA: the LibTorch side of
 // fwd_kernel*.cuh / bwd_kernel*.cuh (wgmma on compute capability 9.0, mma.sync elsewhere). bf16
 // only, head_dim 64 or 128, or 256 on compute capability 9.0 (the backward of 256 exists only as
 // wgmma); 1 to 64 query heads per kv head. SupportsFusedDflashAttention says whether

@@ -1,4 +1,4 @@
-// Fused lm_head + weighted cross-entropy on CUDA (issue 5, deliverable 3).
+// Fused lm_head + weighted cross-entropy on CUDA.
 //
 // The loss is only ever back-propagated, so the gradient is computed in the FORWARD pass, chunk by
 // chunk: logits_c = hidden_c @ lm_head^T (one GEMM in lm_head's dtype, fp32 accumulate), then one
