@@ -20,12 +20,13 @@ declare -A allowed=(
   [transport]="base batching"
   [config]="base batching rpc"
   [model]="base config"
-  [plan]="base config model"
+  [run]="base config model"
+  [plan]="base config model run"
   [data]="base batching config jinja tokenizer"
   [nn]="base batching config kernels model"
   [drafter]="base config kernels model nn"
   [spec]="base drafter nn"
-  [train]="base batching config data drafter model nn plan transport"
+  [train]="base batching config data drafter model nn plan run transport"
 )
 # What each folder of services/ may include of services/ besides itself (all may include common/).
 declare -A services_allowed=(

@@ -244,7 +244,9 @@ absl::Status ValidateBatchingOptions(const BatchingOptions& o) {
   }
   if (o.pack_window < 1 || o.pack_window > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("batching.pack_window: must be in [1, 2^31-1], got ", o.pack_window));
+        absl::StrCat("pack_window (a batching option of the code, not a run.yaml field): must be "
+                     "in [1, 2^31-1], got ",
+                     o.pack_window));
   }
   if (o.num_pairs < 1) {
     return absl::InvalidArgumentError(

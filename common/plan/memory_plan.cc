@@ -15,7 +15,6 @@ namespace dflash::plan {
 namespace {
 
 constexpr char kBuiltin[] = "builtin:";
-constexpr int64_t kDefaultFeatures = 5;  // method.md §2: K = 5
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Rows of logits the fused lm_head + cross-entropy holds at a time (common/kernels/fused_ce), fp32.
 constexpr int64_t kLossChunkRows = 1024;
@@ -213,110 +212,9 @@ struct Unit {
 
 }  // namespace
 
-absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec) {
-  const std::string& path = spec.target.path;
-  absl::StatusOr<model::TransformerConfig> c =
-      absl::StartsWith(path, kBuiltin)
-          ? model::BuiltinTargetConfig(path.substr(sizeof(kBuiltin) - 1))
-          : model::LoadHfConfig(path);
-  if (!c.ok()) {
-    return absl::Status(c.status().code(), absl::StrCat("target.path: ", c.status().message()));
-  }
-  return c;
-}
-
-absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
-                                                 const model::TransformerConfig& target) {
-  std::vector<int64_t> ids;
-  if (spec.target.layer_ids) {
-    ids = *spec.target.layer_ids;
-  } else if (target.target_layer_ids) {
-    ids = *target.target_layer_ids;
-  } else {
-    ids = model::DefaultTargetLayerIds(target.num_hidden_layers, kDefaultFeatures);
-  }
-  for (int64_t id : ids) {
-    if (id < 0 || id >= target.num_hidden_layers) {
-      return absl::InvalidArgumentError(absl::StrCat("target.layer_ids: ", absl::StrJoin(ids, ","),
-                                                     ": id ", id, " is outside the target's ",
-                                                     target.num_hidden_layers, " layers"));
-    }
-  }
-  if (ids.empty()) return absl::InvalidArgumentError("target.layer_ids: no layer");
-  std::vector<int64_t> sorted = ids;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "target.layer_ids: ", spec.target.layer_ids ? "" : "auto gives ", absl::StrJoin(ids, ","),
-        " for a target of ", target.num_hidden_layers, " layers: ids repeat; set distinct ids"));
-  }
-  return ids;
-}
-
-namespace {
-
-// The run's tokenizer.json: data.tokenizer, auto: the target's (none for a built-in target).
-std::string RunTokenizerJson(const config::RunSpec& spec) {
-  if (spec.data.tokenizer != "auto") return spec.data.tokenizer;
-  if (absl::StartsWith(spec.target.path, "builtin:")) return "";
-  return (std::filesystem::path(spec.target.path) / "tokenizer.json").string();
-}
-
-}  // namespace
-
-absl::StatusOr<model::MaskTokenChoice> RunMaskToken(const config::RunSpec& spec,
-                                                    const model::TransformerConfig& target) {
-  using model::kQwen3MaskTokenId;
-  model::MaskTokenChoice c;
-  if (spec.drafter.mask_token_id) {
-    c = {*spec.drafter.mask_token_id, "", "drafter.mask_token_id"};
-  } else if (target.mask_token_id) {  // a built-in target's, or the checkpoint's
-    c = {*target.mask_token_id, "",
-         absl::StartsWith(spec.target.path, "builtin:") ? "the built-in target's"
-                                                        : "the target's config.json"};
-  } else {
-    const std::string tokenizer = RunTokenizerJson(spec);
-    absl::StatusOr<model::MaskTokenChoice> found =
-        tokenizer.empty() || absl::StartsWith(tokenizer, "builtin:")
-            ? absl::NotFoundError("the target has no tokenizer.json")
-            : model::MaskTokenFromTokenizer(tokenizer, target.vocab_size);
-    if (found.ok()) {
-      c = *std::move(found);
-    } else if (found.status().code() != absl::StatusCode::kNotFound) {
-      return absl::Status(found.status().code(),
-                          absl::StrCat("drafter.mask_token_id: ", found.status().message()));
-    } else if (target.model_type == "qwen3" && target.vocab_size > kQwen3MaskTokenId) {
-      c = {kQwen3MaskTokenId, "", "Qwen3's mask token"};  // a config without its tokenizer
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "drafter.mask_token_id: auto found no mask token for the ", target.model_type,
-          " target with ", target.vocab_size, " tokens: ", found.status().message(),
-          "; set drafter.mask_token_id to an id the data never uses"));
-    }
-  }
-  if (c.id >= target.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("drafter.mask_token_id: ", c.id,
-                                                   " is not below the target's vocabulary (",
-                                                   target.vocab_size, ")"));
-  }
-  return c;
-}
-
-absl::StatusOr<int64_t> RunMaskTokenId(const config::RunSpec& spec,
-                                       const model::TransformerConfig& target) {
-  absl::StatusOr<model::MaskTokenChoice> c = RunMaskToken(spec, target);
-  if (!c.ok()) return c.status();
-  return c->id;
-}
-
-std::string DescribeMaskToken(const model::MaskTokenChoice& c) {
-  return c.token.empty() ? absl::StrCat(c.id, " (", c.rule, ")")
-                         : absl::StrCat(c.id, " (", c.token, ": ", c.rule, ")");
-}
-
 absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::TransformerConfig& target,
                                 const std::string& transport) {
-  absl::StatusOr<std::vector<int64_t>> ids = RunLayerIds(spec, target);
+  absl::StatusOr<std::vector<int64_t>> ids = run::RunLayerIds(spec, target);
   if (!ids.ok()) return ids.status();
   RunPlan plan;
   plan.token_budget = spec.batching.token_budget;

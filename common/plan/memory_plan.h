@@ -19,29 +19,9 @@
 #include "common/config/run_spec.h"
 #include "common/model/hf_config.h"
 #include "common/model/mask_token.h"
+#include "common/run/resolve.h"
 
 namespace dflash::plan {
-
-// The target config and feature layer ids the run's workers will build (run.yaml target.path,
-// target.layer_ids; builtin:NAME or an HF checkpoint's config.json). Errors name the field.
-absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec);
-// INVALID_ARGUMENT naming target.layer_ids when an id is outside the target or, for `auto`, the
-// resolved ids repeat (a target too shallow for the default rule).
-absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
-                                                 const model::TransformerConfig& target);
-// The mask token the drafter uses (drafter.mask_token_id): the run's, else the target's (a
-// built-in target's or the checkpoint's config.json), else the rule of MaskTokenFromTokenizer
-// (common/model/mask_token.h) over the run's tokenizer.json (data.tokenizer, auto: the target's),
-// else 151669 for a Qwen3 target without tokenizer files whose vocabulary holds it. The
-// coordinator and both workers call this, so plan, training, export and evaluation use one id.
-// INVALID_ARGUMENT naming drafter.mask_token_id when no rule gives an id or the id is outside the
-// target's vocabulary.
-absl::StatusOr<model::MaskTokenChoice> RunMaskToken(const config::RunSpec& spec,
-                                                    const model::TransformerConfig& target);
-absl::StatusOr<int64_t> RunMaskTokenId(const config::RunSpec& spec,
-                                       const model::TransformerConfig& target);
-// "3 (<repo_name>: the first special token ...)", for logs and status.
-std::string DescribeMaskToken(const model::MaskTokenChoice& c);
 
 struct Term {
   std::string name;  // e.g. "weights", "activations"

@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<LocalRun>> LocalRun::Create(const batching::Docum
                                                    "; one process trains one pair"));
   }
   if (options.max_anchors < 1) {
-    return absl::InvalidArgumentError("local run: max_anchors must be at least 1");
+    return absl::InvalidArgumentError(
+        absl::StrCat("batching.max_anchors: must be >= 1, got ", options.max_anchors));
   }
   if (target->layer_ids() != drafter->config().target_layer_ids) {
     return absl::InvalidArgumentError(

@@ -19,7 +19,8 @@ absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, 
   }
   o.max_anchors = spec.batching.max_anchors;
   if (o.max_anchors < 1) {
-    return absl::InvalidArgumentError("batching.max_anchors: must be at least 1");
+    return absl::InvalidArgumentError(
+        absl::StrCat("batching.max_anchors: must be >= 1, got ", o.max_anchors));
   }
   const std::optional<double> gamma =
       spec.loss.gamma ? spec.loss.gamma : config::DefaultGamma(spec.drafter.block_size);

@@ -16,25 +16,16 @@ std::string BuiltinName(const std::string& path) { return path.substr(sizeof(kBu
 
 }  // namespace
 
-absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec) {
-  return plan::RunTargetConfig(spec);
-}
-
-absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
-                                                 const model::TransformerConfig& target) {
-  return plan::RunLayerIds(spec, target);
-}
-
 absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& spec,
                                                         const model::TransformerConfig& target) {
   drafter::DrafterConfig c;
   c.target = target;
   c.num_layers = spec.drafter.layers;
   c.block_size = spec.drafter.block_size;
-  absl::StatusOr<std::vector<int64_t>> ids = RunLayerIds(spec, target);
+  absl::StatusOr<std::vector<int64_t>> ids = run::RunLayerIds(spec, target);
   if (!ids.ok()) return ids.status();
   c.target_layer_ids = *ids;
-  absl::StatusOr<int64_t> mask = plan::RunMaskTokenId(spec, target);
+  absl::StatusOr<int64_t> mask = run::RunMaskTokenId(spec, target);
   if (!mask.ok()) return mask.status();
   c.mask_token_id = *mask;
   if (absl::Status s = drafter::ValidateDrafterConfig(c); !s.ok()) {
@@ -55,10 +46,10 @@ absl::StatusOr<std::unique_ptr<nn::TargetModel>> LoadRunTarget(const config::Run
                                                                c10::Device device,
                                                                bool embeddings_only, bool full,
                                                                const TargetShard& shard) {
-  absl::StatusOr<model::TransformerConfig> config = RunTargetConfig(spec);
+  absl::StatusOr<model::TransformerConfig> config = run::RunTargetConfig(spec);
   if (!config.ok()) return config.status();
   nn::TargetModelOptions options;
-  absl::StatusOr<std::vector<int64_t>> ids = RunLayerIds(spec, *config);
+  absl::StatusOr<std::vector<int64_t>> ids = run::RunLayerIds(spec, *config);
   if (!ids.ok()) return ids.status();
   options.layer_ids = embeddings_only ? std::vector<int64_t>{0} : *ids;
   absl::StatusOr<c10::ScalarType> dtype = RunTargetDtype(spec);

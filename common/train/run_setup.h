@@ -17,19 +17,13 @@
 #include "common/config/run_spec.h"
 #include "common/drafter/drafter_model.h"
 #include "common/nn/target_model.h"
+#include "common/run/resolve.h"
 
 namespace dflash::train {
 
-// The target's config.json (or a built-in's config).
-absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& spec);
-
-// target.layer_ids, else the checkpoint's target_layer_ids, else method.md §2's rule for K = 5.
-absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
-                                                 const model::TransformerConfig& target);
-
-// The drafter config: the target's shape, drafter.layers/block_size, the layer ids above and
-// drafter.mask_token_id (auto: plan::RunMaskToken's rule, the same the coordinator applies; an
-// error naming the field when it finds none).
+// The drafter config: the target's shape, drafter.layers/block_size, the layer ids and
+// drafter.mask_token_id as common/run/resolve.h resolves them (the same the coordinator applies;
+// an error naming the field when it finds none).
 absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& spec,
                                                         const model::TransformerConfig& target);
 

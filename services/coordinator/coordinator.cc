@@ -141,7 +141,7 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   // What the workers would refuse only when the run starts, refused now, naming the field: the
   // target's config, its feature layers, the drafter's mask token, evaluations the target cannot
   // generate for, a tensor-parallel width the target's shapes do not divide.
-  absl::StatusOr<model::TransformerConfig> target = plan::RunTargetConfig(spec);
+  absl::StatusOr<model::TransformerConfig> target = run::RunTargetConfig(spec);
   absl::Status checked = target.status();
   if (checked.code() == absl::StatusCode::kNotFound) {  // no config.json: a config error here
     checked = absl::InvalidArgumentError(checked.message());
@@ -236,7 +236,7 @@ absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_
   opts.check_paths = true;
   opts.data_roots = options_.data_roots;
   ASSIGN_OR_RETURN(config::RunSpec spec, config::ParseRunSpec(run_yaml, "run.yaml", opts));
-  ASSIGN_OR_RETURN(model::TransformerConfig target, plan::RunTargetConfig(spec));
+  ASSIGN_OR_RETURN(model::TransformerConfig target, run::RunTargetConfig(spec));
   const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());
   ASSIGN_OR_RETURN(plan::RunPlan p, plan::PlanRun(spec, target, pt.transport));
   v1::PlanRunResponse resp;
@@ -489,7 +489,7 @@ void Coordinator::RequeuePausedRunsLocked() {
 std::string Coordinator::FreeMemoryWait(const config::RunSpec& spec,
                                         const std::vector<std::vector<v1::WorkerInfo>>& groups,
                                         const std::vector<v1::WorkerInfo>& drafters, size_t pairs) {
-  absl::StatusOr<model::TransformerConfig> tc = plan::RunTargetConfig(spec);
+  absl::StatusOr<model::TransformerConfig> tc = run::RunTargetConfig(spec);
   if (!tc.ok()) return "";  // StartRun reports it
   std::vector<DeviceNeed> needs;
   for (size_t i = 0; i < pairs; ++i) {

@@ -102,7 +102,7 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   ASSIGN_OR_RETURN(
       t->spec, config::ParseRunSpec(p.resolved_yaml, p.run_id, config::RunSpecOptions{"", true}));
   ASSIGN_OR_RETURN(t->data, data::OpenRunData(t->spec, /*verify=*/true));
-  ASSIGN_OR_RETURN(const model::TransformerConfig target, plan::RunTargetConfig(t->spec));
+  ASSIGN_OR_RETURN(const model::TransformerConfig target, run::RunTargetConfig(t->spec));
   RETURN_IF_ERROR(data::CheckDataVocabulary(t->spec, t->data, target.vocab_size));
   // What the workers will apply for `auto`: logged, shown by `dflashctl status`, and compared
   // with their settings echo.
@@ -200,7 +200,7 @@ void Coordinator::StartRun(const Placement& p) {
       status = transport.status();
       break;
     }
-    absl::StatusOr<model::TransformerConfig> tc = plan::RunTargetConfig(training->spec);
+    absl::StatusOr<model::TransformerConfig> tc = run::RunTargetConfig(training->spec);
     if (!tc.ok()) {
       status = tc.status();
       break;

@@ -2,15 +2,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/plan/memory_plan.h"
+#include "common/run/resolve.h"
 
 namespace dflash::coordinator {
 
 absl::StatusOr<v1::ResolvedTarget> ResolveTargetSettings(const config::RunSpec& spec,
                                                          const model::TransformerConfig& target) {
-  absl::StatusOr<std::vector<int64_t>> ids = plan::RunLayerIds(spec, target);
+  absl::StatusOr<std::vector<int64_t>> ids = run::RunLayerIds(spec, target);
   if (!ids.ok()) return ids.status();
-  absl::StatusOr<model::MaskTokenChoice> mask = plan::RunMaskToken(spec, target);
+  absl::StatusOr<model::MaskTokenChoice> mask = run::RunMaskToken(spec, target);
   if (!mask.ok()) return mask.status();
   v1::ResolvedTarget r;
   for (int64_t id : *ids) r.add_target_layer_ids(id);
@@ -23,7 +23,7 @@ absl::StatusOr<v1::ResolvedTarget> ResolveTargetSettings(const config::RunSpec& 
 std::string DescribeResolvedTarget(const v1::ResolvedTarget& r) {
   return absl::StrCat(
       "target layer ids ", absl::StrJoin(r.target_layer_ids(), ","), "; mask token id ",
-      plan::DescribeMaskToken({r.mask_token_id(), r.mask_token(), r.mask_token_rule()}));
+      run::DescribeMaskToken({r.mask_token_id(), r.mask_token(), r.mask_token_rule()}));
 }
 
 std::map<std::string, std::string> ExpectedSettings(
@@ -55,18 +55,8 @@ std::map<std::string, std::string> ExpectedSettings(
 
 std::vector<std::string> RequiredEcho(bool drafter, int64_t tp_rank,
                                       const std::map<std::string, std::string>& expected) {
-  if (!drafter) {
-    std::vector<std::string> keys = {"target.path", "target.dtype", "target.layer_ids",
-                                     "batching.token_budget"};
-    if (tp_rank == 0) keys.push_back("placement.transport");
-    return keys;
-  }
-  std::vector<std::string> keys = {
-      "target.path",           "target.layer_ids",  "drafter.layers",       "drafter.block_size",
-      "drafter.mask_token_id", "drafter.recompute", "batching.max_anchors", "optim.lr",
-      "optim.total_steps",     "resume.step",       "placement.pairs",      "placement.transport"};
-  if (expected.count("loss.gamma")) keys.push_back("loss.gamma");
-  return keys;
+  return drafter ? run::DrafterEchoKeys(expected.count("loss.gamma") > 0)
+                 : run::TargetEchoKeys(tp_rank);
 }
 
 absl::Status CheckEcho(const std::string& worker,

@@ -32,12 +32,9 @@ std::map<std::string, std::string> ExpectedSettings(
     const config::RunSpec& spec, const std::vector<int64_t>& layer_ids, int64_t mask_token_id,
     const std::string& transport, int64_t total_steps, int64_t resume_step, int64_t num_pairs);
 
-// The settings a worker must echo, each read back from the object that applies it (docs/
-// run-spec.md#settings-echo): a target (`tp_rank` 0 holds the pair's channel, other ranks none)
-// echoes the loaded model's path, dtype and feature layers and its token budget, rank 0 also its
-// channel's transport; a drafter echoes its model's shape, mask token and target layers, the
-// trainer's learning rate, schedule length, loss gamma and step, its communicator's size, its
-// anchor limit and its channel's transport. loss.gamma only where `expected` holds it.
+// The settings a worker of that role must echo: the table of common/run/resolve.h
+// (TargetEchoKeys for a target of tensor-parallel rank `tp_rank`, DrafterEchoKeys with
+// loss.gamma where `expected` holds it), each read back from the object that applies it.
 std::vector<std::string> RequiredEcho(bool drafter, int64_t tp_rank,
                                       const std::map<std::string, std::string>& expected);
 

@@ -18,9 +18,9 @@ absl::StatusOr<std::shared_ptr<nn::TargetModel>> TargetCache::Acquire(const conf
                                                                       const Loader& loader) {
   std::vector<int64_t> layer_ids;
   if (need.features) {
-    absl::StatusOr<model::TransformerConfig> config = train::RunTargetConfig(spec);
+    absl::StatusOr<model::TransformerConfig> config = run::RunTargetConfig(spec);
     if (!config.ok()) return config.status();
-    absl::StatusOr<std::vector<int64_t>> ids = train::RunLayerIds(spec, *config);
+    absl::StatusOr<std::vector<int64_t>> ids = run::RunLayerIds(spec, *config);
     if (!ids.ok()) return ids.status();
     layer_ids = *std::move(ids);
   }

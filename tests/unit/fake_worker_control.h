@@ -10,7 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "common/config/run_spec.h"
-#include "common/plan/memory_plan.h"
+#include "common/run/resolve.h"
 #include "services/coordinator/settings_echo.h"
 #include "services/coordinator/worker_control.h"
 
@@ -124,7 +124,7 @@ class FakeWorkerControl : public WorkerControl {
     absl::StatusOr<config::RunSpec> spec =
         config::ParseRunSpec(req.resolved_config_yaml(), "resolved", config::RunSpecOptions());
     if (!spec.ok()) return {};
-    absl::StatusOr<model::TransformerConfig> target = plan::RunTargetConfig(*spec);
+    absl::StatusOr<model::TransformerConfig> target = run::RunTargetConfig(*spec);
     if (!target.ok()) return {};
     absl::StatusOr<v1::ResolvedTarget> r = ResolveTargetSettings(*spec, *target);
     if (!r.ok()) return {};

@@ -21,6 +21,11 @@
 namespace dflash::plan {
 namespace {
 
+using run::DescribeMaskToken;
+using run::RunMaskToken;
+using run::RunMaskTokenId;
+using run::RunTargetConfig;
+
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -319,6 +324,11 @@ TEST(MemoryPlanTest, TableAndJsonShowEveryTermAndTheVerdict) {
 
 namespace dflash::plan {
 namespace {
+
+using run::DescribeMaskToken;
+using run::RunMaskToken;
+using run::RunMaskTokenId;
+using run::RunTargetConfig;
 
 // drafter.mask_token_id auto on a Llama target (SmolLM2-135M-Instruct, converted by
 // scripts/models/smollm2.sh): the tokenizer rule's <repo_name>, 3; without the tokenizer files

@@ -13,6 +13,7 @@
 #include "common/batching/batcher.h"
 #include "common/batching/packed_batch.h"
 #include "common/data/run_data.h"
+#include "common/run/resolve.h"
 #include "services/drafter_worker/drafter_runner.h"
 #include "services/target_worker/target_runner.h"
 
@@ -56,6 +57,21 @@ class StepRunnerTest : public ::testing::Test {
     ASSERT_TRUE(d.ok()) << d.status();
     EXPECT_EQ(t->applied.at("target.layer_ids"), d->applied.at("target.layer_ids"));
     EXPECT_EQ(d->applied.at("batching.max_anchors"), "32");
+    // Each runner echoes exactly the settings echo's table for its role (common/run/resolve.h),
+    // read back from what it built.
+    auto keys = [](const std::map<std::string, std::string>& applied) {
+      std::vector<std::string> k;
+      for (const auto& [key, value] : applied) k.push_back(key);
+      return k;
+    };
+    EXPECT_THAT(keys(t->applied), ::testing::UnorderedElementsAreArray(run::TargetEchoKeys(0)));
+    EXPECT_THAT(keys(d->applied),
+                ::testing::UnorderedElementsAreArray(run::DrafterEchoKeys(/*has_gamma=*/true)));
+    EXPECT_EQ(t->applied.at("target.path"), "builtin:tiny-qwen3");
+    EXPECT_EQ(t->applied.at("placement.transport"), "host");
+    EXPECT_EQ(d->applied.at("placement.transport"), "host");
+    EXPECT_EQ(d->applied.at("resume.step"), "0");
+    EXPECT_EQ(d->applied.at("optim.total_steps"), "4");
   }
 
   // The coordinator's part: the next step's pieces and anchors.
