@@ -17,10 +17,10 @@
 #include "common/config/run_spec.h"
 #include "common/data/run_data.h"
 #include "common/plan/memory_plan.h"
+#include "common/rpc/run_state.h"
 #include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/regen.h"
-#include "common/rpc/run_state.h"
 #include "services/coordinator/settings_echo.h"
 
 namespace dflash::coordinator {
@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
 }
 
 absl::Status Coordinator::Recover() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(auto runs, store_->ListRuns());
   int recovered = 0;
   for (const auto& run : runs) {
@@ -103,7 +103,7 @@ absl::Status Coordinator::TransitionLocked(const std::string& run_id, v1::RunSta
         .Increment();
   }
   if (IsTerminal(to) || to == v1::RUN_STATE_PAUSED) registry_.ReleaseRun(run_id);
-  events_cv_.notify_all();
+  events_cv_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -217,7 +217,7 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   }
   run.set_run_id(NewRunId(spec.name));
   run.set_message("waiting for an idle target/drafter pair");
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const int64_t now = clock_->NowUnixMs();
   RETURN_IF_ERROR(store_->CreateRun(run, run_yaml, now));
   LOG_RUN(INFO, run.run_id(), -1) << "submitted (" << source_name << "), queued";
@@ -226,7 +226,7 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
         .Add({{"state", "queued"}})
         .Increment();
   }
-  events_cv_.notify_all();
+  events_cv_.SignalAll();
   UpdateGaugesLocked();
   return store_->GetRun(run.run_id());
 }
@@ -366,19 +366,19 @@ absl::Status Coordinator::Regenerate(
 }
 
 absl::StatusOr<v1::RunStatus> Coordinator::GetRun(const std::string& run_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(v1::RunStatus run, store_->GetRun(run_id));
   FillProgressLocked(&run);
   return run;
 }
 
 absl::StatusOr<std::vector<v1::RunStatus>> Coordinator::ListRuns() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return store_->ListRuns();
 }
 
 absl::StatusOr<v1::RunStatus> Coordinator::CancelRun(const std::string& run_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(v1::RunStatus run, store_->GetRun(run_id));
   if (IsTerminal(run.state())) {
     return absl::FailedPreconditionError(
@@ -393,14 +393,14 @@ absl::StatusOr<v1::RunStatus> Coordinator::CancelRun(const std::string& run_id) 
 absl::StatusOr<std::vector<v1::RunEvent>> Coordinator::WaitForEvents(
     const std::string& run_id, int64_t after_seq, std::chrono::milliseconds max_wait,
     bool* terminal) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + max_wait;
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + absl::FromChrono(max_wait);
   while (true) {
     ASSIGN_OR_RETURN(auto events, store_->EventsAfter(run_id, after_seq));
     ASSIGN_OR_RETURN(v1::RunStatus run, store_->GetRun(run_id));
     *terminal = IsTerminal(run.state());
     if (!events.empty() || *terminal) return events;
-    if (events_cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (events_cv_.WaitWithDeadline(&mu_, deadline)) {  // true: the deadline passed
       ASSIGN_OR_RETURN(events, store_->EventsAfter(run_id, after_seq));
       return events;
     }
@@ -408,12 +408,12 @@ absl::StatusOr<std::vector<v1::RunEvent>> Coordinator::WaitForEvents(
 }
 
 std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return registry_.List();
 }
 
 absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::WorkerInfo& worker) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::optional<v1::WorkerInfo> before;  // the same name's previous registration
   ASSIGN_OR_RETURN(std::string id, registry_.Register(worker, &before));
   if (before && !before->run_id().empty()) {
@@ -438,7 +438,7 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::WorkerInfo&
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(registry_.Heartbeat(req.worker_id(), req.device()));
   if (metrics_) metrics_->Counter("dflash_coordinator_heartbeats_total").Add({}).Increment();
   ASSIGN_OR_RETURN(v1::WorkerInfo w, registry_.Get(req.worker_id()));
@@ -450,7 +450,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
 void Coordinator::Tick() {
   std::vector<Placement> placements;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const v1::WorkerInfo& w : registry_.Sweep()) {
       // A hung worker keeps its connections open: its calls are ended now, not at their deadlines,
       // so that the run's step thread ends and the run can be placed again.

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/config/run_spec.h"
 #include "common/metrics/catalogue.h"
@@ -107,17 +108,19 @@ class Coordinator {
   std::vector<v1::WorkerInfo> IdleTargets();
   absl::Status TransitionLocked(const std::string& run_id, v1::RunState from, v1::RunState to,
                                 const std::string& message,
-                                const std::vector<std::string>* worker_ids = nullptr);
+                                const std::vector<std::string>* worker_ids = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why a run placed on these pairs must wait for GPU memory ("" when it fits; placement.h
   // FreeMemoryShortfall).
   std::string FreeMemoryWait(const config::RunSpec& spec,
                              const std::vector<std::vector<v1::WorkerInfo>>& groups,
-                             const std::vector<v1::WorkerInfo>& drafters, size_t pairs);
+                             const std::vector<v1::WorkerInfo>& drafters, size_t pairs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PlanRun's "free now" part: each GPU's free memory against the plan of the workers a pair
   // would place on it, in the table, the JSON ("free_now") and `waits`.
   void AddFreeNow(const plan::RunPlan& p, v1::PlanRunResponse* resp, nlohmann::json* json);
-  std::vector<Placement> PlaceQueuedRunsLocked();
-  void RequeuePausedRunsLocked();
+  std::vector<Placement> PlaceQueuedRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RequeuePausedRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // run_driver.cc: prepares the workers, then trains the run to its end (or until it is
   // cancelled, paused or fails); on its own thread unless options_.inline_steps.
   void StartRun(const Placement& placement);
@@ -132,25 +135,29 @@ class Coordinator {
   absl::StatusOr<v1::EvalResult> Evaluate(Training* t, const std::string& dir, int64_t step);
   void ReleaseWorkers(const Placement& p);
   std::string RunDir(const std::string& run_id) const;
-  void FillProgressLocked(v1::RunStatus* run);
-  void UpdateGaugesLocked();
+  void FillProgressLocked(v1::RunStatus* run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   const Clock* clock_;
   WorkerControl* workers_;
   metrics::MetricsServer* metrics_;
 
-  std::mutex mu_;
-  std::condition_variable events_cv_;  // notified on every run transition
-  std::unique_ptr<RunStore> store_;
-  WorkerRegistry registry_;
-  uint64_t attempts_ = 0;                             // numbers each start of a run (channel names)
-  std::map<std::string, std::thread> drivers_;        // run id -> its step thread
-  std::map<std::string, v1::EvalResult> last_evals_;  // run id -> its newest evaluation
+  // One mutex for the run store, the registry and the run bookkeeping: the tick, the RPC
+  // handlers and the step threads take it (clang's -Wthread-safety checks the annotations:
+  // scripts/check-thread-safety.sh).
+  absl::Mutex mu_;
+  absl::CondVar events_cv_;  // signalled on every run transition
+  std::unique_ptr<RunStore> store_ ABSL_PT_GUARDED_BY(mu_);
+  WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
+  uint64_t attempts_ ABSL_GUARDED_BY(mu_) = 0;  // numbers each start of a run (channel names)
+  std::map<std::string, std::thread> drivers_ ABSL_GUARDED_BY(mu_);  // run id -> its step thread
+  // run id -> its newest evaluation
+  std::map<std::string, v1::EvalResult> last_evals_ ABSL_GUARDED_BY(mu_);
   // run id -> the step at which it was last paused for running out of memory (EndRun): a second
   // time at the same step fails the run instead of pausing it again.
-  std::map<std::string, int64_t> oom_paused_at_;
-  bool stopping_ = false;
+  std::map<std::string, int64_t> oom_paused_at_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace dflash::coordinator

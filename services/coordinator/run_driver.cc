@@ -108,7 +108,7 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   // with their settings echo.
   ASSIGN_OR_RETURN(t->resolved, ResolveTargetSettings(t->spec, target));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(store_->SetResolvedTarget(p.run_id, t->resolved));
   }
   const int64_t pairs = static_cast<int64_t>(p.pairs.size());
@@ -152,7 +152,7 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   // the store, which a resume must not jump to.
   int64_t committed = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(v1::RunStatus run, store_->GetRun(p.run_id));
     committed = run.step();
   }
@@ -182,14 +182,13 @@ void Coordinator::StartRun(const Placement& p) {
   auto training = std::make_shared<Training>();
   absl::Status status = SetUpTraining(p, training.get());
   std::vector<std::string> echoes;
-  uint64_t attempt;
+  std::string group_prefix;  // names this attempt's channels and groups
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    attempt = ++attempts_;
+    absl::MutexLock lock(&mu_);
+    group_prefix =
+        absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", ++attempts_);
   }
   std::string failed_worker;
-  const std::string group_prefix =
-      absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", attempt);
   std::string nccl_unique_id;                    // from the pair-0 drafter of an nccl group
   std::map<std::string, int64_t> planned_peaks;  // role -> the memory plan's allocator peak
   if (status.ok() && p.pairs.size() > 1) status = CheckDrafterGroup(p.pairs);
@@ -293,7 +292,7 @@ void Coordinator::StartRun(const Placement& p) {
   }
   bool train = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // The run may have been cancelled or paused while the RPCs ran; then it is no longer ours.
     auto run = store_->GetRun(p.run_id);
     if (Unreachable(status)) registry_.MarkDown(failed_worker, std::string(status.message()));
@@ -350,7 +349,7 @@ void Coordinator::DriveRun(std::shared_ptr<Training> t) {
   }
   ReleaseWorkers(t->p);
   CloseRunLog(t->p.run_id);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = drivers_.find(t->p.run_id);
   if (it != drivers_.end()) {
     it->second.detach();  // this thread, ending now
@@ -439,7 +438,7 @@ void Coordinator::Dispatch(Training* t, PlannedStep* ps, bool drafters) {
       absl::StatusOr<v1::RunStepResponse> r = workers_->RunStep(w, *req);
       if (!r.ok()) {
         if (Unreachable(r.status())) {
-          std::lock_guard<std::mutex> lock(mu_);
+          absl::MutexLock lock(&mu_);
           registry_.MarkDown(w.worker_id(), std::string(r.status().message()));
         }
         ReleaseWorkers(t->p);
@@ -452,7 +451,7 @@ void Coordinator::Dispatch(Training* t, PlannedStep* ps, bool drafters) {
 bool Coordinator::RunOneStep(Training* t) {
   const std::string& run_id = t->p.run_id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto run = store_->GetRun(run_id);
     if (stopping_ || !run.ok() || run->state() != v1::RUN_STATE_RUNNING) return false;
   }
@@ -562,7 +561,7 @@ bool Coordinator::RunOneStep(Training* t) {
   std::string json;
   (void)google::protobuf::util::MessageToJsonString(metrics, &json);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     absl::StatusOr<bool> committed =
         store_->CommitStep(run_id, step, cursor, json, clock_->NowUnixMs());
     if (!committed.ok()) {
@@ -602,7 +601,7 @@ bool Coordinator::RunOneStep(Training* t) {
           .Increment(static_cast<double>(oom_splits));
     }
     UpdateGaugesLocked();
-    events_cv_.notify_all();
+    events_cv_.SignalAll();
   }
   LOG_RUN(INFO, run_id, step)
       << absl::StrFormat("loss %.4f  acc.len %.3f  grad %.3g  lr %.3g  %d tok  %.2f s%s",
@@ -627,7 +626,7 @@ bool Coordinator::RunOneStep(Training* t) {
 }
 
 void Coordinator::EndRun(Training* t, const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const std::string& run_id = t->p.run_id;
   auto run = store_->GetRun(run_id);
   if (!run.ok() || run->state() != v1::RUN_STATE_RUNNING) return;  // cancelled or paused
@@ -680,7 +679,7 @@ void Coordinator::ReleaseWorkers(const Placement& p) {
     {
       // A worker marked down is not called (it may hang); it drops the run when it heartbeats
       // again and the reply no longer names it.
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto now = registry_.Get(w.worker_id());
       if (now.ok() && now->health() == v1::WORKER_HEALTH_DOWN) continue;
     }
@@ -720,7 +719,7 @@ absl::StatusOr<v1::EvalResult> Coordinator::Evaluate(Training* t, const std::str
   for (const auto& e : fs::directory_iterator(fs::path(t->run_dir) / "eval", ec)) {
     if (e.is_directory() && e.path().string() != dir) fs::remove_all(e.path(), ec);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   last_evals_[run_id] = r;
   if (metrics_) {
     const prometheus::Labels l = {{"run", run_id}};
@@ -763,7 +762,7 @@ void Coordinator::FillProgressLocked(v1::RunStatus* run) {
 Coordinator::~Coordinator() {
   std::map<std::string, std::thread> drivers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
     drivers.swap(drivers_);
   }

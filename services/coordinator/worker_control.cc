@@ -25,7 +25,7 @@ GrpcWorkerControl::GrpcWorkerControl(int64_t rpc_timeout_ms,
 GrpcWorkerControl::~GrpcWorkerControl() = default;
 
 GrpcWorkerControl::Stubs* GrpcWorkerControl::GetStubs(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto& slot = stubs_[address];
   if (!slot) {
     slot = std::make_unique<Stubs>();
@@ -56,11 +56,11 @@ absl::Status Annotated(const grpc::Status& s, const v1::WorkerInfo& w, const cha
 class GrpcWorkerControl::InFlight {
  public:
   InFlight(GrpcWorkerControl* c, const std::string& address, grpc::ClientContext* ctx) : c_(c) {
-    std::lock_guard<std::mutex> lock(c_->mu_);
+    absl::MutexLock lock(&c_->mu_);
     it_ = c_->in_flight_.emplace(address, ctx);
   }
   ~InFlight() {
-    std::lock_guard<std::mutex> lock(c_->mu_);
+    absl::MutexLock lock(&c_->mu_);
     c_->in_flight_.erase(it_);
   }
   InFlight(const InFlight&) = delete;
@@ -72,7 +72,7 @@ class GrpcWorkerControl::InFlight {
 };
 
 void GrpcWorkerControl::CancelCalls(const v1::WorkerInfo& worker) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto [begin, end] = in_flight_.equal_range(worker.control_address());
   for (auto it = begin; it != end; ++it) it->second->TryCancel();
 }

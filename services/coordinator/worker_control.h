@@ -4,10 +4,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "dflash/v1/common.pb.h"
 #include "dflash/v1/worker.pb.h"
 
@@ -63,11 +64,11 @@ class GrpcWorkerControl : public WorkerControl {
 
   int64_t rpc_timeout_ms_;
   std::shared_ptr<grpc::ChannelCredentials> creds_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Stubs>> stubs_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Stubs>> stubs_ ABSL_GUARDED_BY(mu_);
   // Calls in flight by worker address (their contexts), and the addresses whose calls were
   // cancelled since each call started.
-  std::multimap<std::string, grpc::ClientContext*> in_flight_;
+  std::multimap<std::string, grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dflash::coordinator
