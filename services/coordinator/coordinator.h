@@ -97,8 +97,21 @@ class Coordinator {
     // 1..n-1; rank 0 is pairs[i].first, the one the drafter's channel connects to).
     std::vector<std::vector<v1::WorkerInfo>> target_ranks;
   };
-  struct Training;     // run_driver.cc: what a started run's step loop holds
-  struct PlannedStep;  // run_driver.cc: a step's requests and its RPCs in flight
+  struct Training;     // training.h: what a started run's step loop holds
+  struct PlannedStep;  // training.h: a step's requests and its RPCs in flight
+  // What one step's calls answered: per pair its target (rank 0) and its drafter, and the other
+  // tensor-parallel ranks of each pair's target.
+  struct PairResult {
+    absl::StatusOr<v1::RunStepResponse> target, drafter;
+  };
+  struct TpRankResult {
+    size_t pair = 0;
+    absl::StatusOr<v1::RunStepResponse> result;
+  };
+  struct StepResults {
+    std::vector<PairResult> pairs;
+    std::vector<TpRankResult> tp_ranks;
+  };
 
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<RunStore> store,
               const Clock* clock, WorkerControl* workers, metrics::MetricsServer* metrics);
@@ -128,6 +141,22 @@ class Coordinator {
   void DriveRun(std::shared_ptr<Training> t);
   // One step on every worker of the run; commits it. Returns false when the run must stop.
   bool RunOneStep(Training* t);
+  // Waits for the step's calls; once its targets are done, plans and dispatches the next step's
+  // targets (run-ahead).
+  StepResults AwaitStep(Training* t, PlannedStep* cur);
+  // The step's failure: the root cause among the calls (not a released peer's ABORTED), ranks of
+  // a tensor-parallel target that disagree, a drafter that trained on other features than sent.
+  static absl::Status CheckStepResults(const PlannedStep& cur, const StepResults& r);
+  // eval.every_steps: the snapshot's tau into pair 0's drafter metrics, before the commit.
+  void EvaluateBeforeCommit(Training* t, const PlannedStep& cur, StepResults* r);
+  // step_commit.cc: the step's figures, the store's commit, metrics, log line, pruning. False
+  // when the commit was refused (the run is then failed).
+  bool CommitStep(Training* t, const PlannedStep& cur, const StepResults& r);
+  static v1::StepMetrics StepMetricsOf(const Training& t, const PlannedStep& cur,
+                                       const StepResults& r,
+                                       std::chrono::steady_clock::time_point now);
+  void ExportStepMetricsLocked(const std::string& run_id, int64_t epoch, const v1::StepMetrics& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::unique_ptr<PlannedStep>> PlanStep(Training* t);
   void Dispatch(Training* t, PlannedStep* step, bool drafters);
   void EndRun(Training* t, const absl::Status& status);

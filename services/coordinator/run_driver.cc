@@ -31,6 +31,7 @@
 #include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/settings_echo.h"
+#include "services/coordinator/training.h"
 
 namespace dflash::coordinator {
 
@@ -61,36 +62,6 @@ std::string EvalSnapshotDir(const std::string& run_dir, int64_t step) {
 }
 
 }  // namespace
-
-struct Coordinator::Training {
-  Placement p;
-  config::RunSpec spec;
-  data::RunData data;
-  batching::BatchingOptions batching;
-  std::unique_ptr<batching::Batcher> batcher;
-  int64_t total_steps = 0;
-  int64_t step = 0;  // the next step to train
-  std::string run_dir, checkpoint_dir, export_dir, resume_from;
-  batching::PackedBatch scratch;
-  std::unique_ptr<PlannedStep> ahead;  // the next step, its targets already dispatched
-  absl::Status ahead_error;            // planning the next step failed
-  std::chrono::steady_clock::time_point last_commit = std::chrono::steady_clock::now();
-  // eval.every_steps > 0: the prompts, tokenized once when the run starts (drafter_dir unset).
-  std::optional<v1::EvaluateRequest> eval_request;
-  v1::ResolvedTarget resolved;  // target.layer_ids and drafter.mask_token_id, `auto` resolved
-};
-
-// One planned step and its RPCs in flight. Destroying it waits for the calls (std::async).
-struct Coordinator::PlannedStep {
-  int64_t step = 0, epoch = 0, tokens = 0;
-  std::string cursor;    // the data cursor after this step
-  std::string eval_dir;  // the drafter snapshot evaluated after this step ("" = none)
-  std::vector<v1::RunStepRequest> targets, drafters;
-  std::vector<std::future<absl::StatusOr<v1::RunStepResponse>>> target_calls, drafter_calls;
-  // Tensor-parallel ranks 1..n-1 of each pair's target: the pair's target request, the same step.
-  std::vector<std::future<absl::StatusOr<v1::RunStepResponse>>> tp_calls;
-  std::vector<size_t> tp_pair;  // the pair of each tp call
-};
 
 std::string Coordinator::RunDir(const std::string& run_id) const {
   return options_.state_dir.empty() ? std::string()
@@ -449,10 +420,9 @@ void Coordinator::Dispatch(Training* t, PlannedStep* ps, bool drafters) {
 }
 
 bool Coordinator::RunOneStep(Training* t) {
-  const std::string& run_id = t->p.run_id;
   {
     absl::MutexLock lock(&mu_);
-    auto run = store_->GetRun(run_id);
+    auto run = store_->GetRun(t->p.run_id);
     if (stopping_ || !run.ok() || run->state() != v1::RUN_STATE_RUNNING) return false;
   }
   if (t->step >= t->total_steps) {
@@ -472,16 +442,32 @@ bool Coordinator::RunOneStep(Training* t) {
     Dispatch(t, cur.get(), /*drafters=*/false);
   }
   Dispatch(t, cur.get(), /*drafters=*/true);
-  const int64_t step = cur->step;
-  std::vector<absl::StatusOr<v1::RunStepResponse>> results;  // target i, drafter i, ...
-  std::vector<absl::StatusOr<v1::RunStepResponse>> target_results;
-  for (auto& c : cur->target_calls) target_results.push_back(c.get());
-  std::vector<absl::StatusOr<v1::RunStepResponse>> tp_results;
-  for (auto& c : cur->tp_calls) tp_results.push_back(c.get());
+  StepResults results = AwaitStep(t, cur.get());
+  if (absl::Status s = CheckStepResults(*cur, results); !s.ok()) {
+    EndRun(t, s);
+    return false;
+  }
+  if (!cur->eval_dir.empty()) EvaluateBeforeCommit(t, *cur, &results);
+  if (!CommitStep(t, *cur, results)) return false;
+  t->step = cur->step + 1;
+  if (!t->ahead_error.ok()) {
+    EndRun(t, t->ahead_error);
+    return false;
+  }
+  return true;
+}
+
+Coordinator::StepResults Coordinator::AwaitStep(Training* t, PlannedStep* cur) {
+  StepResults r;
+  r.pairs.resize(cur->drafter_calls.size());
+  for (size_t i = 0; i < r.pairs.size(); ++i) r.pairs[i].target = cur->target_calls[i].get();
+  for (size_t c = 0; c < cur->tp_calls.size(); ++c) {
+    r.tp_ranks.push_back({cur->tp_pair[c], cur->tp_calls[c].get()});
+  }
   bool targets_ok = true;
-  for (const auto& r : target_results) targets_ok = targets_ok && r.ok();
-  for (const auto& r : tp_results) targets_ok = targets_ok && r.ok();
-  if (targets_ok && step + 1 < t->total_steps) {
+  for (const PairResult& p : r.pairs) targets_ok = targets_ok && p.target.ok();
+  for (const TpRankResult& tp : r.tp_ranks) targets_ok = targets_ok && tp.result.ok();
+  if (targets_ok && cur->step + 1 < t->total_steps) {
     // Run ahead: plan the next step and start its targets while the drafters train on this one.
     absl::StatusOr<std::unique_ptr<PlannedStep>> next = PlanStep(t);
     if (next.ok()) {
@@ -491,138 +477,61 @@ bool Coordinator::RunOneStep(Training* t) {
       t->ahead_error = next.status();  // reported after this step commits
     }
   }
-  for (size_t i = 0; i < cur->drafter_calls.size(); ++i) {
-    results.push_back(std::move(target_results[i]));
-    results.push_back(cur->drafter_calls[i].get());
-  }
+  for (size_t i = 0; i < r.pairs.size(); ++i) r.pairs[i].drafter = cur->drafter_calls[i].get();
+  return r;
+}
+
+absl::Status Coordinator::CheckStepResults(const PlannedStep& cur, const StepResults& r) {
+  const int64_t step = cur.step;
   absl::Status failed;
-  for (auto& r : tp_results) {
-    if (!r.ok() && failed.ok()) failed = r.status();
+  for (const TpRankResult& tp : r.tp_ranks) {
+    if (!tp.result.ok() && failed.ok()) failed = tp.result.status();
   }
-  for (const auto& r : results) {
-    // The root cause, not the ABORTED of a peer that was released because of it.
-    if (!r.ok() && (failed.ok() || failed.code() == absl::StatusCode::kAborted))
-      failed = r.status();
+  for (const PairResult& p : r.pairs) {
+    for (const auto* call : {&p.target, &p.drafter}) {
+      // The root cause, not the ABORTED of a peer that was released because of it.
+      if (!call->ok() && (failed.ok() || failed.code() == absl::StatusCode::kAborted)) {
+        failed = call->status();
+      }
+    }
   }
-  if (!failed.ok()) {
-    EndRun(t, Annotate(failed, absl::StrCat("step ", step)));
-    return false;
-  }
-  for (size_t c = 0; c < tp_results.size(); ++c) {
+  if (!failed.ok()) return Annotate(failed, absl::StrCat("step ", step));
+  for (const TpRankResult& tp : r.tp_ranks) {
     // Every rank of a tensor-parallel target holds the same residual stream: on host transport
     // (the ranks report the CRC of the same feature message) the features must be equal.
-    const size_t i = cur->tp_pair[c];
-    const uint64_t rank0 = results[2 * i]->checksum(), other = tp_results[c]->checksum();
+    const uint64_t rank0 = r.pairs[tp.pair].target->checksum(), other = tp.result->checksum();
     if (other != 0 && other != rank0) {
-      EndRun(t, absl::DataLossError(absl::StrCat("step ", step, ": pair ", i,
-                                                 ": tensor-parallel target ranks computed "
-                                                 "different features (checksum ",
-                                                 other, " != rank 0's ", rank0, ")")));
-      return false;
+      return absl::DataLossError(
+          absl::StrCat("step ", step, ": pair ", tp.pair,
+                       ": tensor-parallel target ranks computed different features (checksum ",
+                       other, " != rank 0's ", rank0, ")"));
     }
   }
-  for (size_t i = 0; i < t->p.pairs.size(); ++i) {
-    const uint64_t sent = results[2 * i]->checksum(), trained = results[2 * i + 1]->checksum();
+  for (size_t i = 0; i < r.pairs.size(); ++i) {
+    const uint64_t sent = r.pairs[i].target->checksum(), trained = r.pairs[i].drafter->checksum();
     if (sent != trained) {
-      EndRun(t, absl::DataLossError(absl::StrCat("step ", step, ": pair ", i,
-                                                 " trained on other features than its target "
-                                                 "sent (checksum ",
-                                                 trained, " != ", sent, ")")));
-      return false;
+      return absl::DataLossError(absl::StrCat("step ", step, ": pair ", i,
+                                              " trained on other features than its target "
+                                              "sent (checksum ",
+                                              trained, " != ", sent, ")"));
     }
   }
-  if (!cur->eval_dir.empty()) {
-    // Measured before the commit, so that the committed step carries it (an evaluation that fails
-    // is logged and skipped: it never stops training).
-    const auto eval_start = std::chrono::steady_clock::now();
-    absl::StatusOr<v1::EvalResult> eval = Evaluate(t, cur->eval_dir, step + 1);
-    // The step's time (now - last commit) leaves the decoding out.
-    t->last_commit += std::chrono::steady_clock::now() - eval_start;
-    if (eval.ok()) {
-      results[1]->mutable_metrics()->set_measured_acceptance_length(eval->tau());
-    } else {
-      LOG_RUN(WARNING, run_id, step)
-          << "evaluation of " << cur->eval_dir << " failed: " << eval.status();
-    }
+  return absl::OkStatus();
+}
+
+void Coordinator::EvaluateBeforeCommit(Training* t, const PlannedStep& cur, StepResults* r) {
+  // Measured before the commit, so that the committed step carries it (an evaluation that fails
+  // is logged and skipped: it never stops training).
+  const auto eval_start = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::EvalResult> eval = Evaluate(t, cur.eval_dir, cur.step + 1);
+  // The step's time (now - last commit) leaves the decoding out.
+  t->last_commit += std::chrono::steady_clock::now() - eval_start;
+  if (eval.ok()) {
+    r->pairs[0].drafter->mutable_metrics()->set_measured_acceptance_length(eval->tau());
+  } else {
+    LOG_RUN(WARNING, t->p.run_id, cur.step)
+        << "evaluation of " << cur.eval_dir << " failed: " << eval.status();
   }
-  const int64_t tokens = cur->tokens;
-  const std::string& cursor = cur->cursor;
-  const auto now = std::chrono::steady_clock::now();
-  // Pair 0's drafter: its loss, weight sum and slot counts are the sums over all pairs.
-  v1::StepMetrics metrics = results[1]->metrics();
-  int64_t oom_splits = 0;  // targets' (every tensor-parallel rank) and drafters'
-  for (const auto& r : results) oom_splits += r->metrics().oom_splits();
-  for (const auto& r : tp_results) oom_splits += r->metrics().oom_splits();
-  metrics.set_oom_splits(oom_splits);
-  metrics.set_tokens(tokens);
-  // From the previous commit (or the start of the step loop): with the targets running ahead,
-  // the time between commits is what a step costs.
-  metrics.set_seconds(std::chrono::duration<double>(now - t->last_commit).count());
-  std::string json;
-  (void)google::protobuf::util::MessageToJsonString(metrics, &json);
-  {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<bool> committed =
-        store_->CommitStep(run_id, step, cursor, json, clock_->NowUnixMs());
-    if (!committed.ok()) {
-      auto run = store_->GetRun(run_id);
-      if (run.ok() && run->state() == v1::RUN_STATE_RUNNING) {
-        LOG_RUN(ERROR, run_id, step) << "commit: " << committed.status();
-        TransitionLocked(run_id, v1::RUN_STATE_RUNNING, v1::RUN_STATE_FAILED,
-                         absl::StrCat("step ", step, ": ", committed.status().message()))
-            .IgnoreError();
-      }
-      UpdateGaugesLocked();
-      return false;
-    }
-    if (metrics_ && *committed) {
-      const prometheus::Labels l = {{"run", run_id}};
-      metrics_->Gauge("dflash_coordinator_run_loss").Add(l).Set(metrics.loss());
-      metrics_->Gauge("dflash_coordinator_run_acceptance_length")
-          .Add(l)
-          .Set(metrics.acceptance_length());
-      metrics_->Gauge("dflash_coordinator_run_tokens_per_second")
-          .Add(l)
-          .Set(metrics.seconds() > 0 ? tokens / metrics.seconds() : 0);
-      metrics_->Counter("dflash_coordinator_run_tokens_total").Add(l).Increment(tokens);
-      metrics_->Gauge("dflash_coordinator_run_epoch").Add(l).Set(static_cast<double>(cur->epoch));
-      metrics_->Gauge("dflash_coordinator_run_grad_norm").Add(l).Set(metrics.grad_norm());
-      metrics_->Gauge("dflash_coordinator_run_learning_rate").Add(l).Set(metrics.lr());
-      for (int k = 0; k < metrics.slot_accuracy_size(); ++k) {
-        metrics_->Gauge("dflash_coordinator_run_slot_accuracy")
-            .Add({{"run", run_id}, {"slot", std::to_string(k)}})
-            .Set(metrics.slot_accuracy(k));
-      }
-      // Created at 0 with the run's first step, so that "no skipped step" is a sample too.
-      auto& skipped = metrics_->Counter("dflash_coordinator_run_skipped_steps_total").Add(l);
-      if (metrics.skipped()) skipped.Increment();
-      metrics_->Counter("dflash_coordinator_run_oom_splits_total")
-          .Add(l)
-          .Increment(static_cast<double>(oom_splits));
-    }
-    UpdateGaugesLocked();
-    events_cv_.SignalAll();
-  }
-  LOG_RUN(INFO, run_id, step)
-      << absl::StrFormat("loss %.4f  acc.len %.3f  grad %.3g  lr %.3g  %d tok  %.2f s%s",
-                         metrics.loss(), metrics.acceptance_length(), metrics.grad_norm(),
-                         metrics.lr(), tokens, metrics.seconds(),
-                         metrics.skipped() ? "  SKIPPED" : "")
-      << (oom_splits > 0 ? absl::StrCat("  out of memory: ", oom_splits, " micro-batch(es) split")
-                         : std::string());
-  t->last_commit = now;
-  if (!cur->drafters[0].checkpoint_path().empty()) {
-    if (absl::Status s = train::PruneCheckpoints(t->checkpoint_dir, t->spec.checkpoint.keep);
-        !s.ok()) {
-      LOG_RUN(WARNING, run_id, step) << "pruning checkpoints: " << s;
-    }
-  }
-  t->step = step + 1;
-  if (!t->ahead_error.ok()) {
-    EndRun(t, t->ahead_error);
-    return false;
-  }
-  return true;
 }
 
 void Coordinator::EndRun(Training* t, const absl::Status& status) {
