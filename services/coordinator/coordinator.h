@@ -19,6 +19,7 @@
 #include "common/base/clock.h"
 #include "common/config/run_spec.h"
 #include "common/metrics/catalogue.h"
+#include "common/model/hf_config.h"
 #include "dflash/v1/common.pb.h"
 #include "dflash/v1/coordinator.pb.h"
 #include "dflash/v1/registry.pb.h"
@@ -137,6 +138,33 @@ class Coordinator {
   // run_driver.cc: prepares the workers, then trains the run to its end (or until it is
   // cancelled, paused or fails); on its own thread unless options_.inline_steps.
   void StartRun(const Placement& placement);
+  // What preparing a placed run's pairs gathers (pair_prepare.cc).
+  struct Preparation {
+    absl::Status status;
+    std::string failed_worker;                     // the worker whose PrepareRun failed
+    std::vector<std::string> echoes;               // "<worker> applied N settings"
+    std::map<std::string, int64_t> planned_peaks;  // role -> the memory plan's allocator peak
+    std::string group_prefix;                      // names this attempt's channels and groups
+    std::string nccl_unique_id;                    // from the pair-0 drafter of an nccl group
+  };
+  // What a pair's target hands its drafter and its other ranks.
+  struct PairIds {
+    std::string channel_descriptor;  // transport nccl: from the target, for its drafter
+    std::string tp_unique_id;        // nccl tensor-parallel group: from the target's rank 0
+  };
+  // pair_prepare.cc: pair i's transport, memory check and PrepareRun on each of its workers.
+  void PreparePair(const Placement& p, size_t i, const Training& t, Preparation* prep);
+  static absl::Status CheckPairMemory(const Placement& p, size_t i, const Training& t,
+                                      const model::TransformerConfig& tc,
+                                      const std::string& transport);
+  static v1::PrepareRunRequest PrepareRequest(const Placement& p, size_t i, const Training& t,
+                                              const std::string& transport, const Preparation& prep,
+                                              int64_t tp_rank, int64_t tp_world,
+                                              const PairIds& ids);
+  // After the pairs' preparation: the run moves to running (its step thread started unless
+  // inline_steps), back to queued (a worker unreachable) or to failed. True: it trains.
+  bool ConcludeStart(const Placement& p, const std::shared_ptr<Training>& training,
+                     const Preparation& prep);
   absl::Status SetUpTraining(const Placement& p, Training* t);
   void DriveRun(std::shared_ptr<Training> t);
   // One step on every worker of the run; commits it. Returns false when the run must stop.

@@ -151,127 +151,40 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
 void Coordinator::StartRun(const Placement& p) {
   // Control RPCs run without the lock: a slow worker must not stall heartbeats of the others.
   auto training = std::make_shared<Training>();
-  absl::Status status = SetUpTraining(p, training.get());
-  std::vector<std::string> echoes;
-  std::string group_prefix;  // names this attempt's channels and groups
+  Preparation prep;
+  prep.status = SetUpTraining(p, training.get());
   {
     absl::MutexLock lock(&mu_);
-    group_prefix =
+    prep.group_prefix =
         absl::StrCat("dflash-", p.run_id, "-", registry_.incarnation(), "-", ++attempts_);
   }
-  std::string failed_worker;
-  std::string nccl_unique_id;                    // from the pair-0 drafter of an nccl group
-  std::map<std::string, int64_t> planned_peaks;  // role -> the memory plan's allocator peak
-  if (status.ok() && p.pairs.size() > 1) status = CheckDrafterGroup(p.pairs);
-  for (size_t i = 0; status.ok() && i < p.pairs.size(); ++i) {
-    const auto& [target, drafter] = p.pairs[i];
-    absl::StatusOr<std::string> transport = ResolveTransport(training->spec, target, drafter);
-    if (!transport.ok()) {
-      status = transport.status();
-      break;
-    }
-    absl::StatusOr<model::TransformerConfig> tc = run::RunTargetConfig(training->spec);
-    if (!tc.ok()) {
-      status = tc.status();
-      break;
-    }
-    const std::vector<int64_t> layer_ids(training->resolved.target_layer_ids().begin(),
-                                         training->resolved.target_layer_ids().end());
-    // The memory plan against this pair's own GPUs, before anything is loaded: both workers
-    // together when they share one.
-    if (*transport == "cuda_ipc") {
-      status = plan::CheckSharedGpuFits(
-          training->spec, *tc, absl::StrCat("GPU ", target.device().index(), " of ", target.name()),
-          static_cast<int64_t>(target.device().total_bytes()));
-    }
-    std::vector<const v1::WorkerInfo*> checked = {&target, &drafter};
-    if (i < p.target_ranks.size()) {
-      for (const v1::WorkerInfo& w : p.target_ranks[i]) checked.push_back(&w);
-    }
-    for (const v1::WorkerInfo* w : checked) {
-      if (!status.ok() || w->device().kind() != "cuda") continue;
-      status =
-          plan::CheckFits(training->spec, *tc, *transport, w == &drafter ? "drafter" : "target",
-                          absl::StrCat(w->name(), " (GPU ", w->device().index(), ")"),
-                          static_cast<int64_t>(w->device().total_bytes()));
-    }
-    if (!status.ok()) break;
-    if (i == 0) {
-      absl::StatusOr<plan::RunPlan> pl = plan::PlanRun(training->spec, *tc, *transport);
-      if (pl.ok()) {
-        planned_peaks = {{"target", pl->target.allocator_peak},
-                         {"drafter", pl->drafter.allocator_peak}};
-      }
-    }
-    const std::map<std::string, std::string> expected = ExpectedSettings(
-        training->spec, layer_ids, training->resolved.mask_token_id(), *transport,
-        training->total_steps, training->step, static_cast<int64_t>(p.pairs.size()));
-    std::string channel_descriptor;  // transport nccl: from the target, for its drafter
-    std::string tp_unique_id;        // nccl tensor-parallel group: from the target's rank 0
-    // Target first: it creates the pair's channel, which the drafter then opens; a
-    // tensor-parallel group's rank 0 before its other ranks (it creates the group or its id).
-    const std::vector<v1::WorkerInfo> extra =
-        i < p.target_ranks.size() ? p.target_ranks[i] : std::vector<v1::WorkerInfo>();
-    const int64_t tp_world = 1 + static_cast<int64_t>(extra.size());
-    std::vector<std::pair<v1::WorkerInfo, int64_t>> order = {{target, 0}};  // (worker, tp rank)
-    for (size_t r = 0; r < extra.size(); ++r) order.emplace_back(extra[r], r + 1);
-    order.emplace_back(drafter, -1);
-    for (const auto& [self, tp_rank] : order) {
-      const bool is_drafter = tp_rank < 0;
-      v1::PrepareRunRequest req;
-      req.set_run_id(p.run_id);
-      req.set_resolved_config_yaml(p.resolved_yaml);
-      req.set_peer_worker_id(is_drafter ? target.worker_id() : drafter.worker_id());
-      req.set_pair(static_cast<int64_t>(i));
-      req.set_num_pairs(static_cast<int64_t>(p.pairs.size()));
-      req.set_total_steps(training->total_steps);
-      req.set_resume_checkpoint(training->resume_from);
-      req.set_channel(absl::StrCat(group_prefix, "-p", i));
-      req.set_transport(*transport);
-      if (is_drafter) req.set_channel_descriptor(channel_descriptor);
-      req.set_run_dir(training->run_dir);
-      if (is_drafter && p.pairs.size() > 1) {
-        req.set_drafter_group(absl::StrCat(group_prefix, "-dp"));
-        req.set_collective(Collective(drafter));
-        req.set_nccl_unique_id(nccl_unique_id);
-      }
-      if (!is_drafter && tp_world > 1) {
-        req.set_tp_rank(tp_rank);
-        req.set_tp_world(tp_world);
-        req.set_tp_group(absl::StrCat(group_prefix, "-p", i, "-tp"));
-        req.set_tp_collective(TargetCollective(target));
-        req.set_tp_nccl_unique_id(tp_unique_id);
-      }
-      auto resp = workers_->PrepareRun(self, req);
-      if (!resp.ok()) {
-        status = resp.status();
-        failed_worker = self.worker_id();
-        break;
-      }
-      if (is_drafter && i == 0) nccl_unique_id = resp->nccl_unique_id();
-      if (tp_rank == 0) {
-        channel_descriptor = resp->channel_descriptor();
-        tp_unique_id = resp->tp_nccl_unique_id();
-      }
-      status = CheckEcho(
-          self.name(), expected,
-          std::map<std::string, std::string>(resp->applied().begin(), resp->applied().end()),
-          RequiredEcho(is_drafter, tp_rank, expected));
-      if (!status.ok()) break;
-      echoes.push_back(absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
-    }
+  if (prep.status.ok() && p.pairs.size() > 1) prep.status = CheckDrafterGroup(p.pairs);
+  for (size_t i = 0; prep.status.ok() && i < p.pairs.size(); ++i) {
+    PreparePair(p, i, *training, &prep);
   }
+  if (!ConcludeStart(p, training, prep)) {
+    ReleaseWorkers(p);
+    CloseRunLog(p.run_id);
+    return;
+  }
+  if (options_.inline_steps) DriveRun(training);
+}
+
+bool Coordinator::ConcludeStart(const Placement& p, const std::shared_ptr<Training>& training,
+                                const Preparation& prep) {
   bool train = false;
   {
     absl::MutexLock lock(&mu_);
     // The run may have been cancelled or paused while the RPCs ran; then it is no longer ours.
     auto run = store_->GetRun(p.run_id);
-    if (Unreachable(status)) registry_.MarkDown(failed_worker, std::string(status.message()));
-    if (run.ok() && run->state() == v1::RUN_STATE_STARTING && Unreachable(status)) {
+    if (Unreachable(prep.status))
+      registry_.MarkDown(prep.failed_worker, std::string(prep.status.message()));
+    if (run.ok() && run->state() == v1::RUN_STATE_STARTING && Unreachable(prep.status)) {
       // A worker that died but is not yet marked down by the sweep: not the run's fault. Marked
       // down above, so the run is placed again on other workers (or when it comes back).
-      absl::Status s = TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_PAUSED,
-                                        absl::StrCat("worker unreachable: ", status.message()));
+      absl::Status s =
+          TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_PAUSED,
+                           absl::StrCat("worker unreachable: ", prep.status.message()));
       if (s.ok()) {
         s = TransitionLocked(p.run_id, v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED,
                              "waiting for an idle target/drafter pair");
@@ -279,9 +192,9 @@ void Coordinator::StartRun(const Placement& p) {
       if (!s.ok()) {
         LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
       }
-    } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING && !status.ok()) {
+    } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING && !prep.status.ok()) {
       TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_FAILED,
-                       absl::StrCat("preparing the run failed: ", status.message()))
+                       absl::StrCat("preparing the run failed: ", prep.status.message()))
           .IgnoreError();
     } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING && !stopping_) {
       const std::string from =
@@ -291,11 +204,11 @@ void Coordinator::StartRun(const Placement& p) {
                              fs::path(training->resume_from).filename().string());
       train = TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_RUNNING,
                                absl::StrCat("training ", training->total_steps, " steps ", from,
-                                            " (", absl::StrJoin(echoes, "; "), ")"))
+                                            " (", absl::StrJoin(prep.echoes, "; "), ")"))
                   .ok();
     }
     if (train && metrics_) {
-      for (const auto& [role, bytes] : planned_peaks) {
+      for (const auto& [role, bytes] : prep.planned_peaks) {
         metrics_->Gauge("dflash_coordinator_plan_peak_bytes")
             .Add({{"run", p.run_id}, {"role", role}})
             .Set(static_cast<double>(bytes));
@@ -306,12 +219,7 @@ void Coordinator::StartRun(const Placement& p) {
       drivers_[p.run_id] = std::thread([this, training] { DriveRun(training); });
     }
   }
-  if (!train) {
-    ReleaseWorkers(p);
-    CloseRunLog(p.run_id);
-    return;
-  }
-  if (options_.inline_steps) DriveRun(training);
+  return train;
 }
 
 void Coordinator::DriveRun(std::shared_ptr<Training> t) {
