@@ -129,87 +129,94 @@ v1::DataSummary ToProto(const data::RunDataSummary& s) {
 
 }  // namespace
 
-absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml,
-                                                     const std::string& source_name, bool dry_run) {
-  config::RunSpecOptions opts;
-  opts.check_paths = true;
-  opts.data_roots = options_.data_roots;
-  ASSIGN_OR_RETURN(
-      config::RunSpec spec,
-      config::ParseRunSpec(run_yaml, source_name.empty() ? "run.yaml" : source_name, opts));
-  const std::string source = source_name.empty() ? "run.yaml" : source_name;
-  // What the workers would refuse only when the run starts, refused now, naming the field: the
-  // target's config, its feature layers, the drafter's mask token, evaluations the target cannot
-  // generate for, a tensor-parallel width the target's shapes do not divide.
-  absl::StatusOr<model::TransformerConfig> target = run::RunTargetConfig(spec);
-  absl::Status checked = target.status();
-  if (checked.code() == absl::StatusCode::kNotFound) {  // no config.json: a config error here
-    checked = absl::InvalidArgumentError(checked.message());
+namespace {
+
+// What the workers would refuse only when the run starts, refused at submit, naming the field:
+// the target's config, its feature layers, the drafter's mask token, evaluations the target
+// cannot generate for, a tensor-parallel width the target's shapes do not divide. Returns the
+// resolved target settings; *target gets the target's config.
+absl::StatusOr<v1::ResolvedTarget> CheckRunTarget(const config::RunSpec& spec,
+                                                  model::TransformerConfig* target) {
+  absl::StatusOr<model::TransformerConfig> config = run::RunTargetConfig(spec);
+  if (config.status().code() == absl::StatusCode::kNotFound) {  // no config.json: a config error
+    return absl::InvalidArgumentError(config.status().message());
   }
-  absl::StatusOr<v1::ResolvedTarget> resolved =
-      checked.ok() ? ResolveTargetSettings(spec, *target) : checked;
-  checked = resolved.status();
-  if (checked.ok() && spec.placement.target_parallel > 1) {
-    const int64_t layers = *std::max_element(resolved->target_layer_ids().begin(),
-                                             resolved->target_layer_ids().end()) +
-                           1;
+  if (!config.ok()) return config.status();
+  *target = *config;
+  ASSIGN_OR_RETURN(v1::ResolvedTarget resolved, ResolveTargetSettings(spec, *target));
+  if (spec.placement.target_parallel > 1) {
+    const int64_t layers =
+        *std::max_element(resolved.target_layer_ids().begin(), resolved.target_layer_ids().end()) +
+        1;
     if (absl::Status s =
             model::CheckTensorParallel(*target, layers, spec.placement.target_parallel);
         !s.ok()) {
-      checked =
-          absl::InvalidArgumentError(absl::StrCat("placement.target_parallel: ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat("placement.target_parallel: ", s.message()));
     }
   }
-  if (checked.ok() && spec.eval.every_steps > 0) {
+  if (spec.eval.every_steps > 0) {
     if (absl::Status s = model::CheckCanGenerate(*target); !s.ok()) {
-      checked = absl::InvalidArgumentError(
+      return absl::InvalidArgumentError(
           absl::StrCat("eval.every_steps: ", s.message(), "; set eval.every_steps: 0"));
     }
   }
-  if (!checked.ok()) {
-    return absl::Status(checked.code(), absl::StrCat(source, ": ", checked.message()));
+  return resolved;
+}
+
+// Training reads prepared (or built-in) data only; refuse now what could not be trained on later.
+// The structure, tokenizer and settings are checked here; the full checksum pass (seconds on a
+// large set) is left to the start of training so that SubmitRun answers within its deadline.
+// Sets the run's data summary and total steps.
+absl::Status CheckRunData(const config::RunSpec& spec, const model::TransformerConfig& target,
+                          v1::RunStatus* run) {
+  ASSIGN_OR_RETURN(data::RunData data, data::OpenRunData(spec, /*verify=*/false));
+  RETURN_IF_ERROR(data::CheckDataVocabulary(spec, data, target.vocab_size));
+  *run->mutable_data() = ToProto(data.summary);
+  run->set_total_steps(data.summary.total_steps);
+  return absl::OkStatus();
+}
+
+absl::Status Prefixed(const absl::Status& s, const std::string& source) {
+  return s.ok() ? s : absl::Status(s.code(), absl::StrCat(source, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::Status Coordinator::CheckFitsRegisteredGpus(const config::RunSpec& spec,
+                                                  const model::TransformerConfig& target) {
+  // The memory plan against the largest registered GPU of each role (none: not checked here;
+  // every placement is checked against its own GPUs).
+  const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());
+  if (pt.transport == "cuda_ipc") {
+    RETURN_IF_ERROR(plan::CheckSharedGpuFits(spec, target, pt.shared_gpu, pt.shared_capacity));
   }
-  {
-    // The memory plan against the largest registered GPU of each role (none: not checked here;
-    // every placement is checked against its own GPUs).
-    const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());
-    if (pt.transport == "cuda_ipc") {
-      absl::Status fits =
-          plan::CheckSharedGpuFits(spec, *target, pt.shared_gpu, pt.shared_capacity);
-      if (!fits.ok()) {
-        return absl::Status(fits.code(), absl::StrCat(source, ": ", fits.message()));
-      }
-    }
-    for (const auto& [role, worker, capacity] :
-         {std::make_tuple("target", pt.target_worker, pt.target_capacity),
-          std::make_tuple("drafter", pt.drafter_worker, pt.drafter_capacity)}) {
-      absl::Status fits =
-          plan::CheckFits(spec, *target, pt.transport, role,
-                          absl::StrCat(worker, " (the largest registered GPU)"), capacity);
-      if (!fits.ok()) {
-        return absl::Status(fits.code(), absl::StrCat(source, ": ", fits.message()));
-      }
-    }
+  for (const auto& [role, worker, capacity] :
+       {std::make_tuple("target", pt.target_worker, pt.target_capacity),
+        std::make_tuple("drafter", pt.drafter_worker, pt.drafter_capacity)}) {
+    RETURN_IF_ERROR(plan::CheckFits(spec, target, pt.transport, role,
+                                    absl::StrCat(worker, " (the largest registered GPU)"),
+                                    capacity));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml,
+                                                     const std::string& source_name, bool dry_run) {
+  const std::string source = source_name.empty() ? "run.yaml" : source_name;
+  config::RunSpecOptions opts;
+  opts.check_paths = true;
+  opts.data_roots = options_.data_roots;
+  ASSIGN_OR_RETURN(config::RunSpec spec, config::ParseRunSpec(run_yaml, source, opts));
+  model::TransformerConfig target;
+  absl::StatusOr<v1::ResolvedTarget> resolved = CheckRunTarget(spec, &target);
+  if (!resolved.ok()) return Prefixed(resolved.status(), source);
+  RETURN_IF_ERROR(Prefixed(CheckFitsRegisteredGpus(spec, target), source));
   v1::RunStatus run;
   run.set_name(spec.name);
   run.set_state(v1::RUN_STATE_QUEUED);
   run.set_resolved_config_yaml(config::EmitRunSpec(spec));
   *run.mutable_resolved_target() = *resolved;
-  {
-    // Training reads prepared (or built-in) data only; refuse now what could not be trained on
-    // later. The structure, tokenizer and settings are checked here; the full checksum pass
-    // (seconds on a large set) is left to the start of training so that SubmitRun answers within
-    // its deadline.
-    auto data = data::OpenRunData(spec, /*verify=*/false);
-    absl::Status usable = data.status();
-    if (usable.ok()) usable = data::CheckDataVocabulary(spec, *data, target->vocab_size);
-    if (!usable.ok()) {
-      return absl::Status(usable.code(), absl::StrCat(source, ": ", usable.message()));
-    }
-    *run.mutable_data() = ToProto(data->summary);
-    run.set_total_steps(data->summary.total_steps);
-  }
+  RETURN_IF_ERROR(Prefixed(CheckRunData(spec, target, &run), source));
   if (dry_run) {
     run.set_state(v1::RUN_STATE_UNSPECIFIED);  // nothing was queued
     run.set_message("dry run: valid; nothing was queued");
@@ -218,8 +225,7 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   run.set_run_id(NewRunId(spec.name));
   run.set_message("waiting for an idle target/drafter pair");
   absl::MutexLock lock(&mu_);
-  const int64_t now = clock_->NowUnixMs();
-  RETURN_IF_ERROR(store_->CreateRun(run, run_yaml, now));
+  RETURN_IF_ERROR(store_->CreateRun(run, run_yaml, clock_->NowUnixMs()));
   LOG_RUN(INFO, run.run_id(), -1) << "submitted (" << source_name << "), queued";
   if (metrics_) {
     metrics_->Counter("dflash_coordinator_run_transitions_total")

@@ -133,6 +133,10 @@ class Coordinator {
   // PlanRun's "free now" part: each GPU's free memory against the plan of the workers a pair
   // would place on it, in the table, the JSON ("free_now") and `waits`.
   void AddFreeNow(const plan::RunPlan& p, v1::PlanRunResponse* resp, nlohmann::json* json);
+  // SubmitRun: the run's memory plan against the largest registered GPU of each role.
+  absl::Status CheckFitsRegisteredGpus(const config::RunSpec& spec,
+                                       const model::TransformerConfig& target)
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<Placement> PlaceQueuedRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RequeuePausedRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // run_driver.cc: prepares the workers, then trains the run to its end (or until it is
