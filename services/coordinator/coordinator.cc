@@ -531,30 +531,8 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
     // placement.target_parallel: each pair's target is a group of that many target processes.
     const std::vector<std::vector<v1::WorkerInfo>> groups =
         GroupTargets(targets, spec->placement.target_parallel);
-    size_t available = std::min(groups.size(), drafters.size());
-    // placement.pairs auto: every idle pair. GPU drafters sum gradients over NCCL, which takes one
-    // rank per GPU: auto stops before the first drafter on a GPU an earlier one holds.
-    // A run that resumes keeps its pair count: its data cursor plans for it (and a cursor of
-    // another pair count is refused), so auto then waits for as many pairs as before.
-    const bool gpu_drafters = !drafters.empty() && Collective(drafters[0]) == "nccl";
-    size_t max_auto = available;
-    if (gpu_drafters) {
-      std::set<std::string> gpus;
-      for (max_auto = 0; max_auto < available; ++max_auto) {
-        if (!gpus.insert(DeviceKey(drafters[max_auto])).second) break;
-      }
-    }
-    size_t wanted = spec->placement.pairs ? static_cast<size_t>(*spec->placement.pairs)
-                                          : std::min(available, max_auto);
-    if (!spec->placement.pairs) {
-      auto last = store_->LastCommittedStep(run.run_id());
-      if (last.ok() && last->has_value()) {
-        auto cursor = batching::ParseCursor((*last)->cursor);
-        if (cursor.ok() && cursor->num_pairs >= 1) {
-          wanted = static_cast<size_t>(cursor->num_pairs);
-        }
-      }
-    }
+    const size_t available = std::min(groups.size(), drafters.size());
+    const size_t wanted = PairsWantedLocked(run.run_id(), *spec, drafters, available);
     if (available == 0 || wanted > available) continue;  // stays queued until workers free up
     // The memory plan against what the pairs' GPUs have free now (memory other processes hold
     // is not the run's): a run that does not fit waits, with the reason as its message.
@@ -566,36 +544,66 @@ std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
       }
       continue;
     }
-    Placement p;
-    p.run_id = run.run_id();
-    p.resolved_yaml = run.resolved_config_yaml();
-    std::vector<std::string> ids;
-    std::vector<std::string> described;
-    for (size_t i = 0; i < wanted; ++i) {
-      const std::vector<v1::WorkerInfo>& group = groups[i];
-      p.pairs.emplace_back(group[0], drafters[i]);
-      p.target_ranks.emplace_back(group.begin() + 1, group.end());
-      std::vector<std::string> names;
-      for (const v1::WorkerInfo& w : group) {
-        registry_.Assign(w.worker_id(), run.run_id()).IgnoreError();
-        ids.push_back(w.worker_id());
-        names.push_back(w.name());
-      }
-      registry_.Assign(drafters[i].worker_id(), run.run_id()).IgnoreError();
-      ids.push_back(drafters[i].worker_id());
-      described.push_back(absl::StrCat(absl::StrJoin(names, "|"), "+", drafters[i].name()));
-    }
-    absl::Status s = TransitionLocked(
-        run.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
-        absl::StrCat("placed on ", wanted, " pair(s): ", absl::StrJoin(described, ", ")), &ids);
-    if (!s.ok()) {
-      LOG_RUN(ERROR, run.run_id(), -1) << "placement failed: " << s;
-      registry_.ReleaseRun(run.run_id());
-      continue;
-    }
-    placements.push_back(std::move(p));
+    std::optional<Placement> p = AssignLocked(run, groups, drafters, wanted);
+    if (p) placements.push_back(*std::move(p));
   }
   return placements;
+}
+
+size_t Coordinator::PairsWantedLocked(const std::string& run_id, const config::RunSpec& spec,
+                                      const std::vector<v1::WorkerInfo>& drafters,
+                                      size_t available) {
+  if (spec.placement.pairs) return static_cast<size_t>(*spec.placement.pairs);
+  // A run that resumes keeps its pair count: its data cursor plans for it (and a cursor of
+  // another pair count is refused), so auto then waits for as many pairs as before.
+  auto last = store_->LastCommittedStep(run_id);
+  if (last.ok() && last->has_value()) {
+    auto cursor = batching::ParseCursor((*last)->cursor);
+    if (cursor.ok() && cursor->num_pairs >= 1) return static_cast<size_t>(cursor->num_pairs);
+  }
+  // placement.pairs auto: every idle pair. GPU drafters sum gradients over NCCL, which takes one
+  // rank per GPU: auto stops before the first drafter on a GPU an earlier one holds.
+  size_t max_auto = available;
+  if (!drafters.empty() && Collective(drafters[0]) == "nccl") {
+    std::set<std::string> gpus;
+    for (max_auto = 0; max_auto < available; ++max_auto) {
+      if (!gpus.insert(DeviceKey(drafters[max_auto])).second) break;
+    }
+  }
+  return std::min(available, max_auto);
+}
+
+std::optional<Coordinator::Placement> Coordinator::AssignLocked(
+    const v1::RunStatus& run, const std::vector<std::vector<v1::WorkerInfo>>& groups,
+    const std::vector<v1::WorkerInfo>& drafters, size_t wanted) {
+  Placement p;
+  p.run_id = run.run_id();
+  p.resolved_yaml = run.resolved_config_yaml();
+  std::vector<std::string> ids;
+  std::vector<std::string> described;
+  for (size_t i = 0; i < wanted; ++i) {
+    const std::vector<v1::WorkerInfo>& group = groups[i];
+    p.pairs.emplace_back(group[0], drafters[i]);
+    p.target_ranks.emplace_back(group.begin() + 1, group.end());
+    std::vector<std::string> names;
+    for (const v1::WorkerInfo& w : group) {
+      registry_.Assign(w.worker_id(), run.run_id()).IgnoreError();
+      ids.push_back(w.worker_id());
+      names.push_back(w.name());
+    }
+    registry_.Assign(drafters[i].worker_id(), run.run_id()).IgnoreError();
+    ids.push_back(drafters[i].worker_id());
+    described.push_back(absl::StrCat(absl::StrJoin(names, "|"), "+", drafters[i].name()));
+  }
+  absl::Status s = TransitionLocked(
+      run.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+      absl::StrCat("placed on ", wanted, " pair(s): ", absl::StrJoin(described, ", ")), &ids);
+  if (!s.ok()) {
+    LOG_RUN(ERROR, run.run_id(), -1) << "placement failed: " << s;
+    registry_.ReleaseRun(run.run_id());
+    return std::nullopt;
+  }
+  return p;
 }
 
 void Coordinator::UpdateGaugesLocked() {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,6 +139,17 @@ class Coordinator {
                                        const model::TransformerConfig& target)
       ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<Placement> PlaceQueuedRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many pairs a queued run takes: placement.pairs, else a resumed run's earlier count, else
+  // every idle pair (GPU drafters: one per GPU).
+  size_t PairsWantedLocked(const std::string& run_id, const config::RunSpec& spec,
+                           const std::vector<v1::WorkerInfo>& drafters, size_t available)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the first `wanted` pairs as the run's and moves it to starting; nullopt (workers freed)
+  // when the transition is refused.
+  std::optional<Placement> AssignLocked(const v1::RunStatus& run,
+                                        const std::vector<std::vector<v1::WorkerInfo>>& groups,
+                                        const std::vector<v1::WorkerInfo>& drafters, size_t wanted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RequeuePausedRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // run_driver.cc: prepares the workers, then trains the run to its end (or until it is
   // cancelled, paused or fails); on its own thread unless options_.inline_steps.
