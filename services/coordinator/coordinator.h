@@ -182,6 +182,11 @@ class Coordinator {
   bool ConcludeStart(const Placement& p, const std::shared_ptr<Training>& training,
                      const Preparation& prep);
   absl::Status SetUpTraining(const Placement& p, Training* t);
+  // The run's directory: checkpoints/, export/, logs/ (its log opened), eval/, run.yaml.
+  absl::Status MakeRunDir(const Placement& p, Training* t);
+  // The newest checkpoint of a committed step (resume_from), the data cursor after it, the batcher
+  // from there and the step to train next.
+  absl::Status FindResumePoint(const Placement& p, Training* t);
   void DriveRun(std::shared_ptr<Training> t);
   // One step on every worker of the run; commits it. Returns false when the run must stop.
   bool RunOneStep(Training* t);

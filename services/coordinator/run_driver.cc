@@ -92,6 +92,15 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
     t->total_steps = static_cast<int64_t>(std::ceil(t->spec.optim.epochs * plan.steps()));
   }
   if (t->total_steps < 1) return absl::FailedPreconditionError("the data gives no training step");
+  RETURN_IF_ERROR(MakeRunDir(p, t));
+  RETURN_IF_ERROR(FindResumePoint(p, t));
+  // Logged once the run directory (and its log) exists.
+  LOG_RUN(INFO, p.run_id, -1) << "target " << t->spec.target.path << ": "
+                              << DescribeResolvedTarget(t->resolved);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::MakeRunDir(const Placement& p, Training* t) {
   t->run_dir = RunDir(p.run_id);
   if (t->run_dir.empty()) return absl::FailedPreconditionError("the coordinator has no state_dir");
   if (t->spec.eval.every_steps > 0) {
@@ -117,6 +126,10 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
     yaml << "# resolved config of run " << p.run_id << "\n" << p.resolved_yaml;
     if (!yaml) return absl::InternalError(absl::StrCat(t->run_dir, "/run.yaml: cannot write"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::FindResumePoint(const Placement& p, Training* t) {
   // Resume: the newest checkpoint holds the drafter's state and the data cursor after its step.
   // Only one whose step was committed: the drafter writes a checkpoint inside the step it ends,
   // so a step lost after that (a pause or crash before its commit) leaves a checkpoint ahead of
@@ -142,9 +155,6 @@ absl::Status Coordinator::SetUpTraining(const Placement& p, Training* t) {
   ASSIGN_OR_RETURN(t->batcher, batching::Batcher::Create(&t->data.source(), t->batching,
                                                          cursor ? &*cursor : nullptr));
   t->step = cursor ? cursor->step : 0;
-  // Logged once the run directory (and its log) exists.
-  LOG_RUN(INFO, p.run_id, -1) << "target " << t->spec.target.path << ": "
-                              << DescribeResolvedTarget(t->resolved);
   return absl::OkStatus();
 }
 
