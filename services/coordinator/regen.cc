@@ -274,6 +274,94 @@ absl::StatusOr<int64_t> ResumeLines(const fs::path& partial) {
 
 }  // namespace
 
+namespace {
+
+absl::StatusOr<ChatTools> LoadChatTools(const config::RunSpec& spec) {
+  ChatTools chat;
+  ASSIGN_OR_RETURN(data::RunDataPaths paths, data::ResolveRunDataPaths(spec));
+  ASSIGN_OR_RETURN(chat.tok, data::LoadTokenizer(paths.tokenizer));
+  ASSIGN_OR_RETURN(chat.tmpl, data::ResolveChatTemplate(spec.data.chat_template, paths.tokenizer,
+                                                        paths.chat_template_dir));
+  ASSIGN_OR_RETURN(const int32_t end_of_turn, data::EndOfTurnToken(*chat.tok, chat.tmpl));
+  chat.end_of_turn = end_of_turn;
+  return chat;
+}
+
+// The prompts of turn `turn` of the records [first, last) that have one: a chat record's
+// conversation so far rendered by the template, a token record's parts and earlier answers.
+absl::Status TurnItems(const Input& input, const ChatTools& chat, size_t first, size_t last,
+                       size_t turn, const v1::RegenerateRequest& req, std::vector<Item>* items,
+                       std::vector<int64_t>* stops) {
+  for (size_t i = first; i < last; ++i) {
+    const Record& r = input.records[i];
+    if (turn >= Turns(r)) continue;
+    Item item;
+    item.record = i;
+    if (input.chat) {
+      RETURN_IF_ERROR(ChatPrompt(chat, r, turn, &item.prompt));
+      if (stops->empty()) stops->push_back(chat.end_of_turn);
+      item.max_new = req.max_new_tokens() > 0 ? req.max_new_tokens() : kChatMaxNewTokens;
+    } else {
+      for (size_t t = 0; t <= turn; ++t) {
+        item.prompt.insert(item.prompt.end(), r.parts[t].begin(), r.parts[t].end());
+        if (t < turn) {
+          item.prompt.insert(item.prompt.end(), r.generated[t].begin(), r.generated[t].end());
+        }
+      }
+      item.max_new = req.max_new_tokens() > 0 ? req.max_new_tokens()
+                                              : static_cast<int64_t>(r.answers[turn].size());
+    }
+    items->push_back(std::move(item));
+  }
+  return absl::OkStatus();
+}
+
+// The answers of one turn into their records (a chat answer decoded, its end-of-turn token
+// dropped: the template writes it) and into `texts` (per record of the chunk starting at
+// `first`); adds the tokens generated to *tokens.
+absl::Status KeepAnswers(Input* input, const ChatTools& chat, const std::vector<Item>& items,
+                         std::vector<Tokens> outputs, const std::vector<int64_t>& stops,
+                         size_t turn, size_t first, std::vector<std::vector<std::string>>* texts,
+                         int64_t* tokens) {
+  for (size_t k = 0; k < items.size(); ++k) {
+    Record& r = input->records[items[k].record];
+    *tokens += static_cast<int64_t>(outputs[k].size());
+    if (!input->chat) {
+      r.generated[turn] = std::move(outputs[k]);
+      continue;
+    }
+    Tokens& o = outputs[k];
+    if (!o.empty() && std::find(stops.begin(), stops.end(), o.back()) != stops.end()) {
+      o.pop_back();
+    }
+    std::vector<int32_t> ids(o.begin(), o.end());
+    ASSIGN_OR_RETURN(std::string text, chat.tok->Decode(ids, /*skip_special_tokens=*/true));
+    r.messages[r.assistant_at[turn]].content = text;
+    (*texts)[items[k].record - first].push_back(std::move(text));
+  }
+  return absl::OkStatus();
+}
+
+// The chunk's records as output lines, appended and synced (the resumable part), then freed.
+absl::Status WriteChunk(Input* input, size_t first, size_t last,
+                        const std::vector<std::vector<std::string>>& texts, std::FILE* out,
+                        const fs::path& partial) {
+  for (size_t i = first; i < last; ++i) {
+    ASSIGN_OR_RETURN(std::string line, OutputLine(input->records[i], texts[i - first]));
+    line += '\n';
+    if (std::fwrite(line.data(), 1, line.size(), out) != line.size()) {
+      return absl::InternalError(absl::StrCat("writing ", partial.string()));
+    }
+    input->records[i] = Record();  // done: free its tokens
+  }
+  if (std::fflush(out) != 0 || ::fsync(fileno(out)) != 0) {
+    return absl::InternalError(absl::StrCat("writing ", partial.string()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest& req,
                         const std::vector<v1::WorkerInfo>& workers, WorkerControl* control,
                         const std::function<bool(const v1::RegenerateProgress&)>& progress) {
@@ -287,12 +375,7 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
   ASSIGN_OR_RETURN(Input input, ReadInput(spec, req.max_records(), target.vocab_size));
   ChatTools chat;
   if (input.chat) {
-    ASSIGN_OR_RETURN(data::RunDataPaths paths, data::ResolveRunDataPaths(spec));
-    ASSIGN_OR_RETURN(chat.tok, data::LoadTokenizer(paths.tokenizer));
-    ASSIGN_OR_RETURN(chat.tmpl, data::ResolveChatTemplate(spec.data.chat_template, paths.tokenizer,
-                                                          paths.chat_template_dir));
-    ASSIGN_OR_RETURN(const int32_t end_of_turn, data::EndOfTurnToken(*chat.tok, chat.tmpl));
-    chat.end_of_turn = end_of_turn;
+    ASSIGN_OR_RETURN(chat, LoadChatTools(spec));
   }
   const fs::path out_path = req.output(), partial = req.output() + ".partial";
   ASSIGN_OR_RETURN(const int64_t resumed, ResumeLines(partial));
@@ -319,57 +402,15 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
     for (size_t turn = 0; turn < turns; ++turn) {
       std::vector<Item> items;
       std::vector<int64_t> stops;
-      for (size_t i = first; i < last; ++i) {
-        Record& r = input.records[i];
-        if (turn >= Turns(r)) continue;
-        Item item;
-        item.record = i;
-        if (input.chat) {
-          RETURN_IF_ERROR(ChatPrompt(chat, r, turn, &item.prompt));
-          if (stops.empty()) stops.push_back(chat.end_of_turn);
-          item.max_new = req.max_new_tokens() > 0 ? req.max_new_tokens() : kChatMaxNewTokens;
-        } else {
-          for (size_t t = 0; t <= turn; ++t) {
-            item.prompt.insert(item.prompt.end(), r.parts[t].begin(), r.parts[t].end());
-            if (t < turn) {
-              item.prompt.insert(item.prompt.end(), r.generated[t].begin(), r.generated[t].end());
-            }
-          }
-          item.max_new = req.max_new_tokens() > 0 ? req.max_new_tokens()
-                                                  : static_cast<int64_t>(r.answers[turn].size());
-        }
-        items.push_back(std::move(item));
-      }
+      RETURN_IF_ERROR(TurnItems(input, chat, first, last, turn, req, &items, &stops));
       ASSIGN_OR_RETURN(std::vector<Tokens> outputs,
                        GenerateAll(items, turn, stops, req, yaml, workers, control));
-      for (size_t k = 0; k < items.size(); ++k) {
-        Record& r = input.records[items[k].record];
-        p.set_tokens_generated(p.tokens_generated() + static_cast<int64_t>(outputs[k].size()));
-        if (input.chat) {
-          Tokens& o = outputs[k];
-          if (!o.empty() && std::find(stops.begin(), stops.end(), o.back()) != stops.end()) {
-            o.pop_back();  // the template writes its end-of-turn token itself
-          }
-          std::vector<int32_t> ids(o.begin(), o.end());
-          ASSIGN_OR_RETURN(std::string text, chat.tok->Decode(ids, /*skip_special_tokens=*/true));
-          r.messages[r.assistant_at[turn]].content = text;
-          texts[items[k].record - first].push_back(std::move(text));
-        } else {
-          r.generated[turn] = std::move(outputs[k]);
-        }
-      }
+      int64_t tokens = p.tokens_generated();
+      RETURN_IF_ERROR(KeepAnswers(&input, chat, items, std::move(outputs), stops, turn, first,
+                                  &texts, &tokens));
+      p.set_tokens_generated(tokens);
     }
-    for (size_t i = first; i < last; ++i) {
-      ASSIGN_OR_RETURN(std::string line, OutputLine(input.records[i], texts[i - first]));
-      line += '\n';
-      if (std::fwrite(line.data(), 1, line.size(), out) != line.size()) {
-        return absl::InternalError(absl::StrCat("writing ", partial.string()));
-      }
-      input.records[i] = Record();  // done: free its tokens
-    }
-    if (std::fflush(out) != 0 || ::fsync(fileno(out)) != 0) {
-      return absl::InternalError(absl::StrCat("writing ", partial.string()));
-    }
+    RETURN_IF_ERROR(WriteChunk(&input, first, last, texts, out, partial));
     p.set_records_done(static_cast<int64_t>(last));
     p.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (!progress(p))
