@@ -1,6 +1,7 @@
 #include "common/transport/cuda_ipc.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/transport/cuda_status.h"
 
 #if DFLASH_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -13,9 +14,12 @@ namespace dflash::transport {
 #if DFLASH_HAVE_CUDA
 namespace {
 
+static_assert(cudaSuccess == kCudaSuccess &&
+                  cudaErrorMemoryAllocation == kCudaErrorMemoryAllocation,
+              "cuda_status.h's codes are the CUDA runtime's");
+
 absl::Status Check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cuda_ipc: ", what, ": ", cudaGetErrorString(e)));
+  return CudaStatus(e, cudaGetErrorString(e), absl::StrCat("cuda_ipc: ", what));
 }
 
 }  // namespace

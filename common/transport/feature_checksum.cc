@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/transport/cuda_status.h"
 
 #if DFLASH_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -34,8 +35,7 @@ FeatureChecksum ChecksumHost(const void* data, size_t bytes) {
 #if DFLASH_HAVE_CUDA
 namespace {
 absl::Status Check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("feature checksum: ", what, ": ", cudaGetErrorString(e)));
+  return CudaStatus(e, cudaGetErrorString(e), absl::StrCat("feature checksum: ", what));
 }
 }  // namespace
 

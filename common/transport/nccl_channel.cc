@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/transport/cuda_status.h"
 
 #if DFLASH_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -23,7 +24,7 @@ namespace {
 constexpr size_t kFrameHead = 16;
 
 absl::Status CudaError(cudaError_t e, const std::string& what) {
-  return absl::InternalError(absl::StrCat("nccl channel: ", what, ": ", cudaGetErrorString(e)));
+  return CudaStatus(e, cudaGetErrorString(e), absl::StrCat("nccl channel: ", what));
 }
 
 bool Queued(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }

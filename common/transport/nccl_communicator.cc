@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/transport/cuda_status.h"
 
 #if DFLASH_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -18,8 +19,7 @@ namespace dflash::transport {
 namespace {
 
 absl::Status CudaError(cudaError_t e, const char* what) {
-  return absl::InternalError(
-      absl::StrCat("nccl communicator: ", what, ": ", cudaGetErrorString(e)));
+  return CudaStatus(e, cudaGetErrorString(e), absl::StrCat("nccl communicator: ", what));
 }
 
 ncclDataType_t NcclType(ReduceType type) {
