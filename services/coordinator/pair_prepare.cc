@@ -119,7 +119,10 @@ void Coordinator::PreparePair(const Placement& p, size_t i, const Training& t, P
         RequiredEcho(is_drafter, tp_rank, expected));
     if (!prep->status.ok()) return;
     prep->echoes.push_back(
-        absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings"));
+        absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings",
+                     resp->kernel_overrides().empty()
+                         ? ""
+                         : absl::StrCat(", kernel overrides ", resp->kernel_overrides())));
   }
 }
 

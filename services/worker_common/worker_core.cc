@@ -11,6 +11,7 @@
 #include "common/device/device_probe.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "services/worker_common/kernel_overrides.h"
 
 namespace dflash::worker {
 namespace {
@@ -187,6 +188,11 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   resp.set_nccl_unique_id(prepared->nccl_unique_id);
   resp.set_channel_descriptor(prepared->channel_descriptor);
   resp.set_tp_nccl_unique_id(prepared->tp_nccl_unique_id);
+  resp.set_kernel_overrides(KernelOverrides());
+  if (!resp.kernel_overrides().empty()) {
+    LOG_RUN(WARNING, req.run_id(), -1)
+        << "kernel overrides from the environment: " << resp.kernel_overrides();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (runner_) runner_->Abort();  // a previous attempt of the same run
   run_id_ = req.run_id();

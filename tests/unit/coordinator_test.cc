@@ -9,6 +9,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/coordinator/coordinator_service.h"
 #include "tests/unit/fake_worker_control.h"
@@ -551,9 +552,22 @@ TEST_F(CoordinatorTest, SettingsEchoThatOmitsARequiredSettingRefusesTheRun) {
   }
   EXPECT_TRUE(workers_.steps.empty());
   workers_.echo_omit.clear();
+  // Kernel switches in a worker's environment are recorded in the run's start event.
+  workers_.kernel_overrides = "DFLASH_FUSED_ROPE=0";
   auto ok = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   coordinator_->Tick();
   EXPECT_EQ(coordinator_->GetRun(ok.run_id())->state(), v1::RUN_STATE_DONE);
+  bool terminal = false;
+  auto events =
+      coordinator_->WaitForEvents(ok.run_id(), 0, std::chrono::milliseconds(0), &terminal);
+  ASSERT_TRUE(events.ok());
+  bool recorded = false;
+  for (const v1::RunEvent& e : *events) {
+    recorded = recorded || absl::StrContains(e.message(),
+                                             "t0 applied 5 settings, kernel overrides "
+                                             "DFLASH_FUSED_ROPE=0");
+  }
+  EXPECT_TRUE(recorded);
 }
 
 TEST_F(CoordinatorTest, DrafterThatTrainedOnOtherFeaturesFailsTheRun) {

@@ -32,6 +32,7 @@ class FakeWorkerControl : public WorkerControl {
     }
     for (const auto& [k, v] : echo_overrides) (*resp.mutable_applied())[k] = v;
     for (const std::string& k : echo_omit) resp.mutable_applied()->erase(k);
+    resp.set_kernel_overrides(kernel_overrides);
     // The pair-0 drafter of an nccl group makes the group's unique id.
     if (req.collective() == "nccl" && req.pair() == 0)
       resp.set_nccl_unique_id("id-" + req.run_id());
@@ -145,6 +146,7 @@ class FakeWorkerControl : public WorkerControl {
 
   std::map<std::string, std::string> echo_overrides;  // settings every worker echoes
   std::set<std::string> echo_omit;                    // settings no worker echoes
+  std::string kernel_overrides;                       // what every worker reports
   std::vector<std::string> released;
   std::map<std::string, absl::Status> prepare_errors;  // by worker id
   // Runs before each PrepareRun answers (outside the coordinator's lock, as a real RPC would).
