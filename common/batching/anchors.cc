@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 
 namespace dflash::batching {
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/status.h"
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 
 namespace dflash::batching {
 namespace {

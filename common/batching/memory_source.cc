@@ -4,7 +4,7 @@
 #include <cmath>
 #include <utility>
 
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 
 namespace dflash::batching {
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/batching/packer.h"
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 
 namespace dflash::batching {
 namespace {

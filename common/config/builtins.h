@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 
 namespace dflash::config {
 
@@ -38,7 +38,7 @@ struct TinyQwen3 {
 // The successor table of builtin:tiny-chat's answers: succ[i] is the token after answer token
 // kFirstDataToken + i. Drawn first from `rng` (seeded kTinyChatSeed; the data set keeps drawing
 // from it), so that the built-in target (common/nn/builtin_target.cc) can follow the same table.
-inline std::vector<int32_t> TinyChatSuccessors(batching::SplitMix64& rng) {
+inline std::vector<int32_t> TinyChatSuccessors(SplitMix64& rng) {
   std::vector<int32_t> succ(TinyQwen3::kAnswerTokens);
   for (int64_t i = 0; i < TinyQwen3::kAnswerTokens; ++i) {
     succ[i] = static_cast<int32_t>(TinyQwen3::kFirstDataToken + i);

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 #include "common/config/builtins.h"
 
 namespace dflash::data {
@@ -20,7 +20,7 @@ std::unique_ptr<batching::InMemorySource> TinyChat() {
   // Answers use the first kAnswerTokens ids only: a successor table small enough for a one-layer
   // drafter to learn within the demo's few hundred steps on a CPU.
   constexpr int64_t kAnswerTokens = TinyQwen3::kAnswerTokens;
-  batching::SplitMix64 rng(TinyQwen3::kTinyChatSeed);
+  SplitMix64 rng(TinyQwen3::kTinyChatSeed);
   const std::vector<int32_t> succ = config::TinyChatSuccessors(rng);
   auto uniform_token = [&] { return static_cast<int32_t>(first + rng.Below(span)); };
   auto answer_token = [&] { return static_cast<int32_t>(first + rng.Below(kAnswerTokens)); };

@@ -1,5 +1,5 @@
 // run.yaml `data.train: builtin:NAME`: data sets generated in memory, for the embedded CPU demo and
-// tests, identical on every machine (SplitMix64, common/batching/rng.h). No tokenizer is involved:
+// tests, identical on every machine (SplitMix64, common/base/rng.h). No tokenizer is involved:
 // the documents are token ids of the built-in target's vocabulary (common/config/builtins.h).
 #pragma once
 

@@ -13,7 +13,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 #include "common/config/builtins.h"
 #include "common/model/builtin_config.h"
 
@@ -70,7 +70,7 @@ void ShapeLikeTrainedOnTinyChat(int64_t layers, std::map<std::string, at::Tensor
   }
   const at::Tensor& embed = (*w)["model.embed_tokens.weight"];
   at::Tensor lm_head = at::zeros_like((*w)["lm_head.weight"]);
-  batching::SplitMix64 rng(TinyQwen3::kTinyChatSeed);
+  SplitMix64 rng(TinyQwen3::kTinyChatSeed);
   const std::vector<int32_t> succ = config::TinyChatSuccessors(rng);
   for (int64_t i = 0; i < TinyQwen3::kAnswerTokens; ++i) {
     at::Tensor pred = embed[TinyQwen3::kFirstDataToken + i];

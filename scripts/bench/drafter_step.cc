@@ -64,7 +64,7 @@
 #include "common/batching/anchors.h"
 #include "common/batching/memory_source.h"
 #include "common/batching/packed_batch.h"
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 #include "common/config/run_spec.h"
 #include "common/drafter/drafter_checkpoint.h"
 #include "common/drafter/drafter_model.h"
@@ -81,7 +81,7 @@ namespace {
 using dflash::bench::Flag;
 using dflash::bench::StrFlag;
 
-using dflash::batching::SplitMix64;
+using dflash::SplitMix64;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "drafter_step: %s\n", what.c_str());
@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
   target->reset();
 
   // Documents filling the budget exactly; ids in [16, min(V, 151000)), never the mask id.
-  SplitMix64 rng(dflash::batching::SeedHash(0x4452414654535450ULL, {static_cast<uint64_t>(seed)}));
+  SplitMix64 rng(dflash::SeedHash(0x4452414654535450ULL, {static_cast<uint64_t>(seed)}));
   const int64_t vocab = std::min<int64_t>(config.target.vocab_size, 151000);
   dflash::batching::InMemorySource source;
   std::vector<dflash::batching::Piece> pieces;

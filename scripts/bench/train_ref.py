@@ -48,7 +48,7 @@ INIT_STD = 0.02  # DrafterOptions::init_std
 QWEN3_MASK_TOKEN_ID = 151669  # model::kQwen3MaskTokenId
 
 
-# ---- common/batching/rng.h, bit for bit ----------------------------------------------------------
+# ---- common/base/rng.h, bit for bit ----------------------------------------------------------
 
 def mix64(z):
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64

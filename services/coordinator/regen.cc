@@ -20,7 +20,7 @@
 #include "absl/types/span.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 #include "common/data/builtin_data.h"
 #include "common/data/builtin_tokenizer.h"
 #include "common/data/chat_template.h"
@@ -202,7 +202,7 @@ absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items, 
       g.set_max_batch(static_cast<int64_t>(rows));
       // Per batch: the run's seed, the batch's first record and the turn (not the batch index,
       // which a resume shifts).
-      g.set_seed(batching::SeedHash(req.seed(), {items[first].record, turn}));
+      g.set_seed(SeedHash(req.seed(), {items[first].record, turn}));
       absl::StatusOr<v1::GenerateResponse> answer = control->Generate(w, g);
       if (!answer.ok()) return WorkerFailure(answer.status(), w.name());
       const v1::GenerateResponse& resp = *answer;

@@ -8,7 +8,7 @@
 
 #include "common/batching/memory_source.h"
 #include "common/batching/plan.h"
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 
 namespace dflash::batching::testing {
 

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 #include "gtest/gtest.h"
 #include "tests/batching/batching_test_util.h"
 

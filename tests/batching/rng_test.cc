@@ -1,4 +1,4 @@
-#include "common/batching/rng.h"
+#include "common/base/rng.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-// The batching layer's only source of randomness: a SplitMix64 generator, Lemire's bounded draw
+// The deterministic randomness of batching, anchors and built-in data and models: a SplitMix64 generator, Lemire's bounded draw
 // and a seed-mixing hash. Written out here instead of taken from <random> because the results of
 // std::uniform_int_distribution and std::shuffle are implementation-defined: libstdc++ and libc++
 // give different plans for the same seed. Everything below is defined bit for bit (64-bit
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 
-namespace dflash::batching {
+namespace dflash {
 
 // The SplitMix64 output function (Steele, Lea, Flood 2014; constants from Vigna's splitmix64.c):
 // a bijection on 64-bit words with full avalanche, used both as the generator's output stage and
@@ -79,4 +79,4 @@ void DeterministicShuffle(T* data, int64_t n, SplitMix64& rng) {
   }
 }
 
-}  // namespace dflash::batching
+}  // namespace dflash
