@@ -10,6 +10,7 @@
 #include <mutex>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -235,6 +236,8 @@ class Coordinator {
   // run id -> the step at which it was last paused for running out of memory (EndRun): a second
   // time at the same step fails the run instead of pausing it again.
   std::map<std::string, int64_t> oom_paused_at_ ABSL_GUARDED_BY(mu_);
+  // Runs whose preparation ran out of memory once (queued again); a second time fails them.
+  std::set<std::string> oom_prepare_failed_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

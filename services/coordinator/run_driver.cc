@@ -202,9 +202,27 @@ bool Coordinator::ConcludeStart(const Placement& p, const std::shared_ptr<Traini
       if (!s.ok()) {
         LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
       }
+    } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING &&
+               RetryableOutOfMemory(prep.status) && !oom_prepare_failed_.count(p.run_id)) {
+      // Out of memory while loading (another process took memory since the free-memory check):
+      // queued again once; the second time the run fails.
+      oom_prepare_failed_.insert(p.run_id);
+      absl::Status s = TransitionLocked(
+          p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_PAUSED,
+          absl::StrCat("preparing the run ran out of memory: ", prep.status.message()));
+      if (s.ok()) {
+        s = TransitionLocked(p.run_id, v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED,
+                             "waiting for a pair whose GPUs have room");
+      }
+      if (!s.ok()) LOG_RUN(ERROR, p.run_id, -1) << "cannot requeue: " << s;
     } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING && !prep.status.ok()) {
       TransitionLocked(p.run_id, v1::RUN_STATE_STARTING, v1::RUN_STATE_FAILED,
-                       absl::StrCat("preparing the run failed: ", prep.status.message()))
+                       absl::StrCat("preparing the run failed: ", prep.status.message(),
+                                    RetryableOutOfMemory(prep.status)
+                                        ? "; out of memory again after waiting for room: lower "
+                                          "batching.token_budget or batching.max_anchors, or "
+                                          "free the GPU (dflashctl plan shows what fits)"
+                                        : ""))
           .IgnoreError();
     } else if (run.ok() && run->state() == v1::RUN_STATE_STARTING && !stopping_) {
       const std::string from =

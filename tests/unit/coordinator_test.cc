@@ -657,6 +657,30 @@ TEST_F(CoordinatorTest, OutOfMemoryPausesTheRunOnceThenFailsItNamingTheSettings)
   EXPECT_THAT(one.message(), HasSubstr("lower data.max_length or batching.token_budget"));
 }
 
+// Out of memory while preparing (loading the target, building the drafter): queued again once
+// (another process may have taken the memory since the placement's check), failed the second
+// time with the settings to change.
+TEST_F(CoordinatorTest, OutOfMemoryWhilePreparingRequeuesOnceThenFails) {
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  std::string d = AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  workers_.prepare_errors[d] =
+      absl::ResourceExhaustedError("drafter: CUDA out of memory. Tried to allocate 20.00 GiB");
+  coordinator_->Tick();
+  auto queued = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(queued.state(), v1::RUN_STATE_QUEUED);
+  EXPECT_THAT(History(run.run_id()),
+              ::testing::ElementsAre(v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
+                                     v1::RUN_STATE_PAUSED, v1::RUN_STATE_QUEUED));
+  coordinator_->Tick();
+  auto failed = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(failed.state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(failed.message(), HasSubstr("preparing the run failed: "));
+  EXPECT_THAT(failed.message(), HasSubstr("out of memory again after waiting for room: lower "
+                                          "batching.token_budget"));
+  EXPECT_TRUE(workers_.steps.empty());
+}
+
 TEST_F(CoordinatorTest, WorkerRefusingTheConfigFailsTheRunWithItsReason) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   AddWorker("t0", v1::WORKER_ROLE_TARGET);
