@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -25,12 +26,13 @@ int Fail(const std::string& what, const absl::Status& s) {
   return 2;
 }
 
-}  // namespace
+constexpr int kContinue = -1;  // ParseArgs: go on (any other value: exit with it)
 
-int main(int argc, char** argv) {
-  dflash::BlockTerminationSignals();
+// The config file, then the flags given over it. kContinue, or the exit code (--help, a bad
+// flag: CLI11's; a bad config: 2).
+int ParseArgs(int argc, char** argv, CoordinatorConfig* cfg, std::string* ready_file) {
   CLI::App app{"dflash coordinator: runs, worker registry, placement"};
-  std::string config_file, ready_file;
+  std::string config_file;
   CoordinatorConfig flags;
   app.add_option("--config", config_file, "YAML config file (flags override it)");
   auto* o_listen = app.add_option("--listen", flags.listen, "gRPC host:port");
@@ -61,36 +63,42 @@ int main(int argc, char** argv) {
                               "PEM CA bundle that workers' certificates must chain to");
   auto* o_mutual = app.add_flag("--tls_mutual", flags.tls.mutual,
                                 "workers must present a certificate signed by --tls_ca_file");
-  app.add_option("--ready_file", ready_file,
+  app.add_option("--ready_file", *ready_file,
                  "write {\"grpc_port\":..,\"metrics_port\":..} here once serving");
-  CLI11_PARSE(app, argc, argv);
-
-  CoordinatorConfig cfg;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   if (!config_file.empty()) {
-    if (auto s = dflash::config::LoadCoordinatorConfigFile(config_file, &cfg); !s.ok()) {
+    if (auto s = dflash::config::LoadCoordinatorConfigFile(config_file, cfg); !s.ok()) {
       return Fail("config", s);
     }
   }
-  if (*o_listen) cfg.listen = flags.listen;
-  if (*o_metrics) cfg.metrics_listen = flags.metrics_listen;
-  if (*o_state) cfg.state_dir = flags.state_dir;
-  if (*o_timeout) cfg.worker_timeout_ms = flags.worker_timeout_ms;
-  if (*o_hb) cfg.heartbeat_interval_ms = flags.heartbeat_interval_ms;
-  if (*o_rpc) cfg.worker_rpc_timeout_ms = flags.worker_rpc_timeout_ms;
-  if (*o_umask) cfg.umask = flags.umask;
-  if (*o_roots) cfg.data_roots = flags.data_roots;
-  if (*o_token) cfg.auth_token_file = flags.auth_token_file;
-  if (*o_require) cfg.require_auth = flags.require_auth;
-  if (*o_cert) cfg.tls.cert_file = flags.tls.cert_file;
-  if (*o_key) cfg.tls.key_file = flags.tls.key_file;
-  if (*o_ca) cfg.tls.ca_file = flags.tls.ca_file;
-  if (*o_mutual) cfg.tls.mutual = flags.tls.mutual;
-  if (*o_level) cfg.log_level = flags.log_level;
-  if (*o_log) cfg.log_file = flags.log_file;
-  if (auto s = dflash::config::ValidateCoordinatorConfig(cfg); !s.ok()) return Fail("config", s);
-  // Before any thread or file: the run store, run directories and logs are private by default.
-  if (auto s = dflash::ApplyUmask(cfg.umask); !s.ok()) return Fail("config", s);
+  if (*o_listen) cfg->listen = flags.listen;
+  if (*o_metrics) cfg->metrics_listen = flags.metrics_listen;
+  if (*o_state) cfg->state_dir = flags.state_dir;
+  if (*o_timeout) cfg->worker_timeout_ms = flags.worker_timeout_ms;
+  if (*o_hb) cfg->heartbeat_interval_ms = flags.heartbeat_interval_ms;
+  if (*o_rpc) cfg->worker_rpc_timeout_ms = flags.worker_rpc_timeout_ms;
+  if (*o_umask) cfg->umask = flags.umask;
+  if (*o_roots) cfg->data_roots = flags.data_roots;
+  if (*o_token) cfg->auth_token_file = flags.auth_token_file;
+  if (*o_require) cfg->require_auth = flags.require_auth;
+  if (*o_cert) cfg->tls.cert_file = flags.tls.cert_file;
+  if (*o_key) cfg->tls.key_file = flags.tls.key_file;
+  if (*o_ca) cfg->tls.ca_file = flags.tls.ca_file;
+  if (*o_mutual) cfg->tls.mutual = flags.tls.mutual;
+  if (*o_level) cfg->log_level = flags.log_level;
+  if (*o_log) cfg->log_file = flags.log_file;
+  if (auto s = dflash::config::ValidateCoordinatorConfig(*cfg); !s.ok()) return Fail("config", s);
+  return kContinue;
+}
 
+// The umask (before any thread or file: the run store, run directories and logs are private by
+// default) and the log. kContinue or the exit code.
+int SetUpProcess(const CoordinatorConfig& cfg) {
+  if (auto s = dflash::ApplyUmask(cfg.umask); !s.ok()) return Fail("config", s);
   dflash::SetLogProcessName("coordinator");
   dflash::LogLevel level;
   dflash::ParseLogLevel(cfg.log_level, &level);
@@ -98,7 +106,45 @@ int main(int argc, char** argv) {
   if (!dflash::SetLogFile(cfg.log_file)) {
     return Fail("log_file", absl::UnavailableError("cannot open " + cfg.log_file));
   }
+  return kContinue;
+}
 
+// The tick thread: sweeps heartbeats and places runs every `period` until destroyed. Its period
+// bounds how late a dead worker is noticed: at most worker_timeout + tick.
+class Ticker {
+ public:
+  Ticker(dflash::coordinator::Coordinator* c, std::chrono::milliseconds period)
+      : thread_([this, c, period] {
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!cv_.wait_for(lock, period, [&] { return stopping_; })) {
+            lock.unlock();
+            c->Tick();
+            lock.lock();
+          }
+        }) {}
+  ~Ticker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: started once the members above exist
+};
+
+// The coordinator's bearer token (empty: none required).
+absl::StatusOr<std::string> Token(const CoordinatorConfig& cfg) {
+  if (cfg.auth_token_file.empty()) return std::string();
+  return dflash::ReadTokenFile(cfg.auth_token_file);
+}
+
+int Serve(const CoordinatorConfig& cfg, const std::string& ready_file) {
   std::error_code ec;
   std::filesystem::create_directories(cfg.state_dir, ec);
   if (ec) return Fail("state_dir", absl::UnavailableError(cfg.state_dir + ": " + ec.message()));
@@ -106,7 +152,6 @@ int main(int argc, char** argv) {
   if (!store.ok()) return Fail("run store", store.status());
   auto metrics = dflash::metrics::MetricsServer::Create("coordinator", cfg.metrics_listen);
   if (!metrics.ok()) return Fail("metrics", metrics.status());
-
   auto security = dflash::TransportSecurity::Load(cfg.tls, "tls.");
   if (!security.ok()) return Fail("config", security.status());
   dflash::coordinator::GrpcWorkerControl worker_control(cfg.worker_rpc_timeout_ms,
@@ -119,14 +164,9 @@ int main(int argc, char** argv) {
   auto coordinator = dflash::coordinator::Coordinator::Create(
       options, *std::move(store), dflash::RealClock::Get(), &worker_control, metrics->get());
   if (!coordinator.ok()) return Fail("recovery", coordinator.status());
-
-  std::string token;
-  if (!cfg.auth_token_file.empty()) {
-    absl::StatusOr<std::string> t = dflash::ReadTokenFile(cfg.auth_token_file);
-    if (!t.ok()) return Fail("auth_token_file", t.status());
-    token = *std::move(t);
-  }
-  dflash::coordinator::CoordinatorService user_api(coordinator->get(), token);
+  absl::StatusOr<std::string> token = Token(cfg);
+  if (!token.ok()) return Fail("auth_token_file", token.status());
+  dflash::coordinator::CoordinatorService user_api(coordinator->get(), *token);
   dflash::coordinator::RegistryService registry_api(coordinator->get(), security->mutual());
   int port = 0;
   // Client certificates are asked for (and verified) but not required at the handshake: dflashctl
@@ -134,44 +174,36 @@ int main(int argc, char** argv) {
   auto server = dflash::StartGrpcServer(cfg.listen, {&user_api, &registry_api}, &port,
                                         security->ServerCredentials(/*require_client_cert=*/false));
   if (!server.ok()) return Fail("listen", server.status());
-
-  // The tick thread sweeps heartbeats and places runs. Its period bounds how late a dead worker
-  // is noticed: at most worker_timeout + tick.
-  std::mutex tick_mu;
-  std::condition_variable tick_cv;
-  bool stopping = false;
-  const auto tick = std::chrono::milliseconds(std::max<int64_t>(10, cfg.heartbeat_interval_ms / 4));
-  std::thread ticker([&] {
-    std::unique_lock<std::mutex> lock(tick_mu);
-    while (!tick_cv.wait_for(lock, tick, [&] { return stopping; })) {
-      lock.unlock();
-      (*coordinator)->Tick();
-      lock.lock();
-    }
-  });
-
-  LOG(INFO) << "serving gRPC (" << security->Describe() << ") on "
-            << dflash::WithPort(cfg.listen, port) << ", /metrics on "
-            << dflash::WithPort(cfg.metrics_listen, (*metrics)->port()) << ", state in "
-            << cfg.state_dir;
-  if (!ready_file.empty()) {
-    nlohmann::json ready = {{"grpc_port", port},
-                            {"metrics_port", (*metrics)->port()},
-                            {"pid", static_cast<int64_t>(getpid())}};
-    if (auto s = dflash::WriteFileAtomically(ready_file, ready.dump()); !s.ok()) {
-      return Fail("ready_file", s);
-    }
-  }
-
-  int sig = dflash::WaitForTerminationSignal();
-  LOG(INFO) << "signal " << sig << ": shutting down";
   {
-    std::lock_guard<std::mutex> lock(tick_mu);
-    stopping = true;
+    Ticker ticker(coordinator->get(),
+                  std::chrono::milliseconds(std::max<int64_t>(10, cfg.heartbeat_interval_ms / 4)));
+    LOG(INFO) << "serving gRPC (" << security->Describe() << ") on "
+              << dflash::WithPort(cfg.listen, port) << ", /metrics on "
+              << dflash::WithPort(cfg.metrics_listen, (*metrics)->port()) << ", state in "
+              << cfg.state_dir;
+    if (!ready_file.empty()) {
+      nlohmann::json ready = {{"grpc_port", port},
+                              {"metrics_port", (*metrics)->port()},
+                              {"pid", static_cast<int64_t>(getpid())}};
+      if (auto s = dflash::WriteFileAtomically(ready_file, ready.dump()); !s.ok()) {
+        return Fail("ready_file", s);  // the ticker stops and joins first
+      }
+    }
+    int sig = dflash::WaitForTerminationSignal();
+    LOG(INFO) << "signal " << sig << ": shutting down";
   }
-  tick_cv.notify_all();
-  ticker.join();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   LOG(INFO) << "stopped";
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dflash::BlockTerminationSignals();
+  CoordinatorConfig cfg;
+  std::string ready_file;
+  if (int code = ParseArgs(argc, argv, &cfg, &ready_file); code != kContinue) return code;
+  if (int code = SetUpProcess(cfg); code != kContinue) return code;
+  return Serve(cfg, ready_file);
 }
