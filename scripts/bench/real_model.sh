@@ -18,7 +18,9 @@
 # REGEN_SECONDS (stop the regeneration then, keep the records written so far and end the script),
 # REGEN_MAX_NEW (512), EPOCHS / MAX_STEPS (override optim.*), EVAL_EVERY (eval.every_steps),
 # EVAL_PROMPTS (held-out prompts kept; default all), EVAL_MAX_NEW (256), EVAL_SETS (the final
-# evals as BATCH:PROMPTS, default "1:64 8:294 32:294"), STAGES (default "regen train eval"; add
+# evals as BATCH:PROMPTS, default "1:64 8:294 32:294"), UNTRAINED_SET (BATCH:PROMPTS of the untrained
+# drafter's eval; default the last of EVAL_SETS), EVAL_MAX_PROMPTS (eval.max_prompts of the held-out
+# curve during training; 64), STAGES (default "regen train eval"; add
 # "ref" for the PyTorch reference loop; the stages of one OUT_DIR can run in separate calls), TOKEN_BUDGET / MAX_ANCHORS, CKPT_EVERY, RUN_YAML (another run.yaml of the same form).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -73,6 +75,7 @@ sed -e "s|path: SmolLM2-135M-Instruct|path: \"$model\"|" \
 [ -n "${EPOCHS:-}" ] && sed -i "s|epochs: [0-9.]*|epochs: $EPOCHS|" "$yaml"
 [ -n "${MAX_STEPS:-}" ] && sed -i "s|epochs: [0-9.]*|epochs: 1, max_steps: $MAX_STEPS|" "$yaml"
 [ -n "${EVAL_EVERY:-}" ] && sed -i "s|every_steps: 250|every_steps: $EVAL_EVERY|" "$yaml"
+[ -n "${EVAL_MAX_PROMPTS:-}" ] && sed -i "s|max_prompts: 64|max_prompts: $EVAL_MAX_PROMPTS|" "$yaml"
 [ -n "${TOKEN_BUDGET:-}" ] && sed -i "s|token_budget: [0-9]*|token_budget: $TOKEN_BUDGET|" "$yaml"
 [ -n "${MAX_ANCHORS:-}" ] && sed -i "s|max_anchors: [0-9]*|max_anchors: $MAX_ANCHORS|" "$yaml"
 [ -n "${CKPT_EVERY:-}" ] && sed -i "s|checkpoint: {every_steps: [0-9]*|checkpoint: {every_steps: $CKPT_EVERY|" "$yaml"
@@ -132,11 +135,12 @@ if has train; then
 fi
 
 # 4. Held-out acceptance length and speed-up: EVAL_SETS of BATCH:PROMPTS for the trained drafter;
-# the untrained one at the largest batch.
+# the untrained one at UNTRAINED_SET (default the last of them).
 if has eval; then
   for set in ${EVAL_SETS:-1:64 8:294 32:294}; do
     eval_drafter trained "$out/drafter" "${set%%:*}" "${set##*:}"
   done
+  set=${UNTRAINED_SET:-$set}
   eval_drafter untrained "$out/drafter-untrained" "${set%%:*}" "${set##*:}"
 fi
 
