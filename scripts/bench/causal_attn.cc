@@ -1,4 +1,4 @@
-// The target's packed causal attention on one GPU (issue 5, deliverable 2): the project's fused
+// The target's packed causal attention on one GPU: the project's fused
 // kernel (FusedCausalVarlenAttention, common/kernels/dflash_attn) against LibTorch's
 // flash-attention varlen op (nn::VarlenCausalAttention, what the target model runs), same inputs,
 // same run, with the largest difference between the two outputs.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fused DFlash attention against PyTorch FlexAttention (compiled and eager) on the same mask, at the
-# Qwen3-8B drafter geometry and at twice that (issue 5). Run on the GPU machine from a build tree:
+# Qwen3-8B drafter geometry and at twice that. Run on the GPU machine from a build tree:
 #   scripts/bench/dflash_attn.sh BUILD_DIR [OUT_DIR]
 set -euo pipefail
 build=${1:?usage: dflash_attn.sh BUILD_DIR [OUT_DIR]}

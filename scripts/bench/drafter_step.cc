@@ -1,4 +1,4 @@
-// One drafter training step (issue 6, GPU targets): the project's DrafterModel + DrafterTrainer,
+// One drafter training step (GPU targets): the project's DrafterModel + DrafterTrainer,
 // unchanged, at the Qwen3-8B drafter geometry, timed and measured the way the drafter worker runs
 // it (services/drafter_worker/drafter_runner.cc): target from run.yaml `builtin:qwen3-8b-random`
 // loaded with embeddings_only (embed_tokens, lm_head and layer 0, as the worker holds them),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The drafter training step against a PyTorch reference of the same step, in one run (issue 6, GPU
+# The drafter training step against a PyTorch reference of the same step, in one run (GPU
 # targets): drafter_step (ours: DrafterModel + DrafterTrainer) writes its batch, its initial weights
 # and its JSON; drafter_step_ref.py runs the same step in PyTorch (compiled FlexAttention, chunked
 # cross-entropy, fused AdamW) from those files and cross-checks the first step's loss. Then one

@@ -1,4 +1,4 @@
-"""PyTorch reference of one DFlash drafter training step (issue 6, GPU targets), run in the same
+"""PyTorch reference of one DFlash drafter training step (GPU targets), run in the same
 device run as the project's step (scripts/bench/drafter_step.cc; drafter_step.sh runs both).
 
 The same drafter and loss as method.md §2-4, written the way a competent PyTorch user would:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pipeline on several GPUs (issue 12), every part the machine's GPU count allows, in one call:
+# The pipeline on several GPUs, every part the machine's GPU count allows, in one call:
 #   1 GPU   ipc1:   target and drafter on GPU 0 (cuda_ipc): the reference loss curve.
 #   2 GPUs  nccl2:  target on GPU 0, drafter on GPU 1 (nccl): the same curve (max relative
 #                   difference), the step time; then transport_bench over nccl 0 -> 1 (every

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The training pipeline on one GPU (issue 6, GPU targets): coordinator, target worker and drafter
+# The training pipeline on one GPU (GPU targets): coordinator, target worker and drafter
 # worker on GPU 0, features through cuda_ipc (placement.transport auto), builtin:qwen3-8b-random
 # target (Qwen3-8B shape, random bf16 weights), builtin:long-synthetic data (documents of
 # 200-2000 tokens), 5-layer drafter, block 16. Prints per-geometry steps/s, context tokens/s and

@@ -11,13 +11,13 @@
 // elementwise work. Usage: target_forward [--runs N] [--tokens T]
 // [--model qwen3-8b|qwen3-30b-a3b|qwen3.5-27b] [--scan_only 1]
 //
-// --model qwen3-30b-a3b (issue 11): Qwen/Qwen3-30B-A3B's shape (48 layers, H=2048, 32/4 heads,
+// --model qwen3-30b-a3b: Qwen/Qwen3-30B-A3B's shape (48 layers, H=2048, 32/4 heads,
 // 128 experts of I=768, top 8 renormalized; layer ids [1, 12, 23, 34, 45], so layers 0..45 run)
 // with random bf16 weights, the experts drawn stacked (transformers 5's layout, loaded without a
 // copy). Model TFLOP/s then counts the active parameters: attention, the router and the 8 chosen
 // experts per token. No breakdown.
 //
-// --model qwen3.5-27b (issue 11): Qwen/Qwen3.5-27B's text backbone (64 layers, H=5120, every
+// --model qwen3.5-27b: Qwen/Qwen3.5-27B's text backbone (64 layers, H=5120, every
 // fourth layer gated full attention with 24/4 heads of 256 and a quarter of RoPE, the others gated
 // delta-rule layers with 16 key / 48 value heads of 128, I=17408; layer ids [1, 16, 31, 46, 61],
 // so layers 0..61 run) with random bf16 weights. Model TFLOP/s counts the GEMMs and the full

@@ -1,5 +1,5 @@
-// The feature transport alone (issue 6: "feature transport adds under 3% to the step time"; issue
-// 12: the nccl channel's bandwidth): a producer process (the target's side) and a consumer process
+// The feature transport alone (the goal "feature transport adds under 3% to the step time"; the
+// nccl channel's bandwidth): a producer process (the target's side) and a consumer process
 // (the drafter's side) move --batches micro-batches of [--tokens, --feature-dim] features through
 // the project's channel, exactly as the workers do (services/target_worker/target_runner.cc,
 // services/drafter_worker/drafter_runner.cc), with no model on either side:

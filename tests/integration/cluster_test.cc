@@ -249,8 +249,8 @@ TEST_F(ClusterTest, DflashctlExitCodes) {
   EXPECT_THAT(plan.out, HasSubstr("(no registered GPU of this role: not checked)"));
 }
 
-// A coordinator started with --auth_token_file answers dflashctl only with that bearer token
-// (issue 10); a token file readable by others is refused at start.
+// A coordinator started with --auth_token_file answers dflashctl only with that bearer token;
+// a token file readable by others is refused at start.
 TEST_F(ClusterTest, BearerTokenIsRequiredWhenConfigured) {
   const std::string token = dir_ + "/token", wrong = dir_ + "/wrong", open = dir_ + "/open";
   for (const auto& [path, text] :

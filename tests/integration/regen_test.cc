@@ -1,4 +1,4 @@
-// `dflashctl regen` through the real processes (issue 9): the built-in target regenerates the
+// `dflashctl regen` through the real processes: the built-in target regenerates the
 // answers of tiny-chat (token data) and of a small chat file (rendered by ChatML with the built-in
 // tokenizer), deterministically under greedy decoding; an interrupted output resumes after its
 // complete lines; the regenerated data prepares and trains.

@@ -1,4 +1,4 @@
-// Soak test of fault tolerance (issue 10): a run of a few hundred steps during which a harness
+// Soak test of fault tolerance: a run of a few hundred steps during which a harness
 // SIGKILLs a random worker three times and the coordinator once, each restarted at once as
 // systemd or compose would. At the end the committed steps, the tokens trained and the loss curve
 // equal, bit for bit, those of an undisturbed run with the same seed: every step committed

@@ -1,4 +1,4 @@
-// A tensor-parallel target through the real processes on the CPU (issue 11, deliverable 3):
+// A tensor-parallel target through the real processes on the CPU:
 // placement.target_parallel: 2 places two target workers and one drafter as one pair; the target
 // ranks sum their partial layer outputs through shared memory, rank 0 alone sends features, and
 // the run trains on the loss curve of the same run with one target process (within fp32 rounding:

@@ -1,4 +1,4 @@
-// gRPC over TLS and mutual TLS between the real processes (issue 10): a drafter trains over TLS;
+// gRPC over TLS and mutual TLS between the real processes: a drafter trains over TLS;
 // plaintext clients, clients trusting another CA, workers without a certificate and callers of a
 // worker's control port without the coordinator's certificate are all refused; a private key
 // readable by others stops the process at start.

@@ -71,7 +71,7 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000018.safetensors"));
   EXPECT_FALSE(std::filesystem::exists(run_dir + "/checkpoints/step-000000000012.safetensors"));
   // The run store, run directory, checkpoints, export and logs are private to the user (the
-  // processes' default umask 077; issue 10): no group or other permission bits anywhere.
+  // processes' default umask 077): no group or other permission bits anywhere.
   for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_ + "/state")) {
     const auto perms = entry.status().permissions();
     EXPECT_EQ(perms & (std::filesystem::perms::group_all | std::filesystem::perms::others_all),
@@ -99,7 +99,7 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
           << process << " exports no sample of " << name;
     }
   }
-  // Evaluated by speculative decoding after steps 12 and 24 (issue 9): the target decoded the
+  // Evaluated by speculative decoding after steps 12 and 24: the target decoded the
   // prompts with the drafter's snapshots.
   ASSERT_TRUE(done.contains("last_eval")) << done.dump();
   EXPECT_EQ(done["last_eval"]["step"], "24");
@@ -264,7 +264,7 @@ TEST_F(TrainingCluster, TwoDataParallelPairsEqualOnePairAccumulatingTwiceAndSurv
   for (const auto& [step, loss] : got) EXPECT_EQ(resumed.at(step), loss) << "step " << step;
 }
 
-// Out of memory (issue 8), through the real processes: a drafter whose micro-batches above 300
+// Out of memory, through the real processes: a drafter whose micro-batches above 300
 // tokens fail as out of memory (the test hook) trains them as halves by document, and a target
 // whose forwards above 300 tokens fail runs them in halves; each run ends with the same tokens
 // per step and the loss curve of the run without the hook, and says so.
@@ -400,7 +400,7 @@ void WriteTinyQwen35(const std::string& dir) {
   ASSERT_TRUE(model::WriteSafetensors(dir + "/model.safetensors", tensors, {}).ok());
 }
 
-// Issue 11: a hybrid linear-attention target loaded from a checkpoint directory by the target
+// A hybrid linear-attention target loaded from a checkpoint directory by the target
 // worker, its features trained on by the drafter worker, the loss falling.
 TEST_F(TrainingCluster, AHybridTargetFromACheckpointTrainsADrafter) {
   const std::string target = dir_ + "/qwen3_5";

@@ -1,4 +1,4 @@
-// Hybrid targets on the GPU (issue 11): the chunked gated delta rule on CUDA against the
+// Hybrid targets on the GPU: the chunked gated delta rule on CUDA against the
 // sequential CPU reference (fresh random inputs, ragged documents, fp32 and bf16), and the whole
 // Qwen3-Next / Qwen3.5 / Qwen3.5-MoE tiny models on CUDA against the transformers fp32 references.
 // Skipped without a CUDA device.

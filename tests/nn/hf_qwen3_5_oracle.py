@@ -1,4 +1,4 @@
-"""Reference features of tiny random Qwen3.5 checkpoints (issue 11), from transformers 5.
+"""Reference features of tiny random Qwen3.5 checkpoints, from transformers 5.
 
 Qwen3.5 (model_type qwen3_5, qwen3_5_moe) exists only in transformers 5, while the other oracles
 pin 4.57. scripts/setup.sh installs transformers 5 and its dependencies into their own folder,

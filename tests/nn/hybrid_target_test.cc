@@ -1,4 +1,4 @@
-// Hybrid linear-attention targets (issue 11): CPU parity with transformers 5 on tiny random
+// Hybrid linear-attention targets: CPU parity with transformers 5 on tiny random
 // Qwen3.5 and Qwen3.5-MoE vision-language checkpoints written by hf_qwen3_5_oracle.py (their text
 // backbone), the text-only form of the same weights, and the gated delta rule's chunked scan and
 // convolution against their references on packed, ragged documents. Qwen3-Next's parity test is

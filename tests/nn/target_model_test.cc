@@ -81,7 +81,7 @@ TEST_F(TargetModelTest, LlamaMatchesTransformers) {
   ExpectParity("llama", {0, 3, 1});  // unsorted; 3 is the last layer (captured before the norm)
 }
 
-// Qwen3-MoE (issue 11): sparse layers 0, 2, 3 (8 experts, top 2, renormalized) and the dense
+// Qwen3-MoE: sparse layers 0, 2, 3 (8 experts, top 2, renormalized) and the dense
 // layer 1 of mlp_only_layers, packed documents against HF one document at a time.
 TEST_F(TargetModelTest, Qwen3MoeMatchesTransformers) {
   ExpectParity("qwen3_moe", {0, 1, 2, 3});

@@ -361,7 +361,7 @@ TEST(DrafterTrainerTest, DataParallelRanksEqualOneRankAccumulatingWithRecomputed
   CheckDataParallelEqualsOneRankAccumulating(drafter::Recompute::kLayers);
 }
 
-// Out of memory (issue 8): a micro-batch that does not fit is trained as halves by documents,
+// Out of memory: a micro-batch that does not fit is trained as halves by documents,
 // recursively (18 rows in 3 documents, room for 10: split into 11 + 7, then 11 into 6 + 5); the
 // steps equal the unsplit ones up to float summation order. A single document cannot be split.
 TEST(DrafterTrainerTest, OutOfMemoryMicroBatchIsTrainedAsHalvesByDocument) {

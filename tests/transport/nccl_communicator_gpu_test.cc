@@ -2,7 +2,7 @@
 // on one device, so a machine with one GPU checks what one rank can: the bootstrap (unique id ->
 // communicator), in-place sums of device and of host (staged) buffers, the deadline when a rank
 // never joins (aborted, later calls refused), and Abort() from another thread ending a wait.
-// Several ranks are exercised by the multi-GPU runs (issue 12). Skips without a CUDA device.
+// Several ranks are exercised by the multi-GPU runs. Skips without a CUDA device.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

@@ -283,7 +283,7 @@ TEST_F(CoordinatorTest, AHandlerWhoseDependencyThrowsAnswersAStatus) {
   EXPECT_TRUE(service.EvaluateDrafter(&ctx, &req, &resp).ok());
 }
 
-// Free memory is part of the plan (issue 26): a pair whose GPU has less free than the plan needs
+// Free memory is part of the plan: a pair whose GPU has less free than the plan needs
 // waits queued with the reason as its message, and starts once the GPU reports room; what the
 // pair's own allocators hold counts as room (they free or reuse it).
 TEST_F(CoordinatorTest, ARunWaitsForFreeGpuMemoryAndStartsWhenItFrees) {

@@ -139,7 +139,7 @@ TEST(MemoryPlanTest, ACheckpointTargetFusesOneLayerAtATime) {
   EXPECT_LT(checkpoint.target.allocator_peak, built_in.target.allocator_peak);
 }
 
-// A Qwen3-MoE target (issue 11) counts every expert: Qwen3-30B-A3B is 30,532,122,624 parameters
+// A Qwen3-MoE target counts every expert: Qwen3-30B-A3B is 30,532,122,624 parameters
 // (48 layers x (128 experts x 3 x 2048 x 768 + router 128 x 2048 + attention and norms
 // 18,878,720) + embed_tokens and lm_head 2 x 151936 x 2048 + final norm), not the 2 B a dense
 // reading of intermediate_size would give; one layer's experts are stacked at load.
@@ -170,7 +170,7 @@ TEST(MemoryPlanTest, AMoeTargetCountsEveryExpert) {
                 2);
 }
 
-// A hybrid target (issue 11): Qwen3.5-27B's text backbone is 26,895,998,464 parameters
+// A hybrid target: Qwen3.5-27B's text backbone is 26,895,998,464 parameters
 // (transformers 5.17's Qwen3_5ForCausalLM on the meta device: 48 delta-rule layers of 383,273,184,
 // 16 gated-attention layers of 372,255,232, embed_tokens and lm_head 2 x 248320 x 5120, final
 // norm). The forward's intermediates are the delta-rule layer's (scan in fp32) plus the MLP's.

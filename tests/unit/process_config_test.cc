@@ -430,7 +430,7 @@ TEST(ValidateCoordinatorConfigStrictTest, HugeValuesDoNotOverflowTheCrossCheck) 
 namespace dflash::config {
 namespace {
 
-// The tls block (issue 10): read from both files, the combination checked naming the field.
+// The tls block: read from both files, the combination checked naming the field.
 TEST_F(ProcessConfigTest, TlsBlockIsReadStrictly) {
   CoordinatorConfig c;
   ASSERT_TRUE(

@@ -1,4 +1,4 @@
-// run.yaml paths confined to the coordinator's data roots (issue 10, deliverable 5): a path
+// run.yaml paths confined to the coordinator's data roots: a path
 // inside a root is accepted; `..` that climbs out, a symlink inside a root that leads out, and a
 // path elsewhere are refused, naming the field and where the path really leads; built-in names
 // are not paths.

@@ -1,4 +1,4 @@
-// The worker's per-GPU memory series (issue 7) against LibTorch's caching allocator and the
+// The worker's per-GPU memory series against LibTorch's caching allocator and the
 // driver, for a worker process holding a known allocation: what /metrics serves after a device
 // reading equals the allocator's own counters, before, during and after the allocation; total
 // and used come from the driver. Skips without a CUDA device.
