@@ -164,7 +164,8 @@ for f in sorted(glob.glob(os.path.join(out, "eval-*.json"))):
     r = json.load(open(f))
     summary["evals"][os.path.basename(f)[5:-5]] = {
         k: r.get(k) for k in ("tau", "prompts", "new_tokens", "verifications", "tokens_per_second",
-                              "baseline_tokens_per_second", "acceptance_by_position")}
+                              "baseline_tokens_per_second", "baseline_identical_prompts",
+                              "acceptance_by_position")}
     b = r.get("baseline_tokens_per_second") or 0
     summary["evals"][os.path.basename(f)[5:-5]]["speedup"] = (r.get("tokens_per_second", 0) / b) if b else None
 curves = []

@@ -65,6 +65,7 @@ v1::EvalResult ToEvalResult(const v1::EvaluateResponse& resp, const std::string&
   r.set_load_seconds(resp.load_seconds());
   if (resp.baseline_seconds() > 0) {
     r.set_baseline_tokens_per_second(resp.baseline_tokens() / resp.baseline_seconds());
+    r.set_baseline_identical_prompts(resp.baseline_identical());
   }
   r.set_unix_ms(unix_ms);
   return r;

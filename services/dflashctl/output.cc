@@ -182,6 +182,8 @@ std::string EvalTable(const v1::EvalResult& r) {
     out << "baseline   " << absl::StrFormat("%.1f", r.baseline_tokens_per_second())
         << " tokens/s by plain greedy decoding of the same prompts: speed-up "
         << absl::StrFormat("%.2fx", r.tokens_per_second() / r.baseline_tokens_per_second()) << "\n";
+    out << "identical  " << r.baseline_identical_prompts() << " of " << r.prompts()
+        << " prompts decoded token for token alike by both\n";
   }
   out << "accepted   position: share of verifications that accepted it\n";
   for (int k = 1; k < r.acceptance_by_position_size(); ++k) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -88,6 +89,7 @@ class TargetEvaluator : public Evaluator {
     const auto start = std::chrono::steady_clock::now();
     double draft_seconds = 0, verify_seconds = 0;
     int64_t drafter_forwards = 0;
+    std::vector<std::vector<int64_t>> outputs;  // per prompt, to compare with plain decoding
     for (size_t first = 0; first < work.prompts.size(); first += batch) {
       const size_t last = std::min(work.prompts.size(), first + batch);
       std::vector<std::vector<int64_t>> prompts(work.prompts.begin() + first,
@@ -99,7 +101,10 @@ class TargetEvaluator : public Evaluator {
       draft_seconds += r->draft_seconds;
       verify_seconds += r->verify_seconds;
       drafter_forwards += r->drafter_forwards;
-      for (const std::vector<int64_t>& t : r->tokens) report.new_tokens += t.size();
+      for (std::vector<int64_t>& t : r->tokens) {
+        report.new_tokens += t.size();
+        outputs.push_back(std::move(t));
+      }
     }
     report.seconds = SecondsSince(start);
     if (work.measure_baseline) {
@@ -114,7 +119,10 @@ class TargetEvaluator : public Evaluator {
                                                   work.prompts.begin() + last);
         absl::StatusOr<std::vector<nn::Generation>> g = nn::Generate(*target, prompts, plain);
         if (!g.ok()) return g.status();
-        for (const nn::Generation& x : *g) report.baseline_tokens += x.tokens.size();
+        for (size_t i = 0; i < g->size(); ++i) {
+          report.baseline_tokens += (*g)[i].tokens.size();
+          if ((*g)[i].tokens == outputs[first + i]) ++report.baseline_identical;
+        }
       }
       report.baseline_seconds = SecondsSince(base_start);
     }
@@ -132,7 +140,11 @@ class TargetEvaluator : public Evaluator {
         << report.load_seconds << " s); " << drafter_forwards << " drafter forwards "
         << draft_seconds << " s, verifications " << verify_seconds << " s, the rest "
         << report.seconds - draft_seconds - verify_seconds << " s; plain greedy "
-        << report.baseline_tokens << " tokens in " << report.baseline_seconds << " s";
+        << (work.measure_baseline
+                ? absl::StrCat(report.baseline_tokens, " tokens in ", report.baseline_seconds,
+                               " s, ", report.baseline_identical, " of ", report.prompts,
+                               " prompts identical to the speculative output")
+                : std::string("not measured"));
     return report;
   }
 

@@ -37,6 +37,7 @@ struct EvalReport {
   double seconds = 0, load_seconds = 0;
   double baseline_seconds = 0;
   int64_t baseline_tokens = 0;
+  int64_t baseline_identical = 0;  // prompts decoded alike by both (measure_baseline)
 };
 
 struct GenerateWork {

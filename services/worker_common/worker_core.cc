@@ -71,6 +71,7 @@ absl::StatusOr<v1::EvaluateResponse> WorkerCore::Evaluate(const v1::EvaluateRequ
   resp.set_load_seconds(r.load_seconds);
   resp.set_baseline_seconds(r.baseline_seconds);
   resp.set_baseline_tokens(r.baseline_tokens);
+  resp.set_baseline_identical(r.baseline_identical);
   return resp;
 }
 

@@ -127,6 +127,9 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   ASSERT_EQ(eval.exit_code, 0) << eval.err;
   json measured = json::parse(eval.out);
   EXPECT_DOUBLE_EQ(measured["tau"].get<double>(), tau) << eval.out;
+  // fp32 on the CPU: the speculative output equals plain greedy decoding for every prompt.
+  EXPECT_GT(measured["baseline_tokens_per_second"].get<double>(), 0.0) << eval.out;
+  EXPECT_EQ(measured["baseline_identical_prompts"], measured["prompts"]) << eval.out;
   EXPECT_EQ(measured["worker"], "t0");
   CtlResult table = RunCtl(
       address_, {"eval", "--target", "builtin:tiny-qwen3", "--prompts", "builtin:tiny-chat",
@@ -134,6 +137,7 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("tau "));
   EXPECT_THAT(table.out, HasSubstr("prompts    2, "));
+  EXPECT_THAT(table.out, HasSubstr("identical  2 of 2 prompts"));
   // Chat prompts without answers (rendered with the generation prompt; the built-in target's
   // tokenizer needs data.chat_template chatml named).
   const std::string chat_prompts = dir_ + "/chat-prompts.jsonl";

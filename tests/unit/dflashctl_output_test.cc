@@ -124,5 +124,20 @@ TEST(EvalTable, ShowsEmittedTausAndHistogram) {
                          "1:0.750 2:0.250\n"));
 }
 
+// With a baseline: the speed-up and how many prompts both decodes emitted alike; without one,
+// neither line.
+TEST(EvalTable, ShowsIdenticalPromptsOnlyWithABaseline) {
+  v1::EvalResult r;
+  r.set_prompts(24);
+  r.set_tokens_per_second(343.4);
+  EXPECT_THAT(EvalTable(r), ::testing::Not(::testing::HasSubstr("identical")));
+  r.set_baseline_tokens_per_second(159.6);
+  r.set_baseline_identical_prompts(7);
+  const std::string table = EvalTable(r);
+  EXPECT_THAT(table, ::testing::HasSubstr("speed-up 2.15x\n"));
+  EXPECT_THAT(table, ::testing::HasSubstr(
+                         "identical  7 of 24 prompts decoded token for token alike by both\n"));
+}
+
 }  // namespace
 }  // namespace dflash::ctl
