@@ -1,0 +1,85 @@
+// The coordinator test fixture: a coordinator over an in-memory run store, a fake clock and fake
+// workers (no threads, no sockets, no sleeps), and the run.yaml the tests submit. Shared by
+// coordinator_test.cc (submission, placement, evaluation, settings) and
+// coordinator_faults_test.cc (lost and failing workers, out of memory, restarts, the event log).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "services/coordinator/coordinator.h"
+#include "tests/unit/fake_worker_control.h"
+
+namespace dflash::coordinator {
+
+inline constexpr char kRunYaml[] = R"(
+name: unit
+target: {path: "builtin:tiny-qwen3"}
+data: {train: "builtin:tiny-chat", max_length: 256}
+batching: {token_budget: 1024, max_anchors: 16, grad_accum: 2}
+optim: {max_steps: 5}
+checkpoint: {every_steps: 2, keep: 2}
+)";
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dflash-coord-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    state_dir_ = tmpl;
+    Reopen(":memory:");
+  }
+  void TearDown() override {
+    coordinator_.reset();
+    std::filesystem::remove_all(state_dir_);
+  }
+
+  void Reopen(const std::string& path) {
+    coordinator_.reset();
+    auto store = RunStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    CoordinatorOptions opts;
+    opts.heartbeat_interval_ms = 100;
+    opts.worker_timeout_ms = 1000;
+    opts.state_dir = state_dir_;
+    opts.inline_steps = true;  // a placed run trains to its end inside Tick()
+    auto c = Coordinator::Create(opts, *std::move(store), &clock_, &workers_, nullptr);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = *std::move(c);
+  }
+
+  std::string AddWorker(const std::string& name, v1::WorkerRole role) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address("127.0.0.1:1");
+    return coordinator_->Register(w)->worker_id();
+  }
+
+  void Beat(const std::string& id) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(id);
+    ASSERT_TRUE(coordinator_->Heartbeat(req).ok());
+  }
+
+  std::vector<v1::RunState> History(const std::string& run_id) {
+    bool terminal;
+    auto events = coordinator_->WaitForEvents(run_id, 0, std::chrono::milliseconds(0), &terminal);
+    std::vector<v1::RunState> states;
+    for (const auto& e : *events) states.push_back(e.to_state());
+    return states;
+  }
+
+  std::string state_dir_;
+  FakeClock clock_;
+  FakeWorkerControl workers_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+}  // namespace dflash::coordinator
