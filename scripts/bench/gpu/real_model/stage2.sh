@@ -1,3 +1,3 @@
 #!/usr/bin/env bash
 set -euo pipefail
-cp .gpu/p2/b /tmp/pieces/b; ls -l /tmp/pieces; tail -n 1 /tmp/b.build.log; cat /tmp/b.rc 2>/dev/null || true
+cp .gpu/p2/b /tmp/pieces/b; ls -l /tmp/pieces; tail -n 1 /tmp/b.build.log 2>/dev/null || true; cat /tmp/b.rc 2>/dev/null || true
