@@ -189,7 +189,7 @@ class ReferenceStep:
     target tensors. A batch is a dict of tensors on `dev`: input_ids, positions, cu_seqlens,
     anchors (-1 = padding block), loss_mask, features."""
 
-    def __init__(self, geo, params, embed, lm_head, dev, use_flex, chunk_rows):
+    def __init__(self, geo, params, embed, lm_head, dev, use_flex, chunk_rows, all_rows=False):
         self.cfg = dict(hq=geo["hq"], hkv=geo["hkv"], d=geo["d"], eps=geo["eps"])
         self.B, self.L, self.gamma = geo["block_size"], geo["num_layers"], geo["gamma"]
         self.mask_id, self.cdt = geo["mask_token_id"], geo["dtype"]
@@ -197,6 +197,9 @@ class ReferenceStep:
         self.layer_w = [tuple(params[f"layers.{i}.{n}"] for n in LAYER_NAMES)
                         for i in range(self.L)]
         self.dev, self.use_flex, self.chunk_rows = dev, use_flex, chunk_rows
+        # all_rows: the loss over every block row (weight 0 where there is none) rather than only
+        # the weighted ones: the same sum, in a shape that does not change between batches.
+        self.all_rows = all_rows
         d = geo["d"]
         self.inv_freq = geo["rope_theta"] ** (
             -torch.arange(0, d, 2, dtype=torch.float32, device=dev) / d)
@@ -279,9 +282,12 @@ class ReferenceStep:
         for i in range(self.L):
             x = layer(x, ctx, self.layer_w[i], q_cos, q_sin, k_cos, k_sin, mask)
         hidden = norm_fn(x, self.params["norm.weight"])
-        rows = torch.nonzero(weights > 0).squeeze(1)
-        num = ChunkedCE.apply(hidden[rows], self.lm_head, labels[rows], weights[rows],
-                              self.chunk_rows)
+        if self.all_rows:
+            num = ChunkedCE.apply(hidden, self.lm_head, labels, weights, self.chunk_rows)
+        else:
+            rows = torch.nonzero(weights > 0).squeeze(1)
+            num = ChunkedCE.apply(hidden[rows], self.lm_head, labels[rows], weights[rows],
+                                  self.chunk_rows)
         return num, weights.sum()
 
 

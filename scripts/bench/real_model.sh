@@ -21,7 +21,8 @@
 # evals as BATCH:PROMPTS, default "1:64 8:294 32:294"), UNTRAINED_SET (BATCH:PROMPTS of the untrained
 # drafter's eval; default the last of EVAL_SETS), EVAL_MAX_PROMPTS (eval.max_prompts of the held-out
 # curve during training; 64), STAGES (default "regen train eval"; add
-# "ref" for the PyTorch reference loop; the stages of one OUT_DIR can run in separate calls), TOKEN_BUDGET / MAX_ANCHORS, CKPT_EVERY, RUN_YAML (another run.yaml of the same form).
+# "refpkg" for the reference package's evaluation (REFPKG_PROMPTS, DFLASH_PATH) and "ref" for the
+# PyTorch reference loop (REF_COMPILE; on the GPU with --static-shapes); the stages of one OUT_DIR can run in separate calls), TOKEN_BUDGET / MAX_ANCHORS, CKPT_EVERY, RUN_YAML (another run.yaml of the same form).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:?usage: real_model.sh BUILD_DIR OUT_DIR}
@@ -144,12 +145,31 @@ if has eval; then
   eval_drafter untrained "$out/drafter-untrained" "${set%%:*}" "${set##*:}"
 fi
 
+# Optional: the reference inference package (dflash==0.1.0) on this target and export, beside
+# `dflashctl eval` of the same prompts, both in float32 at batch 1 (REFPKG_PROMPTS, default 16):
+# the same tokens, taus and emitted-per-verification histogram are expected (near-ties aside).
+# DFLASH_PATH: the folder holding the package when the interpreter lacks it.
+if has refpkg; then
+  n=${REFPKG_PROMPTS:-16}
+  head -n "$n" "$out/heldout-prompts.jsonl" >"$out/heldout-refpkg.jsonl"
+  sed "s|dtype: bfloat16|dtype: float32|" "$yaml" >"$out/fp32.yaml"
+  log "eval in float32 at batch 1 on $n prompts: dflashctl, then the reference package"
+  "$ctl" eval "$out/fp32.yaml" --drafter "$out/drafter" --prompts "$out/heldout-refpkg.jsonl" \
+    --max_prompts 100000 --max_new_tokens "${EVAL_MAX_NEW:-256}" --batch_size 1 -o json \
+    >"$out/eval-fp32-b1.json"
+  python3 "$root/scripts/bench/dflash_reference_eval.py" --target "$model" --drafter "$out/drafter" \
+    --prompts "$out/heldout-refpkg.jsonl" --max-new-tokens "${EVAL_MAX_NEW:-256}" --dtype float32 \
+    ${DFLASH_PATH:+--dflash-path "$DFLASH_PATH"} --per-step >"$out/refpkg.json" 2>"$out/refpkg.log" \
+    || { tail -n 20 "$out/refpkg.log" >&2; exit 1; }
+fi
+
 # Optional: the PyTorch reference loop (scripts/bench/train_ref.py) on the same run.yaml and
 # prepared data, its export evaluated as ours at the largest batch.
 if has ref; then
   log "reference training loop"
   python3 "$root/scripts/bench/train_ref.py" "$yaml" --device "$([ "$device" = gpu ] && echo cuda || echo cpu)" \
-    --compile "${REF_COMPILE:-full}" --out "$out/ref" >"$out/ref.log" 2>&1 || { tail -n 20 "$out/ref.log" >&2; exit 1; }
+    --compile "${REF_COMPILE:-full}" $([ "$device" = gpu ] && echo --static-shapes) \
+    --out "$out/ref" >"$out/ref.log" 2>&1 || { tail -n 20 "$out/ref.log" >&2; exit 1; }
   set=${EVAL_SETS:-1:64 8:294 32:294}; set=${set##* }
   eval_drafter reference "$out/ref/drafter" "${set%%:*}" "${set##*:}"
 fi
@@ -178,12 +198,21 @@ for line in open(os.path.join(out, "tau-curve.jsonl")) if os.path.exists(os.path
         curves.append({"step": int(r.get("step", 0)), "tau": float(r.get("tau", 0))})
 with open(os.path.join(out, "curves.jsonl"), "w") as f:
     for c in curves: f.write(json.dumps(c) + "\n")
+p = os.path.join(out, "refpkg.json")
+if os.path.exists(p):
+    r = json.load(open(p))
+    r.pop("per_prompt", None)
+    summary["reference_package"] = r
 for name in ("regen", "train"):
     p = os.path.join(out, name + ".seconds")
     if os.path.exists(p): summary[name + "_seconds"] = float(open(p).read())
 if os.path.exists(os.path.join(out, "status.json")):
     summary["status"] = json.load(open(os.path.join(out, "status.json")))
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+if "reference_package" in summary:
+    r = summary["reference_package"]
+    print(f"{'reference package (fp32, b1)':28s} tau pooled {r['tau_pooled']:.3f}  per-prompt mean "
+          f"{r['tau_prompt_mean']:.3f}  greedy equal {r['greedy_equal']}")
 for k, v in summary["evals"].items():
     sp = f"{v['speedup']:.2f}x" if v["speedup"] else "-"
     print(f"{k:28s} tau {v['tau']:.3f}  {v['tokens_per_second']:.1f} tok/s  speed-up {sp}")

@@ -459,6 +459,25 @@ class TargetFeatures:
         return torch.cat([self.captured[i].reshape(b * n, -1)[keep] for i in self.ids], -1)
 
 
+def pad_static(input_ids, loss_mask, lens, anchors, features, token_budget, max_anchors):
+    """A micro-batch padded to token_budget tokens and max_anchors blocks without changing its
+    loss or gradients: the padding tokens are a piece of their own (no real block attends to
+    another piece's context), with no loss and zero features; the padding blocks have anchor -1
+    (they attend to nothing and weigh 0)."""
+    t = input_ids.shape[0]
+    pad = token_budget - t
+    if pad < 0 or len(anchors) > max_anchors:
+        sys.exit(f"a micro-batch of {t} tokens and {len(anchors)} anchors exceeds the budget "
+                 f"({token_budget} tokens, {max_anchors} anchors)")
+    if pad > 0:
+        input_ids = torch.cat([input_ids, torch.zeros(pad, dtype=input_ids.dtype)])
+        loss_mask = np.concatenate([loss_mask, np.zeros(pad, loss_mask.dtype)])
+        features = torch.cat([features, features.new_zeros(pad, features.shape[1])])
+        lens = list(lens) + [pad]
+    anchors = list(anchors) + [-1] * (max_anchors - len(anchors))
+    return input_ids, loss_mask, lens, anchors, features
+
+
 # ---- the loop ------------------------------------------------------------------------------------
 
 def main():
@@ -475,6 +494,12 @@ def main():
     ap.add_argument("--attention", choices=["flex", "dense"],
                     help="default flex on cuda, dense on cpu (FlexAttention has no CPU backward)")
     ap.add_argument("--chunk-rows", type=int, default=1024)
+    ap.add_argument("--static-shapes", action="store_true",
+                    help="pad every micro-batch to batching.token_budget tokens (a padding piece of "
+                         "its own, no loss, zero features) and batching.max_anchors blocks "
+                         "(anchor -1), and take the loss over every row (weight 0 where there is "
+                         "none): the same arithmetic in shapes that never change, so that "
+                         "--compile full compiles once (on the GPU)")
     ap.add_argument("--export-dtype", choices=["bfloat16", "float32"], default="bfloat16")
     ap.add_argument("--dump-init", help="also export the initial drafter (F32) to this dir")
     ap.add_argument("--dump-last-batch", help="write the last micro-batch (tensors, loss of the "
@@ -522,7 +547,8 @@ def main():
                num_layers=run["layers"], gamma=gamma, mask_token_id=mask_id,
                rope_theta=tg["rope_theta"], dtype=cdt)
     use_flex = (args.attention or ("flex" if cuda else "dense")) == "flex"
-    ref = ReferenceStep(geo, params, target.embed, target.lm_head, dev, use_flex, args.chunk_rows)
+    ref = ReferenceStep(geo, params, target.embed, target.lm_head, dev, use_flex, args.chunk_rows,
+                        all_rows=args.static_shapes)
     fns = ref.build(args.compile)
 
     os.makedirs(args.out, exist_ok=True)
@@ -531,7 +557,8 @@ def main():
                       "documents": len(lengths), "micro_batches_per_epoch": len(mbs),
                       "total_steps": total, "target_layer_ids": ids, "mask_token_id": mask_id,
                       "gamma": gamma, "device": args.device, "compile": args.compile,
-                      "attention": "flex" if use_flex else "dense"}), file=sys.stderr)
+                      "attention": "flex" if use_flex else "dense",
+                      "static_shapes": args.static_shapes}), file=sys.stderr)
     pos_in_epoch, last = 0, None
     for step in range(total):
         t0 = time.perf_counter()
@@ -549,23 +576,31 @@ def main():
                 mask_l.append(loss_mask[s:s + n])
                 docs_l.append(np.full(n, j, np.int32))
             ids_np, mask_np, doc_np = (np.concatenate(x) for x in (ids_l, mask_l, docs_l))
-            cu = torch.tensor([0] + np.cumsum([p[2] for p in pieces]).tolist(), dtype=torch.int32)
-            positions = torch.cat([torch.arange(p[2]) for p in pieces])
+            lens = [p[2] for p in pieces]
             anchors = sample_anchors(mask_np, doc_np, run["max_anchors"], run["seed"], step, i)
             input_ids = torch.from_numpy(ids_np.astype(np.int64))
+            cu = torch.tensor([0] + np.cumsum(lens).tolist(), dtype=torch.int32)
+            features = target(input_ids, cu.long())
+            real_tokens, real_anchors = len(ids_np), len(anchors)
+            if args.static_shapes:
+                (input_ids, mask_np, lens, anchors, features) = pad_static(
+                    input_ids, mask_np, lens, anchors, features, run["token_budget"],
+                    run["max_anchors"])
+                cu = torch.tensor([0] + np.cumsum(lens).tolist(), dtype=torch.int32)
+            positions = torch.cat([torch.arange(n) for n in lens])
             batch = {
                 "input_ids": input_ids.to(dev), "positions": positions.to(dev),
                 "cu_seqlens": cu.to(dev), "loss_mask": torch.from_numpy(mask_np.astype(np.int64)).to(dev),
                 "anchors": torch.tensor(anchors or [-1], dtype=torch.long, device=dev),
-                "features": target(input_ids, cu.long()),
+                "features": features,
             }
             num, wsum = ref.numerator(batch, fns)
             if wsum.item() > 0 and torch.isfinite(num):
                 num.backward()
             num_total += num.item()
             w_total += wsum.item()
-            n_tok += len(ids_np)
-            n_anchor += len(anchors)
+            n_tok += real_tokens
+            n_anchor += real_anchors
             last = batch
         lr = learning_rate(run, total, step)
         rec = {"step": step, "loss": num_total / w_total if w_total > 0 else 0.0, "lr": lr,

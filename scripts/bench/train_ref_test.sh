@@ -71,6 +71,27 @@ print(f"loss: first 5 steps {first:.4f}, last 5 {last:.4f}")
 assert last < 0.8 * first, f"the loss did not fall by 20%: {first:.4f} -> {last:.4f}"
 PY
 
+# --static-shapes (how the GPU run compiles once) pads every micro-batch to the token budget and
+# max_anchors and takes the loss over every row: the same arithmetic, so the same losses. Here
+# with room to pad (up to 384 anchors, more than the data's micro-batches have), asserted below.
+sed -e 's/max_anchors: 16/max_anchors: 384/' -e 's/max_steps: 30/max_steps: 6/' run.yaml >pad.yaml
+"$py" "$here/train_ref.py" pad.yaml --device cpu --compile none --out unpadded
+"$py" "$here/train_ref.py" pad.yaml --device cpu --compile none --out padded --static-shapes
+"$py" - <<'PY'
+import json
+a = [json.loads(l) for l in open("unpadded/train.jsonl")]
+b = [json.loads(l) for l in open("padded/train.jsonl")]
+assert len(a) == len(b) == 6, (len(a), len(b))
+assert any(x["anchors"] < 384 and x["tokens"] < 512 for x in a), "nothing was padded"
+for x, y in zip(a, b):
+    assert (x["tokens"], x["anchors"]) == (y["tokens"], y["anchors"]), (x, y)
+    tol = 1e-5 if x["step"] == 0 else 1e-3
+    assert abs(x["loss"] - y["loss"]) <= tol * abs(x["loss"]), (x["step"], x["loss"], y["loss"])
+print(f"static shapes: the same 6 losses (step 0 {a[0]['loss']:.6f} / {b[0]['loss']:.6f}, "
+      f"step 5 {a[-1]['loss']:.6f} / {b[-1]['loss']:.6f}); anchors per step "
+      f"{min(x['anchors'] for x in a)}-{max(x['anchors'] for x in a)} of 384")
+PY
+
 check="$build/tests/train/ref_export_check"
 "$check" run.yaml out/drafter --init init --batch last
 
