@@ -183,9 +183,10 @@ summary = {"run": run, "evals": {}}
 for f in sorted(glob.glob(os.path.join(out, "eval-*.json"))):
     r = json.load(open(f))
     summary["evals"][os.path.basename(f)[5:-5]] = {
-        k: r.get(k) for k in ("tau", "prompts", "new_tokens", "verifications", "tokens_per_second",
-                              "baseline_tokens_per_second", "baseline_identical_prompts",
-                              "acceptance_by_position")}
+        k: r.get(k) for k in ("tau", "tau_pooled", "tau_prompt_mean", "prompts", "new_tokens",
+                              "verifications", "tokens_per_second", "baseline_tokens_per_second",
+                              "baseline_identical_prompts", "acceptance_by_position",
+                              "emitted_histogram")}
     b = r.get("baseline_tokens_per_second") or 0
     summary["evals"][os.path.basename(f)[5:-5]]["speedup"] = (r.get("tokens_per_second", 0) / b) if b else None
 curves = []
@@ -203,6 +204,14 @@ if os.path.exists(p):
     r = json.load(open(p))
     r.pop("per_prompt", None)
     summary["reference_package"] = r
+    ours = summary["evals"].get("fp32-b1")
+    if ours:  # the same prompts through dflashctl eval: its histogram holds shares, the package's counts
+        counts = [round(x * int(ours["verifications"])) for x in ours.get("emitted_histogram") or []]
+        r["dflashctl"] = {"tau_pooled": ours["tau_pooled"], "tau_prompt_mean": ours["tau_prompt_mean"],
+                          "new_tokens": ours["new_tokens"], "verifications": ours["verifications"],
+                          "emitted_histogram": counts,
+                          "baseline_identical_prompts": ours["baseline_identical_prompts"]}
+        r["histograms_equal"] = counts == r["emitted_histogram"]
 for name in ("regen", "train"):
     p = os.path.join(out, name + ".seconds")
     if os.path.exists(p): summary[name + "_seconds"] = float(open(p).read())
@@ -213,6 +222,11 @@ if "reference_package" in summary:
     r = summary["reference_package"]
     print(f"{'reference package (fp32, b1)':28s} tau pooled {r['tau_pooled']:.3f}  per-prompt mean "
           f"{r['tau_prompt_mean']:.3f}  greedy equal {r['greedy_equal']}")
+    if "dflashctl" in r:
+        d = r["dflashctl"]
+        print(f"{'dflashctl eval (fp32, b1)':28s} tau pooled {d['tau_pooled']:.3f}  per-prompt mean "
+              f"{d['tau_prompt_mean']:.3f}  identical {d['baseline_identical_prompts']} of "
+              f"{r['prompts']}  histograms equal {r['histograms_equal']}")
 for k, v in summary["evals"].items():
     sp = f"{v['speedup']:.2f}x" if v["speedup"] else "-"
     print(f"{k:28s} tau {v['tau']:.3f}  {v['tokens_per_second']:.1f} tok/s  speed-up {sp}")

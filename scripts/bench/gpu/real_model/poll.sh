@@ -6,12 +6,24 @@ pack() {
   find . -maxdepth 3 -type f -size -3M ! -name 'regen.jsonl*' ! -name 'train-prompts.jsonl' \
     ! -name '*.safetensors' ! -path './state/*' -print0 | tar --null -cf - -T - | tar -xf - -C /tmp/pack/rm
   for f in target.log drafter.log coordinator.log; do [ -f "$f" ] && tail -c 3000000 "$f" >/tmp/pack/rm/$f; done
+  if [ -d /tmp/rmref ]; then
+    mkdir -p /tmp/pack/rmref; cd /tmp/rmref
+    find . -maxdepth 3 -type f -size -3M ! -name 'regen.jsonl*' ! -name 'train-prompts.jsonl' \
+      ! -name '*.safetensors' ! -path './state/*' -print0 | tar --null -cf - -T - | tar -xf - -C /tmp/pack/rmref
+    cp /tmp/rmref.log /tmp/pack/ 2>/dev/null
+  fi
   cp /tmp/rm.log /tmp/b.build.log /tmp/b.rc /tmp/pack/ 2>/dev/null
   ls -l /tmp/rm >/tmp/pack/ls.txt 2>/dev/null; wc -l /tmp/rm/regen.jsonl.partial /tmp/rm/regen.jsonl >>/tmp/pack/ls.txt 2>/dev/null
-  tar -czf "$OUT/rm.tgz.tmp" -C /tmp/pack . && mv "$OUT/rm.tgz.tmp" "$OUT/rm.tgz"; cd - >/dev/null
+  tar -czf "$OUT/rm.tgz.tmp" -C /tmp/pack . && mv "$OUT/rm.tgz.tmp" "$OUT/rm.tgz"; cd /
+}
+# The regenerated answers, gzip-compressed, in pieces of 15 MB (the device tool returns files of
+# up to 16 MiB): `cat regen.jsonl.gz.* | gunzip` restores them.
+regen_pieces() {
+  [ -f /tmp/regen.jsonl.gz ] && [ -n "${OUT:-}" ] && [ ! -f "$OUT/regen.jsonl.gz.00" ] &&
+    split -b 15000000 -d /tmp/regen.jsonl.gz "$OUT/regen.jsonl.gz."
 }
 while :; do
-  pack
+  pack; regen_pieces
   [ -f /tmp/rm.done ] && { echo PIPELINE-DONE; break; }
   [ $(( $(date +%s) - t0 )) -ge "$limit" ] && break
   sleep 15

