@@ -10,6 +10,7 @@ and it names <|im_start|> as the end-of-sequence token). Writes:
 
   config.json, model.safetensors (or shards), generation_config.json   (transformers)
   tokenizer.json, tokenizer_config.json (with the chat template), special_tokens_map.json (here)
+  conversion.json (this converter's version, for scripts/models/smollm2.sh)
 
 Usage: gguf_to_hf.py FILE.gguf OUT_DIR [--dtype float32|bfloat16]
 
@@ -21,6 +22,10 @@ import argparse
 import json
 import os
 import sys
+
+# Written to OUT_DIR/conversion.json; scripts/models/smollm2.sh converts again when a directory
+# holds another version. 2: tokenizer_class PreTrainedTokenizerFast (was GPT2Tokenizer).
+CONVERTER_VERSION = 2
 
 # llama.cpp's pre-tokenizer names (tokenizer.ggml.pre) -> the tokenizer.json pre_tokenizer of the
 # Hugging Face tokenizer they were converted from. "smollm" (SmolLM/SmolLM2, StarCoder's
@@ -104,7 +109,12 @@ def tokenizer_files(reader, path):
         "additional_special_tokens": [a["content"] for a in added if a["special"]],
         "clean_up_tokenization_spaces": False,
         "model_max_length": 8192,
-        "tokenizer_class": "GPT2Tokenizer",
+        # Not "GPT2Tokenizer": transformers 5 builds that class's pipeline itself and replaces
+        # tokenizer.json's pre-tokenizer with a plain ByteLevel one, dropping the Digits split:
+        # "\n\n    01" then becomes "\n\n   ", " ", "0", "1" instead of "\n\n    ", "0", "1"
+        # (seen on 2 of 8 held-out prompts). PreTrainedTokenizerFast loads tokenizer.json as
+        # written in transformers 4 and 5 alike, as the tokenizers library and dflash read it.
+        "tokenizer_class": "PreTrainedTokenizerFast",
         "vocab_size": len(tokens),
         **special,
     }
@@ -165,6 +175,9 @@ def main():
                       ("special_tokens_map.json", special_map)):
         with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
             json.dump(obj, f, ensure_ascii=False, indent=2 if name != "tokenizer.json" else None)
+    with open(os.path.join(args.out, "conversion.json"), "w", encoding="utf-8") as f:
+        json.dump({"converter": "scripts/models/gguf_to_hf.py", "version": CONVERTER_VERSION,
+                   "gguf": os.path.basename(args.gguf), "dtype": args.dtype}, f, indent=2)
     print(f"gguf_to_hf: wrote {args.out} ({args.dtype}, {len(reader.tensors)} tensors, "
           f"vocabulary {tok_config['vocab_size']})")
 
