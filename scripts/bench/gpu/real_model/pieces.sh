@@ -9,6 +9,8 @@
 #   2. bash scripts/bench/gpu/real_model/stage2.sh           carry .gpu/p2
 #   3. REST=970 bash scripts/bench/gpu/real_model/stage3.sh BUDGET_SECONDS   carry .gpu/p3
 #   4. bash scripts/bench/gpu/real_model/poll.sh SECONDS     until it prints PIPELINE-DONE
+# With the answers of an earlier lease (poll.sh's regen.jsonl.gz.NN joined with cat into
+# .gpu/p4/regen.jsonl.gz): REGEN_GZ=.gpu/p4/regen.jsonl.gz on call 3, which also carries .gpu/p4.
 # stage3 gives the regeneration what the budget leaves after REST seconds for training and
 # evaluation (pipeline.sh says what runs); poll.sh returns the small results as $OUT/rm.tgz and
 # the regenerated answers as $OUT/regen.jsonl.gz.NN. docs/real-model.md

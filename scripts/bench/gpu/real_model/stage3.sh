@@ -5,6 +5,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 budget=${1:?budget seconds}; t0=$(date +%s); deadline=$((t0 + budget)); REST=${REST:-600}
 echo "$deadline" >/tmp/deadline
+# REGEN_GZ (a carried regen.jsonl.gz) replaces the regeneration: all of the budget is REST's.
+[ -n "${REGEN_GZ:-}" ] && { export REGEN_GZ=$(realpath "$REGEN_GZ"); [ -f "$REGEN_GZ" ]; }
 cp .gpu/p3/c /tmp/pieces/c; cp .gpu/p3/*.whl /tmp/pieces/
 cat /tmp/pieces/a /tmp/pieces/b /tmp/pieces/c >/tmp/pieces/llm.whl
 echo "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70  /tmp/pieces/llm.whl" | sha256sum -c
