@@ -4,7 +4,7 @@
 #   2. dflashctl regen: the target answers the training prompts (configs/smollm2/train-prompts.jsonl);
 #   3. dflashctl prepare + submit of configs/smollm2/run.yaml on those answers, with the held-out
 #      acceptance length measured every eval.every_steps (the tau curve);
-#   4. dflashctl export, then dflashctl eval of the trained and an untrained drafter on the held-out
+#   4. dflashctl export (--best), then dflashctl eval of the trained and an untrained drafter on the held-out
 #      prompts at each batch size of EVAL_BATCHES (tau, acceptance by position, tokens/s against
 #      plain greedy decoding of the same prompts);
 #   5. writes OUT/summary.json and OUT/curves.jsonl (loss and tau by step) for the plots.
@@ -22,7 +22,8 @@
 # drafter's eval; default the last of EVAL_SETS), EVAL_MAX_PROMPTS (eval.max_prompts of the held-out
 # curve during training; 64), STAGES (default "regen train eval"; add
 # "refpkg" for the reference package's evaluation (REFPKG_PROMPTS, DFLASH_PATH) and "ref" for the
-# PyTorch reference loop (REF_COMPILE; on the GPU with --static-shapes); the stages of one OUT_DIR can run in separate calls), TOKEN_BUDGET / MAX_ANCHORS, CKPT_EVERY, RUN_YAML (another run.yaml of the same form).
+# PyTorch reference loop (REF_COMPILE; on the GPU with --static-shapes); the stages of one OUT_DIR can run in separate calls), TOKEN_BUDGET / MAX_ANCHORS, CKPT_EVERY, RUN_YAML (another run.yaml of the same form), EXPORT (best: the snapshot
+# of the best held-out tau, the default; last: the last step's drafter).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:?usage: real_model.sh BUILD_DIR OUT_DIR}
@@ -122,7 +123,10 @@ if has train; then
   echo "$(date +%s.%N) $t0" | awk '{printf "%.1f\n", $1 - $2}' >"$out/train.seconds"
   run=$(newest_run); echo "$run" >"$out/run_id"
   "$ctl" status "$run" -o json >"$out/status.json"
-  rm -rf "$out/drafter"; "$ctl" export "$run" --out "$out/drafter" >/dev/null
+  # EXPORT=best (default): the snapshot of the best held-out tau (`dflashctl export --best`);
+  # EXPORT=last: the last step's drafter (needed without held-out evaluations, EVAL_EVERY=0).
+  best_flag=(); [ "${EXPORT:-best}" = best ] && best_flag=(--best)
+  rm -rf "$out/drafter"; "$ctl" export "$run" "${best_flag[@]}" --out "$out/drafter" -o json >"$out/export.json"
   grep -E "run=$run .*\] loss " "$out/coordinator.log" >"$out/loss.log" || true
   rundir=$(tr -d ' \n' <"$out/status.json" | sed -n 's/.*"run_dir":"\([^"]*\)".*/\1/p' | head -n 1)
   cp "$rundir/eval/results.jsonl" "$out/tau-curve.jsonl" 2>/dev/null || : >"$out/tau-curve.jsonl"

@@ -27,6 +27,7 @@
 #include "common/plan/memory_plan.h"
 #include "common/rpc/run_state.h"
 #include "common/train/checkpoints.h"
+#include "common/train/eval_snapshots.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
@@ -559,11 +560,13 @@ absl::StatusOr<v1::EvalResult> Coordinator::Evaluate(Training* t, const std::str
     std::ofstream out(fs::path(t->run_dir) / "eval" / "results.jsonl", std::ios::app);
     out << json << "\n";
   }
-  // Only the newest snapshot is kept (the final export is the run's own).
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(fs::path(t->run_dir) / "eval", ec)) {
-    if (e.is_directory() && e.path().string() != dir) fs::remove_all(e.path(), ec);
+  // The newest snapshot and the one of the best held-out tau are kept (the final export is the
+  // run's own); eval/best.json names the best, for `dflashctl export --best`.
+  absl::StatusOr<train::EvalSnapshot> best = train::RecordEval(t->run_dir, {step, r.tau(), dir});
+  if (!best.ok()) {
+    LOG_RUN(WARNING, run_id, step - 1) << "best evaluation not recorded: " << best.status();
   }
+  train::PruneEvalSnapshots(t->run_dir, {dir, best.ok() ? best->dir : dir});
   absl::MutexLock lock(&mu_);
   last_evals_[run_id] = r;
   if (metrics_) {

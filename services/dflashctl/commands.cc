@@ -16,6 +16,8 @@
 #include "common/config/run_spec.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/run_state.h"
+#include "common/train/eval_snapshots.h"
+#include "nlohmann/json.hpp"
 #include "services/dflashctl/output.h"
 #include "services/dflashctl/progress.h"
 
@@ -370,16 +372,38 @@ int Commands::Regen(const RegenArgs& args) {
   return kOk;
 }
 
-int Commands::Export(const std::string& run_id, const std::string& out, bool force) {
+int Commands::Export(const std::string& run_id, const std::string& out, bool force, bool best) {
   v1::RunStatus run;
   grpc::Status s = GetRun(run_id, &run);
   if (!s.ok()) return RpcError(s, "export " + run_id);
-  const fs::path src = fs::path(run.run_dir()) / "export";
+  fs::path src = fs::path(run.run_dir()) / "export";
+  int64_t step = run.step();
+  std::optional<double> tau;
   std::error_code ec;
-  if (run.state() != v1::RUN_STATE_DONE || !fs::is_regular_file(src / "model.safetensors", ec)) {
+  if (best) {
+    // The snapshot of the run's best held-out tau (eval/best.json; any state: the snapshot is
+    // complete once evaluated).
+    absl::StatusOr<std::optional<train::EvalSnapshot>> b = train::ReadBestEval(run.run_dir());
+    if (!b.ok()) {
+      std::cerr << "dflashctl: export " << run_id << " --best: " << b.status().message() << "\n";
+      return kError;
+    }
+    if (!b->has_value() || !fs::is_regular_file(fs::path((*b)->dir) / "model.safetensors", ec)) {
+      std::cerr << "dflashctl: export " << run_id << " --best: the run has no evaluated snapshot"
+                << (b->has_value() ? " left at " + (*b)->dir : std::string())
+                << " (held-out evaluations run every eval.every_steps; with none, export the "
+                   "finished run without --best)\n";
+      return kError;
+    }
+    src = (*b)->dir;
+    step = (*b)->step;
+    tau = (*b)->tau;
+  } else if (run.state() != v1::RUN_STATE_DONE ||
+             !fs::is_regular_file(src / "model.safetensors", ec)) {
     std::cerr << "dflashctl: export " << run_id << ": the run is " << StateName(run.state())
               << "; the serving-format drafter is written when it finishes (" << src.string()
-              << (run.run_dir().empty() ? "" : ", on the coordinator's machine") << ")\n";
+              << (run.run_dir().empty() ? "" : ", on the coordinator's machine")
+              << "; --best exports the snapshot of its best held-out evaluation so far)\n";
     return kError;
   }
   fs::path dst = fs::path(out).lexically_normal();
@@ -401,10 +425,12 @@ int Commands::Export(const std::string& run_id, const std::string& out, bool for
     return kError;
   }
   if (opts_.json) {
-    std::cout << "{\"run_id\":\"" << run_id << "\",\"out\":\"" << fs::absolute(dst).string()
-              << "\"}\n";
+    nlohmann::json j = {{"run_id", run_id}, {"out", fs::absolute(dst).string()}, {"step", step}};
+    if (tau) j["tau"] = *tau;
+    std::cout << j.dump() << "\n";
   } else {
-    std::cout << "exported the drafter of run " << run_id << " (step " << run.step() << ") to "
+    std::cout << "exported the drafter of run " << run_id << " (step " << step
+              << (tau ? absl::StrFormat(", the run's best held-out tau %.3f", *tau) : "") << ") to "
               << out << " (config.json + model.safetensors, docs/method.md §7)\n";
   }
   return kOk;

@@ -61,7 +61,8 @@ class Commands {
   // Regenerates a data set's answers with the target workers (resumable).
   int Regen(const RegenArgs& args);
   // Copies a finished run's serving-format drafter (<run dir>/export) to `out`.
-  int Export(const std::string& run_id, const std::string& out, bool force);
+  // best: the snapshot of the run's best held-out evaluation rather than its final export.
+  int Export(const std::string& run_id, const std::string& out, bool force, bool best);
 
  private:
   int Follow(const std::string& run_id);

@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
   exp->add_option("run_id", run_id, "run id")->required();
   exp->add_option("--out", export_out, "destination directory")->required();
   exp->add_flag("--force", export_force, "replace an existing destination");
+  bool export_best = false;
+  exp->add_flag(
+      "--best", export_best,
+      "the snapshot of the run's best held-out tau (eval/best.json), not the last step's");
   auto* plan = app.add_subcommand(
       "plan", "predicted peak GPU memory per worker, by term, against the registered GPUs");
   plan->add_option("run_yaml", path, "path to run.yaml")->required();
@@ -90,7 +94,9 @@ int main(int argc, char** argv) {
   regen->add_option("--top_k", ra.top_k, "sample among the k most likely (0: off)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   regen->add_option("--seed", ra.seed, "sampling seed");
-  regen->add_option("--batch_size", ra.batch_size, "sequences each worker decodes together (default 16)")
+  regen
+      ->add_option("--batch_size", ra.batch_size,
+                   "sequences each worker decodes together (default 16)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
 
   dflash::ctl::PrepareArgs pa;
@@ -162,7 +168,7 @@ int main(int argc, char** argv) {
   if (*cancel) return cmd.Cancel(run_id);
   if (*workers) return cmd.Workers();
   if (*plan) return cmd.Plan(path);
-  if (*exp) return cmd.Export(run_id, export_out, export_force);
+  if (*exp) return cmd.Export(run_id, export_out, export_force, export_best);
   if (*eval) return cmd.Eval(ea);
   if (*regen) return cmd.Regen(ra);
   if (*prepare) {

@@ -10,6 +10,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -162,6 +164,32 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/drafter/config.json"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/drafter/model.safetensors"));
   EXPECT_EQ(RunCtl(address_, {"export", first, "--out", dir_ + "/drafter"}).exit_code, 1);
+  // export --best: the drafter of the run's best held-out tau (the first step reaching the
+  // highest of the evaluations in eval/results.jsonl), which eval measures at that same tau.
+  int64_t best_step = 0;
+  double best_tau = 0;
+  std::istringstream results(ReadFile(run_dir + "/eval/results.jsonl"));
+  for (std::string line; std::getline(results, line);) {
+    const json r = json::parse(line);
+    if (r["tau"].get<double>() > best_tau) {
+      best_tau = r["tau"].get<double>();
+      best_step = std::stoll(r["step"].get<std::string>());
+    }
+  }
+  ASSERT_GT(best_step, 0);
+  CtlResult best =
+      RunCtl(address_, {"export", first, "--best", "--out", dir_ + "/best", "-o", "json"});
+  ASSERT_EQ(best.exit_code, 0) << best.err;
+  const json best_json = json::parse(best.out);
+  EXPECT_EQ(best_json["step"], best_step) << best.out;
+  EXPECT_DOUBLE_EQ(best_json["tau"].get<double>(), best_tau) << best.out;
+  CtlResult best_eval =
+      RunCtl(address_, {"eval", run_yaml, "--drafter", dir_ + "/best", "-o", "json"});
+  ASSERT_EQ(best_eval.exit_code, 0) << best_eval.err;
+  EXPECT_DOUBLE_EQ(json::parse(best_eval.out)["tau"].get<double>(), best_tau) << best_eval.out;
+  CtlResult best_text = RunCtl(address_, {"export", first, "--best", "--out", dir_ + "/best2"});
+  EXPECT_THAT(best_text.out,
+              HasSubstr(absl::StrCat("(step ", best_step, ", the run's best held-out tau ")));
 
   // 2. The same run again; its drafter is killed after step 8 and comes back.
   const std::string second = Submit(run_yaml);

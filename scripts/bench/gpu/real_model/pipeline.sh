@@ -25,7 +25,7 @@ fi
 refpid=
 if [ "${REF_STEPS:-600}" -gt 0 ]; then
   mkdir -p /tmp/rmref && cp /tmp/rm/regen.jsonl /tmp/rmref/
-  (STAGES="train eval ref" MAX_STEPS=${REF_STEPS:-600} EVAL_EVERY=0 EVAL_SETS="32:128" UNTRAINED_SET=32:8 \
+  (STAGES="train eval ref" MAX_STEPS=${REF_STEPS:-600} EVAL_EVERY=0 EXPORT=last EVAL_SETS="32:128" UNTRAINED_SET=32:8 \
      timeout "${REF_TIMEOUT:-480}" bash scripts/bench/real_model.sh /tmp/b /tmp/rmref >/tmp/rmref.log 2>&1
    echo "[ref] rc=$?" >>/tmp/rmref.log) &
   refpid=$!
