@@ -1,5 +1,6 @@
 // run.yaml: the typed, validated, immutable description of one training run.
-// Every field is documented in docs/run-spec.md; keep the two in step.
+// The structs hold the values and defaults; common/config/run_fields.h defines each field once
+// (reading, checks, emitting, settings echo); docs/run-spec.md documents them (run_fields_test).
 // Flow: YAML text -> RunSpec (defaults filled) -> Normalize (paths, auto values) -> Validate.
 #pragma once
 

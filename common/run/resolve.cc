@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/config/run_fields.h"
 #include "common/model/builtin_config.h"
 
 namespace dflash::run {
@@ -118,18 +119,16 @@ std::string DescribeMaskToken(const model::MaskTokenChoice& c) {
 }
 
 std::vector<std::string> TargetEchoKeys(int64_t tp_rank) {
-  std::vector<std::string> keys = {"target.path", "target.dtype", "target.layer_ids",
-                                   "batching.token_budget"};
-  if (tp_rank == 0) keys.push_back("placement.transport");
-  return keys;
+  return config::EchoedFields(config::kEchoTarget | (tp_rank == 0 ? config::kEchoTargetRank0 : 0));
 }
 
 std::vector<std::string> DrafterEchoKeys(bool has_gamma) {
-  std::vector<std::string> keys = {
-      "target.path",           "target.layer_ids",  "drafter.layers",       "drafter.block_size",
-      "drafter.mask_token_id", "drafter.recompute", "batching.max_anchors", "optim.lr",
-      "optim.total_steps",     "resume.step",       "placement.pairs",      "placement.transport"};
-  if (has_gamma) keys.push_back("loss.gamma");
+  std::vector<std::string> keys =
+      config::EchoedFields(config::kEchoDrafter | (has_gamma ? config::kEchoDrafterIfSet : 0));
+  // Resolved at the start of the run, not run.yaml fields: the schedule's length and the step the
+  // drafter resumes at.
+  keys.push_back("optim.total_steps");
+  keys.push_back("resume.step");
   return keys;
 }
 

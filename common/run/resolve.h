@@ -42,6 +42,7 @@ std::string DescribeMaskToken(const model::MaskTokenChoice& c);
 // channel) also the transport. A drafter echoes its model's target layers, shape, mask token and
 // recompute mode, the anchor limit it enforces, its trainer's learning rate, schedule length and
 // step, its communicator's size, its channel's transport, and loss.gamma when the run has one.
+// The run.yaml fields among them are those the field table marks (common/config/run_fields.h).
 std::vector<std::string> TargetEchoKeys(int64_t tp_rank);
 std::vector<std::string> DrafterEchoKeys(bool has_gamma);
 
