@@ -10,7 +10,8 @@
 #        scripts/bench/device_run.sh /tmp/b "nn_gpu_test" ctest --test-dir /tmp/b -L gpu
 #
 # The documents' older figures name "device run NN": a call of this form whose own wrapper file
-# was not kept; the command beside each figure is what it ran.
+# was not kept; the command beside each figure is what it ran. scripts/bench/gpu/runNN.sh now holds
+# each one, reconstructed from that recorded command (scripts/bench/gpu/README.md lists them).
 set -euo pipefail
 build=${1:?usage: device_run.sh BUILD "TARGET ..." COMMAND...}
 targets=${2:?usage: device_run.sh BUILD "TARGET ..." COMMAND...}
