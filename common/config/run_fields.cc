@@ -271,6 +271,10 @@ std::vector<RunField> MakeFields() {
 
       {"loss", "gamma", false, false, DFLASH_AT(s.loss.gamma), Custom(CheckGamma),
        kEchoDrafterIfSet},
+      {"loss", "weighting", false, false, DFLASH_AT(s.loss.weighting), OneOf({"decay", "dpace"}),
+       D},
+      {"loss", "dpace_alpha", false, false, DFLASH_AT(s.loss.dpace_alpha), Range(0.0, 1.0, true),
+       D},
 
       {"placement", "pairs", false, false, DFLASH_AT(s.placement.pairs), IntRange(1, 1024), D},
       {"placement", "transport", false, false, DFLASH_AT(s.placement.transport),

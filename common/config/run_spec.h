@@ -57,7 +57,9 @@ struct OptimSpec {
 };
 
 struct LossSpec {
-  std::optional<double> gamma;  // nullopt = auto from block_size
+  std::optional<double> gamma;     // nullopt = auto from block_size
+  std::string weighting = "decay";  // decay|dpace: how a block's slots weigh (docs/method.md)
+  double dpace_alpha = 0.5;         // D-PACE's confidence smoothing, (0, 1]
 };
 
 struct PlacementSpec {

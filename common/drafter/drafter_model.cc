@@ -6,14 +6,21 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/bincount.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/cumprod.h>
+#include <ATen/ops/cumsum.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/exp.h>
+#include <ATen/ops/flip.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/gather.h>
+#include <ATen/ops/index_copy.h>
+#include <ATen/ops/logsumexp.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/tensor.h>
@@ -22,6 +29,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -551,6 +559,37 @@ absl::StatusOr<BlockTargets> DrafterModel::Targets(const DrafterBatch& batch, do
   }
 }
 
+at::Tensor DpaceWeights(const at::Tensor& mask, const at::Tensor& ce, double alpha) {
+  const at::Tensor m = mask.to(at::kFloat);
+  const at::Tensor smooth =
+      at::where(m.gt(0), ce.to(at::kFloat).neg().exp() * (1.0 - alpha) + alpha, at::ones_like(m));
+  const at::Tensor prefix = smooth.cumprod(1);
+  // Suffix sums of m_j P_j: flip, cumulative sum, flip back.
+  return (prefix * m).flip({1}).cumsum(1).flip({1}) * m;
+}
+
+namespace {
+
+// Each row's cross-entropy against its label, without gradient, `chunk` rows of logits at a time
+// (in fp32, half the rows of the loss's own chunk, so that the bytes of a chunk stay those of the
+// fused loss's logits in a 16-bit lm_head).
+at::Tensor RowCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
+                           const at::Tensor& labels, int64_t chunk) {
+  at::NoGradGuard no_grad;
+  const int64_t rows = hidden.size(0);
+  at::Tensor ce = at::empty({rows}, hidden.options().dtype(at::kFloat));
+  for (int64_t s = 0; s < rows; s += chunk) {
+    const int64_t n = std::min(chunk, rows - s);
+    const at::Tensor logits =
+        at::matmul(hidden.narrow(0, s, n).to(lm_head.scalar_type()), lm_head.t()).to(at::kFloat);
+    const at::Tensor target = logits.gather(1, labels.narrow(0, s, n).unsqueeze(1)).squeeze(1);
+    ce.narrow(0, s, n).copy_(at::logsumexp(logits, {1}) - target);
+  }
+  return ce;
+}
+
+}  // namespace
+
 absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const at::Tensor& hidden,
                                                const LossOptions& options) const {
   const double gamma =
@@ -562,6 +601,11 @@ absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const 
   if (options.logits_chunk_rows < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("logits_chunk_rows must be at least 1, got ", options.logits_chunk_rows));
+  }
+  if (options.weighting == LossWeighting::kDpace &&
+      !(options.dpace_alpha > 0 && options.dpace_alpha <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss.dpace_alpha: must be in (0, 1], got ", options.dpace_alpha));
   }
   const int64_t b = config_.block_size;
   try {
@@ -575,9 +619,20 @@ absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const 
     // Only supervised rows (w > 0) reach the lm_head: slot 0, padding and unsupervised positions
     // cost nothing there.
     at::Tensor rows = at::nonzero(targets.weights.gt(0)).squeeze(1);  // [S] int64
+    const at::Tensor supervised_hidden = hidden.index_select(0, rows.to(hidden.device()));
+    const at::Tensor supervised_labels = targets.labels.index_select(0, rows);
+    if (options.weighting == LossWeighting::kDpace) {
+      // The decay's support is the supervised mask; the slots' own confidences weigh them.
+      const at::Tensor mask = targets.weights.gt(0).to(at::kFloat).view({-1, b});
+      const at::Tensor row_ce =
+          RowCrossEntropy(supervised_hidden, lm_head_, supervised_labels,
+                          std::max<int64_t>(1, options.logits_chunk_rows / 2));
+      const at::Tensor ce_all =
+          at::zeros({q_rows}, mask.options()).index_copy_(0, rows, row_ce.to(mask.device()));
+      targets.weights = DpaceWeights(mask, ce_all.view({-1, b}), options.dpace_alpha).view({-1});
+    }
     WeightedCeResult ce =
-        WeightedCrossEntropy(hidden.index_select(0, rows.to(hidden.device())), lm_head_,
-                             targets.labels.index_select(0, rows),
+        WeightedCrossEntropy(supervised_hidden, lm_head_, supervised_labels,
                              targets.weights.index_select(0, rows), options.logits_chunk_rows);
     at::Tensor slot = rows.remainder(b);
     DrafterLoss loss;

@@ -91,8 +91,16 @@ struct DrafterBatch {
   at::Tensor block_lengths;
 };
 
+// How the slots of a block are weighted in the loss (docs/method.md, "Loss weighting").
+enum class LossWeighting {
+  kDecay,  // fixed: exp(-(k-1)/gamma) for slot k >= 1
+  kDpace,  // D-PACE: from the batch's own detached per-slot confidences, see DpaceWeights
+};
+
 struct LossOptions {
   double gamma = 0;  // slot weight decay; 0: config::DefaultGamma(block_size) (method.md §3.5)
+  LossWeighting weighting = LossWeighting::kDecay;
+  double dpace_alpha = 0.5;  // D-PACE's confidence smoothing, in (0, 1]
   // Query rows whose logits exist at once (method.md §6): 1024 rows x 151936 tokens = 622 MB fp32.
   int64_t logits_chunk_rows = 1024;
 };
@@ -105,6 +113,13 @@ struct DrafterLoss {
   at::Tensor slot_correct;  // [B] int64: supervised slots (w > 0) whose argmax == label
   at::Tensor slot_total;    // [B] int64: supervised slots; slot 0 is always 0
 };
+
+// D-PACE slot weights of n blocks of B slots (docs/method.md, "Loss weighting"): from the
+// supervised mask m [n, B] (0/1) and each slot's cross-entropy ce [n, B] (detached; any value where
+// m is 0), with s_k = (1 - alpha) exp(-ce_k) + alpha where m_k = 1 and 1 elsewhere,
+// P_k = s_0 ... s_k, the weight of slot k is m_k * sum_{j >= k} m_j P_j: the expected number of
+// accepted slots from k on under the smoothed confidences. fp32 [n, B].
+at::Tensor DpaceWeights(const at::Tensor& mask, const at::Tensor& ce, double alpha);
 
 // Per query row (j*B + k), from method.md §3.4-3.5.
 struct BlockTargets {

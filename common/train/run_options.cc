@@ -29,6 +29,9 @@ absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, 
         "loss.gamma: block_size ", spec.drafter.block_size, " has no default; set loss.gamma"));
   }
   o.loss.gamma = *gamma;
+  o.loss.weighting = spec.loss.weighting == "dpace" ? drafter::LossWeighting::kDpace
+                                                    : drafter::LossWeighting::kDecay;
+  o.loss.dpace_alpha = spec.loss.dpace_alpha;
   const config::OptimSpec& opt = spec.optim;
   o.optim.lr = opt.lr;
   o.optim.warmup_ratio = opt.warmup_ratio;

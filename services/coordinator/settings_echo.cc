@@ -50,6 +50,8 @@ std::map<std::string, std::string> ExpectedSettings(
   const std::optional<double> gamma =
       spec.loss.gamma ? spec.loss.gamma : config::DefaultGamma(spec.drafter.block_size);
   if (gamma) e["loss.gamma"] = absl::StrCat(*gamma);
+  e["loss.weighting"] = spec.loss.weighting;
+  e["loss.dpace_alpha"] = absl::StrCat(spec.loss.dpace_alpha);
   return e;
 }
 

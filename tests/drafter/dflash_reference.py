@@ -11,11 +11,12 @@ its own fp32 forward, loss and gradients against these files. Layout under --out
   frozen.safetensors        embed_tokens [V, H], lm_head [V, H] (untied, fp32)
   batch.safetensors         features [T, K*H] fp32, input_ids [T] int64, positions [T] int64,
                             cu_seqlens [b+1] int32, anchors [n] int64 (-1 = padding block),
-                            loss_mask [T] int64; metadata "gamma"
+                            loss_mask [T] int64; metadata "gamma", "dpace_alpha"
   expected.safetensors      hidden [n*B, H] (after the final norm), weights [n*B],
                             numerator [], denominator [], slot_correct [B], slot_total [B] int64,
                             grad.<param> for every drafter tensor, grad.features [T, K*H]
-                            (gradients of the numerator)
+                            (gradients of the numerator); dpace.weights, dpace.numerator,
+                            dpace.denominator, dpace.grad.* the same under D-PACE weighting
 """
 
 import argparse
@@ -41,6 +42,7 @@ MASK_ID = 255
 EPS = 1e-6
 THETA = 10000.0
 GAMMA = 3.0
+DPACE_ALPHA = 0.5
 DOC_LENGTHS = [11, 17, 8]
 SEED = 1234
 
@@ -255,6 +257,22 @@ def labels_and_weights(batch):
     return torch.tensor(labels), torch.tensor(weights, dtype=DTYPE)
 
 
+def dpace_weights(mask, ce):
+    """D-PACE slot weights (docs/method.md, "Loss weighting"), slot by slot with Python loops:
+    s_k = (1 - alpha) exp(-ce_k) + alpha on supervised slots (1 elsewhere), P_k = s_0 ... s_k, and
+    the weight of a supervised slot k is sum over supervised j >= k of P_j."""
+    out = []
+    for j in range(0, len(mask), BLOCK):
+        prefix, p = [], 1.0
+        for k in range(BLOCK):
+            if mask[j + k]:
+                p *= (1.0 - DPACE_ALPHA) * math.exp(-ce[j + k]) + DPACE_ALPHA
+            prefix.append(p)
+        for k in range(BLOCK):
+            out.append(sum(prefix[i] for i in range(k, BLOCK) if mask[j + i]) if mask[j + k] else 0.0)
+    return torch.tensor(out, dtype=DTYPE)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -275,6 +293,11 @@ def main():
     logits = hidden @ lm_head.to(DTYPE).T
     ce = F.cross_entropy(logits, labels, reduction="none")
     numerator = (loss_w * ce).sum()
+    # D-PACE: weights from the detached per-slot CE on the decay's support.
+    dpace_w = dpace_weights((loss_w > 0).tolist(), ce.detach().tolist())
+    dpace_numerator = (dpace_w * ce).sum()
+    leaves = [features] + list(w64.values())
+    dpace_grads = torch.autograd.grad(dpace_numerator, leaves, retain_graph=True)
     numerator.backward()
 
     supervised = loss_w > 0
@@ -291,6 +314,12 @@ def main():
     }
     for name, p in w64.items():
         expected["grad." + name] = p.grad.float()
+    expected["dpace.weights"] = dpace_w.float()
+    expected["dpace.numerator"] = dpace_numerator.detach().float()
+    expected["dpace.denominator"] = dpace_w.sum().float()
+    expected["dpace.grad.features"] = dpace_grads[0].float()
+    for name, g in zip(w64, dpace_grads[1:]):
+        expected["dpace.grad." + name] = g.float()
 
     with open(os.path.join(out, "target", "config.json"), "w") as f:
         json.dump(target_config(), f, indent=2)
@@ -308,7 +337,7 @@ def main():
             "loss_mask": torch.tensor(batch["loss_mask"]),
         },
         os.path.join(out, "batch.safetensors"),
-        metadata={"gamma": repr(GAMMA)},
+        metadata={"gamma": repr(GAMMA), "dpace_alpha": repr(DPACE_ALPHA)},
     )
     save_file(expected, os.path.join(out, "expected.safetensors"))
     print(f"numerator {numerator.item():.6f} denominator {loss_w.sum().item():.6f}")

@@ -60,7 +60,10 @@ class ReferenceParityTest : public ::testing::Test {
   // Forward, loss and backward with `options`; max relative error of the hidden states, loss
   // weights, numerator and denominator, slot counts and every gradient (parameters and features)
   // against the float64 reference, each checked against `tolerance` and printed.
-  void RunAndCompare(const DrafterOptions& options, double tolerance, const char* label) {
+  // dpace: the loss under D-PACE weighting, against the reference's "dpace." tensors.
+  void RunAndCompare(const DrafterOptions& options, double tolerance, const char* label,
+                     bool dpace = false) {
+    const std::string x = dpace ? "dpace." : "";
     auto target = model::LoadHfConfig((dir_ / "target").string());
     ASSERT_TRUE(target.ok()) << target.status();
     DrafterConfig config = TinyConfig();
@@ -82,6 +85,11 @@ class ReferenceParityTest : public ::testing::Test {
     LossOptions loss_options;
     loss_options.gamma = std::stod(testing::ReadMetadata(dir_ / "batch.safetensors", "gamma"));
     loss_options.logits_chunk_rows = 5;  // several chunks, the last one partial
+    if (dpace) {
+      loss_options.weighting = LossWeighting::kDpace;
+      loss_options.dpace_alpha =
+          std::stod(testing::ReadMetadata(dir_ / "batch.safetensors", "dpace_alpha"));
+    }
     auto hidden = model.Forward(batch);
     ASSERT_TRUE(hidden.ok()) << hidden.status();
     auto loss = model.Loss(batch, *hidden, loss_options);
@@ -93,15 +101,15 @@ class ReferenceParityTest : public ::testing::Test {
     std::vector<std::pair<std::string, double>> errors = {
         {"hidden", MaxRelError(*hidden, expected_["hidden"])},
         {"weights", MaxRelError(targets->weights, expected_["weights"])},
-        {"numerator", MaxRelError(loss->numerator, expected_["numerator"])},
-        {"denominator", MaxRelError(loss->denominator, expected_["denominator"])},
-        {"grad.features", MaxRelError(batch.features.grad(), expected_["grad.features"])},
+        {x + "numerator", MaxRelError(loss->numerator, expected_[x + "numerator"])},
+        {x + "denominator", MaxRelError(loss->denominator, expected_[x + "denominator"])},
+        {x + "grad.features", MaxRelError(batch.features.grad(), expected_[x + "grad.features"])},
     };
     for (const NamedParameter& p : model.parameters()) {
       ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
       EXPECT_EQ(p.tensor.grad().scalar_type(), options.dtype) << p.name;
       errors.push_back(
-          {"grad." + p.name, MaxRelError(p.tensor.grad(), expected_["grad." + p.name])});
+          {x + "grad." + p.name, MaxRelError(p.tensor.grad(), expected_[x + "grad." + p.name])});
     }
     double worst = 0;
     for (const auto& [name, err] : errors) {
@@ -126,6 +134,28 @@ class ReferenceParityTest : public ::testing::Test {
 
 TEST_F(ReferenceParityTest, Fp32ForwardLossAndGradientsMatch) {
   RunAndCompare(DrafterOptions{}, kFp32Tolerance, "fp32");
+}
+
+// loss.weighting: dpace against the reference's slot-by-slot D-PACE weights (docs/method.md).
+TEST_F(ReferenceParityTest, Fp32DpaceLossAndGradientsMatch) {
+  RunAndCompare(DrafterOptions{}, kFp32Tolerance, "fp32 dpace", /*dpace=*/true);
+}
+
+// A block by hand: supervised slots 1, 2 and 4 of 5 (slot 3 unsupervised passes its product on),
+// alpha 0.5, confidences exp(-ce) = 0.8, 0.4, 0.6: s = 0.9, 0.7, 0.8; P = 1, 0.9, 0.63, 0.63,
+// 0.504; weights 0, 0.9 + 0.63 + 0.504, 0.63 + 0.504, 0, 0.504.
+TEST(DpaceWeightsTest, ABlockByHand) {
+  const at::Tensor mask = at::tensor({0.0f, 1.0f, 1.0f, 0.0f, 1.0f}).view({1, 5});
+  const at::Tensor ce =
+      at::tensor({9.0, -std::log(0.8), -std::log(0.4), 9.0, -std::log(0.6)}, at::kDouble)
+          .view({1, 5});
+  const at::Tensor w = DpaceWeights(mask, ce, 0.5);
+  const std::vector<double> expected = {0.0, 2.034, 1.134, 0.0, 0.504};
+  for (int k = 0; k < 5; ++k) EXPECT_NEAR(w[0][k].item<double>(), expected[k], 1e-6) << k;
+  // alpha 1: every confidence counts as 1, so a slot's weight is the supervised slots from it on.
+  const at::Tensor flat = DpaceWeights(mask, ce, 1.0);
+  EXPECT_NEAR(flat[0][1].item<double>(), 3.0, 1e-6);
+  EXPECT_NEAR(flat[0][4].item<double>(), 1.0, 1e-6);
 }
 
 // method.md §4: bf16 compute with fp32 master weights; gradients arrive in fp32. bf16 has 8

@@ -471,5 +471,35 @@ TEST_F(TrainingCluster, AHybridTargetFromACheckpointTrainsADrafter) {
   EXPECT_LT(last, 0.95 * first);
 }
 
+// loss.weighting: dpace through the workers: the drafter applies and echoes it (the run starts
+// only when the echo equals the resolved config: 15 settings), and the drafter learns under it.
+TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
+  StartWorker("target", "t0");
+  StartWorker("drafter", "d0");
+  const std::string yaml = WriteRunYaml("dpace.yaml",
+                                        "name: dpace\nseed: 3\n"
+                                        "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
+                                        "drafter: {layers: 1, block_size: 8}\n"
+                                        "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+                                        "batching: {token_budget: 512, max_anchors: 64}\n"
+                                        "optim: {lr: 2.0e-2, max_steps: 16}\n"
+                                        "loss: {weighting: dpace, dpace_alpha: 0.25}\n"
+                                        "placement: {pairs: 1, transport: host}\n");
+  CtlResult follow = RunCtl(address_, {"submit", yaml});
+  ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 15 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("running -> done: trained 16 steps"));
+  const std::string run =
+      json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];
+  EXPECT_THAT(Status(run)["resolved_config_yaml"].get<std::string>(),
+              HasSubstr("weighting: dpace"));
+  const std::map<int64_t, double> losses = Losses(run);
+  ASSERT_EQ(losses.size(), 16u);
+  double first = 0, last = 0;
+  for (int64_t i = 0; i < 4; ++i) first += losses.at(i) / 4, last += losses.at(12 + i) / 4;
+  std::printf("dpace: mean loss of the first 4 steps %.4f, of the last 4 %.4f\n", first, last);
+  EXPECT_LT(last, first - 0.3);  // 5.64 -> 5.15 when written (deterministic on the CPU)
+}
+
 }  // namespace
 }  // namespace dflash::testing
