@@ -599,6 +599,15 @@ void Coordinator::FillProgressLocked(v1::RunStatus* run) {
       (void)google::protobuf::util::JsonStringToMessage(last, run->mutable_last_eval());
     }
   }
+  if (!run->run_dir().empty()) {
+    absl::StatusOr<std::optional<train::EvalSnapshot>> best = train::ReadBestEval(run->run_dir());
+    if (best.ok() && best->has_value()) {
+      v1::BestEval* b = run->mutable_best_eval();
+      b->set_step((*best)->step);
+      b->set_tau((*best)->tau);
+      b->set_drafter_dir((*best)->dir);
+    }
+  }
   auto last = store_->LastCommittedStep(run->run_id());
   if (!last.ok() || !last->has_value()) return;
   v1::StepMetrics m;

@@ -151,6 +151,11 @@ std::string RunDetails(const v1::RunStatus& r) {
     }
     out << "\n";
   }
+  if (r.has_best_eval()) {
+    out << "best eval: step " << r.best_eval().step() << ": tau "
+        << absl::StrFormat("%.3f", r.best_eval().tau()) << " (dflashctl export --best copies "
+        << r.best_eval().drafter_dir() << ")\n";
+  }
   if (r.has_data()) out << DataLines(r.data());
   out << "resolved config:\n";
   std::istringstream cfg(r.resolved_config_yaml());

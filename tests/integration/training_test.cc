@@ -187,6 +187,9 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
       RunCtl(address_, {"eval", run_yaml, "--drafter", dir_ + "/best", "-o", "json"});
   ASSERT_EQ(best_eval.exit_code, 0) << best_eval.err;
   EXPECT_DOUBLE_EQ(json::parse(best_eval.out)["tau"].get<double>(), best_tau) << best_eval.out;
+  EXPECT_EQ(Status(first)["best_eval"]["step"], std::to_string(best_step));
+  EXPECT_THAT(RunCtl(address_, {"status", first}).out,
+              HasSubstr(absl::StrCat("best eval: step ", best_step, ": tau ")));
   CtlResult best_text = RunCtl(address_, {"export", first, "--best", "--out", dir_ + "/best2"});
   EXPECT_THAT(best_text.out,
               HasSubstr(absl::StrCat("(step ", best_step, ", the run's best held-out tau ")));
