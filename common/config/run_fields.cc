@@ -328,8 +328,8 @@ const std::vector<absl::string_view>& RunSections() {
 bool SectionRequired(absl::string_view section) { return section == "target" || section == "data"; }
 
 std::string FieldValueText(const RunField& field, const RunSpec& spec) {
-  RunSpec copy = spec;  // `at` takes a mutable spec; the text is read only
-  const FieldPtr p = field.at(copy);
+  // `at` points into a mutable spec (reading writes through it); here it is only read.
+  const FieldPtr p = field.at(const_cast<RunSpec&>(spec));
   if (auto* v = std::get_if<std::string*>(&p)) {
     return (*v)->empty() && field.null_when_empty ? "null" : **v;
   }

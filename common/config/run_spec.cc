@@ -128,7 +128,7 @@ absl::StatusOr<RunSpec> ParseRunSpec(absl::string_view yaml_text, absl::string_v
 
 std::string EmitRunSpec(const RunSpec& s) {
   YAML::Emitter out;
-  RunSpec spec = s;  // the table's accessors take a mutable spec
+  RunSpec& spec = const_cast<RunSpec&>(s);  // the table's accessors point into it; only read
   const auto emit = [&](const RunField& f) {
     out << YAML::Key << std::string(f.key) << YAML::Value;
     const FieldPtr p = f.at(spec);

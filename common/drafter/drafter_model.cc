@@ -14,9 +14,7 @@
 #include <ATen/ops/flip.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/gather.h>
 #include <ATen/ops/index_copy.h>
-#include <ATen/ops/logsumexp.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/ones.h>
@@ -567,28 +565,6 @@ at::Tensor DpaceWeights(const at::Tensor& mask, const at::Tensor& ce, double alp
   // Suffix sums of m_j P_j: flip, cumulative sum, flip back.
   return (prefix * m).flip({1}).cumsum(1).flip({1}) * m;
 }
-
-namespace {
-
-// Each row's cross-entropy against its label, without gradient, `chunk` rows of logits at a time
-// (in fp32, half the rows of the loss's own chunk, so that the bytes of a chunk stay those of the
-// fused loss's logits in a 16-bit lm_head).
-at::Tensor RowCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
-                           const at::Tensor& labels, int64_t chunk) {
-  at::NoGradGuard no_grad;
-  const int64_t rows = hidden.size(0);
-  at::Tensor ce = at::empty({rows}, hidden.options().dtype(at::kFloat));
-  for (int64_t s = 0; s < rows; s += chunk) {
-    const int64_t n = std::min(chunk, rows - s);
-    const at::Tensor logits =
-        at::matmul(hidden.narrow(0, s, n).to(lm_head.scalar_type()), lm_head.t()).to(at::kFloat);
-    const at::Tensor target = logits.gather(1, labels.narrow(0, s, n).unsqueeze(1)).squeeze(1);
-    ce.narrow(0, s, n).copy_(at::logsumexp(logits, {1}) - target);
-  }
-  return ce;
-}
-
-}  // namespace
 
 absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const at::Tensor& hidden,
                                                const LossOptions& options) const {

@@ -84,6 +84,20 @@ struct WeightedCeFunction : public torch::autograd::Function<WeightedCeFunction>
 
 }  // namespace
 
+at::Tensor RowCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
+                           const at::Tensor& labels, int64_t chunk_rows) {
+  at::NoGradGuard no_grad;
+  const int64_t rows = hidden.size(0);
+  at::Tensor ce = at::empty({rows}, hidden.options().dtype(at::kFloat));
+  for (int64_t s = 0; s < rows; s += chunk_rows) {
+    const int64_t m = std::min(chunk_rows, rows - s);
+    const at::Tensor logits = ChunkLogits(hidden, lm_head, s, m);  // [m, V] fp32
+    const at::Tensor target = logits.gather(1, labels.narrow(0, s, m).unsqueeze(1)).squeeze(1);
+    ce.narrow(0, s, m).copy_(at::logsumexp(logits, {1}) - target);
+  }
+  return ce;
+}
+
 WeightedCeResult WeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                       const at::Tensor& labels, const at::Tensor& weights,
                                       int64_t chunk_rows) {

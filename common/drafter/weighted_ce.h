@@ -35,4 +35,10 @@ WeightedCeResult ChunkedWeightedCrossEntropy(const at::Tensor& hidden, const at:
                                              const at::Tensor& labels, const at::Tensor& weights,
                                              int64_t chunk_rows);
 
+// Each row's cross-entropy CE(lm_head(hidden[i]), labels[i]) [N] fp32, without gradient, `chunk`
+// rows of fp32 logits at a time (the loss weighting that needs it before the loss, D-PACE, passes
+// half the loss's chunk so that a chunk's bytes stay those of the fused loss's 16-bit logits).
+at::Tensor RowCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
+                           const at::Tensor& labels, int64_t chunk_rows);
+
 }  // namespace dflash::drafter
