@@ -5,7 +5,10 @@
 # dflash and of the PyTorch loop scripts/bench/train_ref.py on the same data, each evaluated at
 # batch 32 on 128 held-out prompts; bounded by REF_TIMEOUT so that it is over before the final
 # evaluations time anything); then the final evaluations (EVAL_SETS) and the reference package's
-# evaluation in fp32 (REFPKG_PROMPTS).
+# evaluation in fp32 (REFPKG_PROMPTS). CMP_WEIGHTING (e.g. dpace): a second training beside the
+# main one on /tmp/rmw, the same data, steps and settings but loss.weighting CMP_WEIGHTING, its
+# export evaluated after the main evaluations (CMP_EVAL_SETS, default 32:294), so that neither
+# evaluation shares the GPU.
 set -uo pipefail
 source /tmp/repo/.devdeps/env.sh >/dev/null 2>&1; export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64
 cd /tmp/repo
@@ -30,11 +33,24 @@ if [ "${REF_STEPS:-600}" -gt 0 ]; then
    echo "[ref] rc=$?" >>/tmp/rmref.log) &
   refpid=$!
 fi
+cmppid=
+if [ -n "${CMP_WEIGHTING:-}" ]; then
+  mkdir -p /tmp/rmw && cp /tmp/rm/regen.jsonl /tmp/rmw/
+  (STAGES=train LOSS_WEIGHTING=$CMP_WEIGHTING MAX_STEPS=${MAX_STEPS:-6000} EVAL_EVERY=${EVAL_EVERY:-1000} \
+     bash scripts/bench/real_model.sh /tmp/b /tmp/rmw >/tmp/rmw.log 2>&1; echo "[cmp] train rc=$?" >>/tmp/rmw.log) &
+  cmppid=$!
+fi
 STAGES=train MAX_STEPS=${MAX_STEPS:-6000} EVAL_EVERY=${EVAL_EVERY:-1000} \
   bash scripts/bench/real_model.sh /tmp/b /tmp/rm
 stamp "train rc=$?"
+[ -n "$cmppid" ] && wait "$cmppid" && stamp "comparison training: $(tail -n 1 /tmp/rmw.log)"
 [ -n "$refpid" ] && wait "$refpid"; stamp "reference comparison: $(tail -n 1 /tmp/rmref.log 2>/dev/null)"
-STAGES="eval refpkg" MAX_STEPS=${MAX_STEPS:-6000} EVAL_SETS="${EVAL_SETS:-1:64 32:294}" UNTRAINED_SET=32:64 \
+STAGES="eval refpkg" MAX_STEPS=${MAX_STEPS:-6000} EVAL_SETS="${EVAL_SETS:-1:64 32:294}" UNTRAINED_SET=${UNTRAINED_SET:-32:64} \
   REFPKG_PROMPTS=${REFPKG_PROMPTS:-8} DFLASH_PATH=/tmp/site bash scripts/bench/real_model.sh /tmp/b /tmp/rm
 stamp "eval rc=$?"
+if [ -n "$cmppid" ]; then
+  STAGES=eval EVAL_SETS="${CMP_EVAL_SETS:-32:294}" UNTRAINED_SET=32:8 \
+    bash scripts/bench/real_model.sh /tmp/b /tmp/rmw >>/tmp/rmw.log 2>&1
+  stamp "comparison eval rc=$?"
+fi
 touch /tmp/rm.done

@@ -6,12 +6,13 @@ pack() {
   find . -maxdepth 3 -type f -size -3M ! -name 'regen.jsonl*' ! -name 'train-prompts.jsonl' \
     ! -name '*.safetensors' ! -path './state/*' -print0 | tar --null -cf - -T - | tar -xf - -C /tmp/pack/rm
   for f in target.log drafter.log coordinator.log; do [ -f "$f" ] && tail -c 3000000 "$f" >/tmp/pack/rm/$f; done
-  if [ -d /tmp/rmref ]; then
-    mkdir -p /tmp/pack/rmref; cd /tmp/rmref
+  for extra in rmref rmw; do
+    [ -d /tmp/$extra ] || continue
+    mkdir -p /tmp/pack/$extra; cd /tmp/$extra
     find . -maxdepth 3 -type f -size -3M ! -name 'regen.jsonl*' ! -name 'train-prompts.jsonl' \
-      ! -name '*.safetensors' ! -path './state/*' -print0 | tar --null -cf - -T - | tar -xf - -C /tmp/pack/rmref
-    cp /tmp/rmref.log /tmp/pack/ 2>/dev/null
-  fi
+      ! -name '*.safetensors' ! -path './state/*' -print0 | tar --null -cf - -T - | tar -xf - -C /tmp/pack/$extra
+    cp /tmp/$extra.log /tmp/pack/ 2>/dev/null
+  done
   cp /tmp/rm.log /tmp/b.build.log /tmp/b.rc /tmp/pack/ 2>/dev/null
   ls -l /tmp/rm >/tmp/pack/ls.txt 2>/dev/null; wc -l /tmp/rm/regen.jsonl.partial /tmp/rm/regen.jsonl >>/tmp/pack/ls.txt 2>/dev/null
   tar -czf "$OUT/rm.tgz.tmp" -C /tmp/pack . && mv "$OUT/rm.tgz.tmp" "$OUT/rm.tgz"; cd /
