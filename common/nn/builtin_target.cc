@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/rng.h"
@@ -113,7 +114,8 @@ absl::StatusOr<std::unique_ptr<TargetModel>> BuiltinTarget(const std::string& na
   std::map<std::string, at::Tensor> w =
       RandomQwen3Weights(t, layers, normal, opts, /*lm_head_divisor=*/2.0);
   if (!large) ShapeLikeTrainedOnTinyChat(layers, &w);
-  return TargetModel::FromTensors(t, w, options);
+  // Taken, not copied: each layer's drawn q/k/v and gate/up go once fused.
+  return TargetModel::FromTensors(t, std::move(w), options);
 }
 
 }  // namespace dflash::nn

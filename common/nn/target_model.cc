@@ -362,6 +362,19 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::FromTensors(
   }
 }
 
+absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::FromTensors(
+    const model::TransformerConfig& config, std::map<std::string, at::Tensor>&& tensors,
+    const TargetModelOptions& options) {
+  try {
+    ASSIGN_OR_RETURN(std::unique_ptr<TargetModel> m, Create(config, options));
+    RETURN_IF_ERROR(
+        m->LoadWeights(TensorMapReader(std::move(tensors), options.dtype, options.device)));
+    return m;
+  } catch (const c10::Error& e) {
+    return TorchStatus(e, "building the target model");
+  }
+}
+
 absl::Status TargetModel::LoadWeights(const WeightSource& source) {
   // Plain tensors, not inference tensors: the drafter's autograd graph uses embed and lm_head.
   at::NoGradGuard no_grad;

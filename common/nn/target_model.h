@@ -117,6 +117,12 @@ class TargetModel {
   static absl::StatusOr<std::unique_ptr<TargetModel>> FromTensors(
       const model::TransformerConfig& config, const std::map<std::string, at::Tensor>& tensors,
       const TargetModelOptions& options);
+  // The same, taking the tensors: each layer's q/k/v and gate/up are freed once fused, so the
+  // load holds one layer's fused copies at a time beside the weights (as Load does), not every
+  // layer's.
+  static absl::StatusOr<std::unique_ptr<TargetModel>> FromTensors(
+      const model::TransformerConfig& config, std::map<std::string, at::Tensor>&& tensors,
+      const TargetModelOptions& options);
 
   // Runs the packed batch and writes features into `features` [T, K*H] (model dtype and device;
   // its contents are replaced). Tensor parallel: every rank of the group calls it with the same

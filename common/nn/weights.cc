@@ -120,7 +120,9 @@ absl::Status TensorMapReader::Check(const std::string& name,
 absl::StatusOr<at::Tensor> TensorMapReader::Read(const std::string& name,
                                                  const std::vector<int64_t>& shape) const {
   RETURN_IF_ERROR(Check(name, shape));
-  return tensors_.at(name).to(device_, dtype_);
+  if (!consume_) return tensors_.at(name).to(device_, dtype_);
+  auto node = owned_.extract(name);
+  return node.mapped().to(device_, dtype_);
 }
 
 }  // namespace dflash::nn

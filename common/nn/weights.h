@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -72,6 +73,16 @@ class TensorMapReader : public WeightSource {
   TensorMapReader(const std::map<std::string, at::Tensor>& tensors, c10::ScalarType dtype,
                   c10::Device device)
       : tensors_(tensors), dtype_(dtype), device_(device) {}
+  // Takes the tensors: each Read hands its tensor over and forgets it, so that a model fusing
+  // q/k/v layer by layer frees each layer's originals as it goes (a second Read of a name is
+  // NOT_FOUND).
+  TensorMapReader(std::map<std::string, at::Tensor>&& tensors, c10::ScalarType dtype,
+                  c10::Device device)
+      : owned_(std::move(tensors)),
+        consume_(true),
+        tensors_(owned_),
+        dtype_(dtype),
+        device_(device) {}
 
   // Errors: NOT_FOUND "model.norm.weight: not among the given tensors";
   // INVALID_ARGUMENT "...: shape [64, 32], expected [128, 32]" or "...: dtype Long, expected a
@@ -81,6 +92,8 @@ class TensorMapReader : public WeightSource {
                                   const std::vector<int64_t>& shape) const override;
 
  private:
+  mutable std::map<std::string, at::Tensor> owned_;  // the taken tensors (consume_)
+  bool consume_ = false;
   const std::map<std::string, at::Tensor>& tensors_;
   c10::ScalarType dtype_;
   c10::Device device_;

@@ -14,7 +14,6 @@
 namespace dflash::plan {
 namespace {
 
-constexpr char kBuiltin[] = "builtin:";
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Rows of logits the fused lm_head + cross-entropy holds at a time (common/kernels/fused_ce), fp32.
 constexpr int64_t kLossChunkRows = 1024;
@@ -251,15 +250,12 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
                        tp > 1 ? absl::StrCat(", 1/", tp, " of each (tensor parallel)") : "",
                        " + embed_tokens", s.tied ? "" : " + lm_head", " + final norm"),
           (embed + TargetLayersParams(target, s, run_layers) / tp + s.h) * db);
-  const bool built_in = absl::StartsWith(spec.target.path, kBuiltin);
-  const int64_t fused_layers = built_in ? run_layers : 1;
-  const size_t fused =
-      Add(&tw, "fused copies at load",
-          absl::StrCat("q/k/v and gate/up concatenated", moe ? ", experts stacked" : "", ", ",
-                       fused_layers,
-                       built_in ? " layers (a built-in target holds every drawn tensor)"
-                                : " layer at a time (checkpoint)"),
-          fused_layers * FusedLayerParams(target, s, run_layers) * db);
+  // A checkpoint is read, and a built-in target's drawn tensors are taken, one layer at a time:
+  // each layer's originals go once fused (TargetModel::Load, FromTensors).
+  const size_t fused = Add(&tw, "fused copies at load",
+                           absl::StrCat("q/k/v and gate/up concatenated",
+                                        moe ? ", experts stacked" : "", ", one layer at a time"),
+                           FusedLayerParams(target, s, run_layers) * db);
   const size_t forward = Add(
       &tw, "forward",
       absl::StrCat(t, " tokens: features (", k, " x ", s.h, ") + one layer's intermediates"),

@@ -74,7 +74,7 @@ TEST(MemoryPlanTest, ArithmeticOfTheQwen3_8BShape) {
   // Layers 0..33 run (feature layers 1, 9, 17, 25, 33), each 192,946,432 parameters with q/k norms.
   EXPECT_EQ(TermBytes(p.target, "weights"),
             (int64_t{2} * 151936 * 4096 + 34 * int64_t{192946432} + 4096) * 2);
-  EXPECT_EQ(p.target.phases[p.target.peak_phase].name, "loading the target");
+  EXPECT_EQ(p.target.phases[p.target.peak_phase].name, "forward");
   EXPECT_EQ(p.drafter.phases[p.drafter.peak_phase].name, "end of the forward");
   EXPECT_EQ(p.drafter.terms[p.drafter.dominant_term].name, "activations");
   // Beyond the allocator: cuda_ipc's two slots on the target, slack and context on both.
@@ -116,9 +116,9 @@ TEST(MemoryPlanTest, EvaluationsLoadTheWholeTargetAndPlanTheDecoding) {
   EXPECT_GT(p.target.allocator_peak, Plan(Spec(8192, 512, 5)).target.allocator_peak);
 }
 
-// A checkpoint is fused one layer at a time (TargetModel::Load); only a built-in target holds
-// every drawn tensor while fusing.
-TEST(MemoryPlanTest, ACheckpointTargetFusesOneLayerAtATime) {
+// A checkpoint is fused one layer at a time (TargetModel::Load), and so is a built-in target,
+// whose drawn tensors FromTensors takes and frees as it fuses them.
+TEST(MemoryPlanTest, CheckpointAndBuiltInTargetsFuseOneLayerAtATime) {
   const std::string dir = ::testing::TempDir() + "/plan_qwen3_8b";
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.json") << R"({
@@ -132,11 +132,12 @@ TEST(MemoryPlanTest, ACheckpointTargetFusesOneLayerAtATime) {
   const RunPlan checkpoint = Plan(spec), built_in = Plan(Spec(8192, 512, 5));
   const int64_t one_layer = (int64_t{4096} * (4096 + 2 * 1024) + 2 * int64_t{4096} * 12288) * 2;
   EXPECT_EQ(TermBytes(checkpoint.target, "fused copies at load"), one_layer);
-  EXPECT_EQ(TermBytes(built_in.target, "fused copies at load"), 34 * one_layer);
+  EXPECT_EQ(TermBytes(built_in.target, "fused copies at load"), one_layer);
   EXPECT_EQ(TermBytes(built_in.target, "weights"), TermBytes(checkpoint.target, "weights"));
-  // One layer's copies are small: a checkpoint target peaks in its forward.
+  // One layer's copies are small: both peak in their forward, alike.
   EXPECT_EQ(checkpoint.target.phases[checkpoint.target.peak_phase].name, "forward");
-  EXPECT_LT(checkpoint.target.allocator_peak, built_in.target.allocator_peak);
+  EXPECT_EQ(built_in.target.phases[built_in.target.peak_phase].name, "forward");
+  EXPECT_EQ(checkpoint.target.allocator_peak, built_in.target.allocator_peak);
 }
 
 // A Qwen3-MoE target counts every expert: Qwen3-30B-A3B is 30,532,122,624 parameters
@@ -206,40 +207,8 @@ TEST(MemoryPlanTest, AHybridTargetCountsItsDeltaRuleLayers) {
                                                 2);
 }
 
-TEST(MemoryPlanTest, PredictsTheH200PeaksWithinTenPercent) {
-  struct Measured {
-    int64_t tokens, anchors, layers;
-    const char* recompute;
-    double target_gib, drafter_gib;
-  };
-  // docs/benchmarks.md, scripts/bench/pipeline.sh with the lean drafter ops (2026-12-04), cuda_ipc,
-  // one H200.
-  const Measured runs[] = {
-      {8192, 512, 5, "none", 22.51, 18.93},     {16384, 1024, 5, "none", 22.51, 24.38},
-      {4096, 256, 5, "none", 22.51, 17.37},     {8192, 512, 1, "none", 22.51, 6.67},
-      {8192, 256, 5, "none", 22.51, 17.49},     {8192, 1024, 5, "none", 22.51, 24.02},
-      {16384, 1024, 1, "none", 22.51, 8.49},    {8192, 512, 5, "mlp", 22.51, 18.23},
-      {16384, 1024, 5, "mlp", 22.51, 21.35},    {8192, 512, 5, "layers", 22.51, 18.29},
-      {16384, 1024, 5, "layers", 22.51, 20.21},
-  };
-  for (const Measured& m : runs) {
-    config::RunSpec spec = Spec(m.tokens, m.anchors, m.layers);
-    spec.drafter.recompute = m.recompute;
-    const RunPlan p = Plan(spec);
-    const double t = p.target.allocator_peak / kGiB, d = p.drafter.allocator_peak / kGiB;
-    std::printf(
-        "%lld tokens, %lld anchors, %lld layers, recompute %s: drafter planned %.2f GiB, "
-        "measured %.2f (%+.1f%%)\n",
-        static_cast<long long>(m.tokens), static_cast<long long>(m.anchors),
-        static_cast<long long>(m.layers), m.recompute, d, m.drafter_gib,
-        100.0 * (d - m.drafter_gib) / m.drafter_gib);
-    SCOPED_TRACE(absl::StrCat(m.tokens, " tokens, ", m.anchors, " anchors, ", m.layers,
-                              " layers, recompute ", m.recompute, ": target ", t, " GiB, drafter ",
-                              d, " GiB"));
-    EXPECT_LE(std::abs(t - m.target_gib), 0.10 * m.target_gib);
-    EXPECT_LE(std::abs(d - m.drafter_gib), 0.10 * m.drafter_gib);
-  }
-}
+// The predictions against measured peaks: tests/integration/memory_gpu_test.cc (label gpu),
+// which runs the real workers at the current revision instead of figures typed in here.
 
 TEST(MemoryPlanTest, ARunThatDoesNotFitNamesTheDominantTermAndASettingThatFits) {
   const config::RunSpec spec = Spec(16384, 1024, 5);
@@ -289,14 +258,14 @@ TEST(MemoryPlanTest, APairSharingOneGpuIsCheckedTogether) {
   const config::RunSpec spec = Spec(8192, 512, 5);
   absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
   ASSERT_TRUE(target.ok());
-  // Each alone fits 44 GiB (24.8 and 21.3 GiB); together they do not.
-  const int64_t gpu = static_cast<int64_t>(44 * kGiB);
+  // Each alone fits 38 GiB (17.9 and 21.3 GiB); together they do not.
+  const int64_t gpu = static_cast<int64_t>(38 * kGiB);
   EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "target", "t0", gpu).ok());
   EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
   const absl::Status s = CheckSharedGpuFits(spec, *target, "GPU 0 of t0", gpu);
   ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("the target and drafter workers sharing GPU 0 of t0 need"));
-  EXPECT_THAT(s.message(), HasSubstr("batching.max_anchors 512 -> "));
+  EXPECT_THAT(s.message(), HasSubstr("batching.max_anchors 512 -> ")) << s.message();
   EXPECT_TRUE(
       CheckSharedGpuFits(spec, *target, "GPU 0 of t0", static_cast<int64_t>(139 * kGiB)).ok());
 }
