@@ -37,5 +37,10 @@ AllocatorStats TorchAllocatorStats(int gpu);
 // Starts a new peak: the allocator's peak of allocated bytes becomes its current allocation (a
 // no-op for gpu < 0, without CUDA, or before LibTorch's allocator exists).
 void ResetTorchPeak(int gpu);
+// Gives the blocks that LibTorch's caching allocator holds unused back to the driver, so that
+// another process on the same GPU can have them (after an out-of-memory, what the failed attempt
+// cached would otherwise stay this process's). A no-op without CUDA or before the allocator
+// exists.
+void ReleaseCachedMemory();
 
 }  // namespace dflash::device

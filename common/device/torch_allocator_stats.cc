@@ -43,4 +43,15 @@ void ResetTorchPeak(int gpu) {
 #endif
 }
 
+void ReleaseCachedMemory() {
+#ifdef DFLASH_HAVE_TORCH_CUDA
+  if (c10::cuda::device_count() == 0) return;
+  try {
+    c10::cuda::CUDACachingAllocator::emptyCache();
+  } catch (const c10::Error&) {
+    // Not initialized yet: nothing is cached.
+  }
+#endif
+}
+
 }  // namespace dflash::device

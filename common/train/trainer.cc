@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "common/model/safetensors.h"
 #include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
@@ -179,6 +180,10 @@ absl::Status DrafterTrainer::AddMicroBatch(const drafter::DrafterBatch& batch, b
         batch.input_ids.size(0), " tokens (lower data.max_length or batching.token_budget)"));
   }
   ++m.oom_splits;
+  LOG(WARNING) << "out of memory in the drafter's " << (in_backward ? "backward" : "forward")
+               << " on a micro-batch of " << batch.input_ids.size(0) << " tokens ("
+               << batch.cu_seqlens.size(0) - 1 << " documents): " << s.message()
+               << "; training its halves";
   if (absl::Status first = AddMicroBatch(halves->first, false); !first.ok()) return first;
   return AddMicroBatch(halves->second, last_in_step);
 }

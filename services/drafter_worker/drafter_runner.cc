@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
+#include "common/device/device_probe.h"
 #include "common/drafter/drafter_checkpoint.h"
 #include "common/train/local_run.h"
 #include "common/train/run_options.h"
@@ -198,6 +199,9 @@ class DrafterRunner : public StepRunner {
     report.skipped_steps = trainer_->skipped_steps();
     report.oom_splits = stats->oom_splits;
     if (stats->oom_splits > 0) {
+      // The failed attempt's blocks would stay in this process's cache, out of reach of a target
+      // on the same GPU whose next micro-batch needs more than it holds.
+      device::ReleaseCachedMemory();
       LOG_RUN(WARNING, ctx_.run_id, work.step)
           << "out of memory: " << stats->oom_splits
           << " micro-batch split(s) into halves by document; the step trained every token once";

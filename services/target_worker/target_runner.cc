@@ -15,6 +15,7 @@
 #include "common/base/logging.h"
 #include "common/batching/packed_batch.h"
 #include "common/data/run_data.h"
+#include "common/device/device_probe.h"
 #include "common/train/run_setup.h"
 #include "common/transport/cuda_ipc.h"
 #include "common/transport/feature_checksum.h"
@@ -359,6 +360,8 @@ class TargetRunner : public StepRunner {
     }
     const size_t mid = d0 + (d1 - d0 + 1) / 2;
     ++*splits;
+    LOG(WARNING) << "out of memory in the target's forward on " << r1 - r0 << " tokens (" << d1 - d0
+                 << " documents): " << s.message() << "; running its halves";
     const int64_t rm = cu[mid];
     if (absl::Status a = ForwardDocs(ids, positions, d0, mid, out.narrow(0, 0, rm - r0), splits);
         !a.ok()) {
@@ -368,9 +371,14 @@ class TargetRunner : public StepRunner {
   }
 
   absl::Status ForwardBatch(const at::Tensor& out) {
-    return ForwardDocs(AsTensor(scratch_.input_ids, at::kLong),
-                       AsTensor(scratch_.positions, at::kLong), 0, scratch_.cu_seqlens.size() - 1,
-                       out, &step_splits_);
+    const int64_t splits_before = step_splits_;
+    absl::Status s = ForwardDocs(AsTensor(scratch_.input_ids, at::kLong),
+                                 AsTensor(scratch_.positions, at::kLong), 0,
+                                 scratch_.cu_seqlens.size() - 1, out, &step_splits_);
+    // After an out-of-memory, the failed attempt's blocks stay in this process's cache unless
+    // given back: a drafter on the same GPU would run out of memory on them next.
+    if (step_splits_ > splits_before) device::ReleaseCachedMemory();
+    return s;
   }
 
   // host: runs the target, copies the features into the message.
