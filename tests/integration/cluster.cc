@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +17,12 @@ extern char** environ;
 namespace dflash::testing {
 
 std::string BinDir() { return DFLASH_BUILD_DIR "/services"; }
+
+bool HaveNvidiaDevice() {
+  std::error_code ec;
+  return std::filesystem::exists("/dev/nvidia0", ec) ||
+         std::filesystem::exists("/proc/driver/nvidia/gpus", ec);
+}
 
 std::string MakeTempDir() {
   char tmpl[] = "/tmp/dflash-it-XXXXXX";

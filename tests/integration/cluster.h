@@ -45,6 +45,8 @@ struct CtlResult {
 CtlResult RunCtl(const std::string& coordinator, const std::vector<std::string>& args);
 
 std::string BinDir();
+// Whether the NVIDIA driver's device node is there (without linking CUDA into the test process).
+bool HaveNvidiaDevice();
 std::string MakeTempDir();
 std::string ReadFile(const std::string& path);
 

@@ -31,12 +31,6 @@ std::string Yaml(const std::string& name, const std::string& transport) {
                       "}\ncheckpoint: {every_steps: 100, keep: 1}\n");
 }
 
-bool HaveNvidiaDevice() {
-  std::error_code ec;
-  return std::filesystem::exists("/dev/nvidia0", ec) ||
-         std::filesystem::exists("/proc/driver/nvidia/gpus", ec);
-}
-
 // The run id of a submit's output ("run <id> ended: ..."), without a JSON parser.
 std::string RunIdOf(const std::string& out) {
   const size_t end = out.rfind(" ended: ");
