@@ -110,6 +110,9 @@ class DrafterRunner : public StepRunner {
           trainer_->LoadState(ctx.resume_checkpoint);
       if (!meta.ok()) return meta.status();
     }
+    // What building the drafter and reading a checkpoint left cached goes back to the driver, for
+    // a target on the same GPU (docs/memory.md).
+    device::ReleaseCachedMemory();
     LOG_RUN(INFO, ctx.run_id, trainer_->step())
         << "drafter ready: " << drafter_->config().num_layers << " layers, block "
         << drafter_->config().block_size << ", recompute "

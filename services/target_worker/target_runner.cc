@@ -95,6 +95,9 @@ class TargetRunner : public StepRunner {
                                                      : "reusing the loaded target ")
           << ctx.spec.target.path << (target_->full() ? " (every layer)" : "");
     }
+    // Loading frees each layer's originals once fused, into blocks the forward's tensors rarely
+    // fit: given back, so that a drafter on the same GPU can have them (docs/memory.md).
+    device::ReleaseCachedMemory();
     // The drafter's config from this target, checked here as the drafter will check it: a run
     // whose drafter cannot be built fails on both sides with the same message.
     absl::StatusOr<drafter::DrafterConfig> dc =

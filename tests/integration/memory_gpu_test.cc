@@ -269,7 +269,10 @@ TEST_F(MemoryGpu, ARunWaitsForMemoryHeldByAnotherProcessThenTrains) {
 
 // (b) The drafter's full micro-batches do not fit beside the other process; their halves do.
 TEST_F(MemoryGpu, TheDrafterRunsOutOfMemoryForRealAndTrainsTheHalves) {
-  const Geometry full{8192, 512, 2}, half{4096, 256, 2};
+  // 16384 and 8192 tokens: the activations of the full micro-batches and of their halves differ by
+  // about 6 GiB, far above the allocator's fragmentation (a 2-layer drafter at 8192 tokens: 1.1
+  // GiB, not enough: the halves did not fit either on an H100, 2026-12-06).
+  const Geometry full{16384, 1024, 5}, half{8192, 512, 5};
   const Measured f = MeasureRun("full", Yaml("full", full, "host", 3), 0);
   const Measured h = MeasureRun("half", Yaml("half", half, "host", 3), 0);
   ASSERT_GT(f.peak.at("d"), h.peak.at("d"));
@@ -297,8 +300,8 @@ TEST_F(MemoryGpu, TheDrafterRunsOutOfMemoryForRealAndTrainsTheHalves) {
 // (c) The target's forward does not fit beside the other process; its halves do. The drafter
 // runs on the CPU, so that what the GPU holds is the target's and the other process's.
 TEST_F(MemoryGpu, TheTargetRunsOutOfMemoryForRealAndForwardsTheHalves) {
-  // The forward's features and intermediates at full and half differ by about 0.7 GiB.
-  const Geometry full{8192, 32, 1}, half{4096, 16, 1};
+  // The forward's features and intermediates at full and half differ by about 1.4 GiB.
+  const Geometry full{16384, 32, 1}, half{8192, 16, 1};
   const Measured f = MeasureRun("full", Yaml("full", full, "host", 2), -1);
   const Measured h = MeasureRun("half", Yaml("half", half, "host", 2), -1);
   ASSERT_GT(f.peak.at("t"), h.peak.at("t"));
