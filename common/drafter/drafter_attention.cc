@@ -82,14 +82,30 @@ at::Tensor AttendChunk(const at::Tensor& q, const at::Tensor& k, const at::Tenso
                                     .unsqueeze(0)
                                     .lt(mask.block_lengths.narrow(0, j0, c).unsqueeze(1));
   }
-  at::Tensor visible = at::cat({ctx_visible, own_visible}, 1);
+  // visible [c, B, T + B]: per slot where a sliding layer narrows it, else the block's row.
+  at::Tensor visible;
+  if (mask.causal || mask.window > 0) {
+    at::Tensor slot = at::arange(b, anchors.options());  // k, and k' for the block's own rows
+    at::Tensor ctx3 = ctx_visible.unsqueeze(1).expand({c, b, t});
+    at::Tensor own3 = own_visible.unsqueeze(1).expand({c, b, b});
+    if (mask.causal) own3 = own3 & slot.view({1, 1, b}).le(slot.view({1, b, 1}));
+    if (mask.window > 0) {
+      // Context row c at distance (a_j + k) - c, block row k' at k - k'.
+      at::Tensor first = anchors.view({c, 1, 1}) + slot.view({1, b, 1}) - (mask.window - 1);
+      ctx3 = ctx3 & rows.view({1, 1, t}).ge(first);
+      own3 = own3 & (slot.view({1, b, 1}) - slot.view({1, 1, b})).lt(mask.window);
+    }
+    visible = at::cat({ctx3, own3}, 2);
+  } else {
+    visible = at::cat({ctx_visible, own_visible}, 1).unsqueeze(1).expand({c, b, t + b});
+  }
   // A row with nothing visible is computed as if everything were visible (finite softmax, no NaN
   // in forward or backward) and then zeroed.
-  at::Tensor any = visible.any(1, /*keepdim=*/true);  // [c, 1]
-  at::Tensor keep = (visible | any.logical_not()).view({c, 1, 1, 1, t + b});
+  at::Tensor any = visible.any(2, /*keepdim=*/true);  // [c, B, 1]
+  at::Tensor keep = (visible | any.logical_not()).view({c, 1, 1, b, t + b});
   scores = scores.masked_fill(keep.logical_not(), -std::numeric_limits<double>::infinity());
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  probs = probs * any.view({c, 1, 1, 1, 1}).to(probs.scalar_type());
+  probs = probs * any.view({c, 1, 1, b, 1}).to(probs.scalar_type());
   at::Tensor out = at::matmul(probs.narrow(-1, 0, t), ctx(v).unsqueeze(0)) +
                    at::matmul(probs.narrow(-1, t, b), own(v));  // [c, Hkv, G, B, D]
   return out.permute({0, 3, 1, 2, 4}).reshape({c * b, hq, d});
@@ -145,7 +161,7 @@ bool FusedDrafterAttention::Supports(const at::Tensor& q, const at::Tensor& k,
                                      const BlockMask& mask) {
 #ifdef DFLASH_HAVE_FUSED_ATTN
   return mask.kernel_plan != nullptr && mask.block_size <= 64 && !mask.block_lengths.defined() &&
-         kernels::SupportsFusedDflashAttention(q, k);
+         !mask.causal && mask.window == 0 && kernels::SupportsFusedDflashAttention(q, k);
 #else
   return false;
 #endif

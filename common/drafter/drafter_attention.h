@@ -11,6 +11,9 @@
 //     the anchor's own feature does not exist yet);
 //   - block row (j', k') iff j' == j (its own block, both directions; never another block) and
 //     k' < block_lengths[j] when the mask has block lengths.
+// A sliding-attention layer (BlockMask::causal, BlockMask::window; method.md §2.3) narrows both:
+// slot k sees its block's rows k' <= k only, and with a window W only the rows within W
+// positions of its own: context rows c > a_j + k - W and block rows k' > k - W.
 // A padding block (anchor -1) sees nothing; its output rows are zeros, never NaN, and so are the
 // gradients that flow through them.
 //
@@ -45,6 +48,11 @@ struct BlockMask {
   // shorter last block of speculative decoding near the token limit). Inference only: the fused
   // kernel does not take it (the reference runs).
   at::Tensor block_lengths;
+  // A sliding-attention layer's view (the copy DrafterModel makes for that layer; the fused kernel
+  // does not take it: the reference runs): slot k sees its block's slots k' <= k only (causal),
+  // and with window > 0 only rows less than `window` positions before its own.
+  bool causal = false;
+  int64_t window = 0;
 };
 
 // Builds the mask metadata. anchors [n] int64 (ascending among entries >= 0, -1 padding) and

@@ -269,6 +269,20 @@ absl::Status ValidateDrafterConfig(const DrafterConfig& c) {
         absl::StrCat(c.mask_token_id, " is outside the vocabulary [0, ", c.target.vocab_size, ")"));
   }
   if (c.target_layer_ids.empty()) return FieldError("target_layer_ids", "must not be empty");
+  if (!c.layer_types.empty() && static_cast<int64_t>(c.layer_types.size()) != c.num_layers) {
+    return FieldError("layer_types", absl::StrCat("lists ", c.layer_types.size(),
+                                                  " layers; the drafter has ", c.num_layers));
+  }
+  for (size_t i = 0; i < c.layer_types.size(); ++i) {
+    if (c.layer_types[i] != "full_attention" && c.layer_types[i] != "sliding_attention") {
+      return FieldError("layer_types",
+                        absl::StrCat("layer ", i, " is '", c.layer_types[i],
+                                     "'; a drafter layer is full_attention or sliding_attention"));
+    }
+  }
+  if (c.sliding_window < 0) {
+    return FieldError("sliding_window", absl::StrCat("must be at least 0, got ", c.sliding_window));
+  }
   std::set<int64_t> seen;
   for (int64_t id : c.target_layer_ids) {
     if (id < 0 || id >= c.target.num_hidden_layers) {
@@ -416,9 +430,10 @@ at::Tensor DrafterModel::RunForward(const std::shared_ptr<const Prepared>& prepa
   at::Tensor ctx =
       nn::RmsNorm(CastLinear(features.to(dtype), fc_, dtype), hidden_norm_.to(dtype), eps);
   at::Tensor x = EmbedBlocks(p).to(dtype);
-  for (const DrafterLayerParams& w : layers_) {
+  for (int64_t i = 0; i < static_cast<int64_t>(layers_.size()); ++i) {
+    const DrafterLayerParams& w = layers_[static_cast<size_t>(i)];
     if (options_.recompute != Recompute::kLayers) {
-      x = RunLayer(w, x, ctx, p);
+      x = RunLayer(i, x, ctx, p);
       continue;
     }
     // Only x and ctx are kept; the backward runs the layer again (`prepared` lives as long as the
@@ -426,8 +441,8 @@ at::Tensor DrafterModel::RunForward(const std::shared_ptr<const Prepared>& prepa
     std::vector<at::Tensor> weights;
     for (const LayerSpec& s : LayerSpecs(config_.target)) weights.push_back(w.*s.field);
     x = Checkpoint(
-        [this, &w, prepared](const std::vector<at::Tensor>& in) {
-          return RunLayer(w, in[0], in[1], *prepared);
+        [this, i, prepared](const std::vector<at::Tensor>& in) {
+          return RunLayer(i, in[0], in[1], *prepared);
         },
         {x, ctx}, weights);
   }
@@ -468,8 +483,9 @@ at::Tensor DrafterModel::EmbedBlocks(const Prepared& p) const {
   return at::cat({rows.narrow(0, 0, p.n).unsqueeze(1), mask}, 1).reshape({p.n * b, h});
 }
 
-at::Tensor DrafterModel::RunLayer(const DrafterLayerParams& w, const at::Tensor& x,
-                                  const at::Tensor& ctx, const Prepared& p) const {
+at::Tensor DrafterModel::RunLayer(int64_t layer, const at::Tensor& x, const at::Tensor& ctx,
+                                  const Prepared& p) const {
+  const DrafterLayerParams& w = layers_[static_cast<size_t>(layer)];
   const model::TransformerConfig& c = config_.target;
   const int64_t q_rows = x.size(0), kv_rows = ctx.size(0) + q_rows, d = c.head_dim;
   const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
@@ -492,7 +508,12 @@ at::Tensor DrafterModel::RunLayer(const DrafterLayerParams& w, const at::Tensor&
   k = nn::ApplyRope(k, p.k_rope);  // context positions, then block positions
   at::Tensor v = project(w.v_proj);
   const double scale = std::pow(static_cast<double>(d), -0.5);
-  at::Tensor attn = attention_->Forward(q, k, v, p.mask, scale).reshape({q_rows, hq * d});
+  BlockMask mask = p.mask;  // a sliding layer's view of it (the tensors are shared)
+  if (config_.sliding(layer)) {
+    mask.causal = true;
+    mask.window = config_.sliding_window;
+  }
+  at::Tensor attn = attention_->Forward(q, k, v, mask, scale).reshape({q_rows, hq * d});
   at::Tensor y = x + CastLinear(attn, w.o_proj, dtype);  // [Q, H]
 
   h = nn::RmsNorm(y, w.post_norm.to(dtype), eps);

@@ -46,7 +46,17 @@ struct DrafterConfig {
   int64_t block_size = 16;  // B
   int64_t mask_token_id = kQwen3MaskTokenId;
   std::vector<int64_t> target_layer_ids;  // K ids in [0, target.num_hidden_layers), feature order
+  // Per decoder layer, as the serving format writes them (method.md §2.3): "full_attention" or
+  // "sliding_attention"; empty: every layer full. A sliding layer's block is causal (slot k sees
+  // slots k' <= k) and, with sliding_window > 0, each slot sees only the rows less than
+  // sliding_window positions before its own.
+  std::vector<std::string> layer_types;
+  int64_t sliding_window = 0;  // 0: sliding layers without a window (causal only)
 
+  bool sliding(int64_t layer) const {
+    return layer < static_cast<int64_t>(layer_types.size()) &&
+           layer_types[static_cast<size_t>(layer)] == "sliding_attention";
+  }
   int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }
   int64_t feature_dim() const { return num_features() * target.hidden_size; }  // K*H
 };
@@ -195,8 +205,8 @@ class DrafterModel {
                         const at::Tensor& features) const;
   // The block stream's input [Q, H]: slot 0 the anchor token's embedding, the others MASK's.
   at::Tensor EmbedBlocks(const Prepared& p) const;
-  // x [Q, H] -> [Q, H]; ctx [T, H].
-  at::Tensor RunLayer(const DrafterLayerParams& w, const at::Tensor& x, const at::Tensor& ctx,
+  // x [Q, H] -> [Q, H] through decoder layer `layer`; ctx [T, H].
+  at::Tensor RunLayer(int64_t layer, const at::Tensor& x, const at::Tensor& ctx,
                       const Prepared& p) const;
   BlockTargets MakeTargets(const Prepared& p, double gamma) const;
 

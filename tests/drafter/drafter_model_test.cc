@@ -210,6 +210,50 @@ TEST(DrafterAttentionTest, MaskSemanticsOnHandBuiltBlocks) {
   }
 }
 
+// A sliding-attention layer's view (method.md §2.3), read back the same way: slot k sees its
+// block's slots k' <= k only, and with window W only rows less than W positions before its own
+// (context rows c >= a + k - W + 1, block rows k' > k - W). Window 0: causal only.
+TEST(DrafterAttentionTest, SlidingLayersNarrowWhatEachSlotSees) {
+  const int64_t t = 6, b = 3, n = 2, q_rows = n * b, keys = t + q_rows;
+  at::manual_seed(6);
+  BlockMask mask = BuildBlockMask(Longs({1, 4}), Longs({0, 0, 0, 0, 0, 0}), b);
+  mask.causal = true;
+  at::Tensor q = at::zeros({q_rows, 1, keys});
+  at::Tensor k = at::randn({keys, 1, keys});
+  at::Tensor v = at::eye(keys).unsqueeze(1);
+  const int64_t own0 = t, own1 = t + b;  // the blocks' first rows among the keys
+  for (int64_t window : {int64_t{3}, int64_t{0}}) {
+    mask.window = window;
+    // Per query row (block 0 anchored at row 1, block 1 at row 4).
+    const std::vector<std::set<int64_t>> visible =
+        window == 3 ? std::vector<std::set<int64_t>>{{0, own0},
+                                                     {0, own0, own0 + 1},
+                                                     {own0, own0 + 1, own0 + 2},
+                                                     {2, 3, own1},
+                                                     {3, own1, own1 + 1},
+                                                     {own1, own1 + 1, own1 + 2}}
+                    : std::vector<std::set<int64_t>>{{0, own0},
+                                                     {0, own0, own0 + 1},
+                                                     {0, own0, own0 + 1, own0 + 2},
+                                                     {0, 1, 2, 3, own1},
+                                                     {0, 1, 2, 3, own1, own1 + 1},
+                                                     {0, 1, 2, 3, own1, own1 + 1, own1 + 2}};
+    for (int64_t max_elements : {int64_t{1} << 26, int64_t{1}}) {
+      const at::Tensor out = ReferenceDrafterAttention(max_elements).Forward(q, k, v, mask, 0.25);
+      for (int64_t r = 0; r < q_rows; ++r) {
+        for (int64_t key = 0; key < keys; ++key) {
+          const double want =
+              visible[r].count(key) ? 1.0 / static_cast<double>(visible[r].size()) : 0.0;
+          EXPECT_NEAR(out[r][0][key].item<double>(), want, 1e-6)
+              << "window " << window << " row " << r << " key " << key;
+        }
+      }
+    }
+  }
+  // The fused kernel does not take a sliding layer's view: the reference runs it.
+  EXPECT_FALSE(FusedDrafterAttention::Supports(q, k, mask));
+}
+
 // A small packed batch for the model-level tests: documents of 6, 5 and 7 rows.
 DrafterBatch SmallBatch(const DrafterConfig& c, const std::vector<int64_t>& anchors) {
   const int64_t t = 18;
