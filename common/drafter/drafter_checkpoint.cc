@@ -181,6 +181,15 @@ absl::Status CompareConfigs(const DrafterConfig& got, const DrafterConfig& want,
                     absl::StrCat("[", absl::StrJoin(got.target_layer_ids, ", "), "]"),
                     absl::StrCat("[", absl::StrJoin(want.target_layer_ids, ", "), "]"));
   }
+  if (LayerTypes(got) != LayerTypes(want)) {
+    return Mismatch(source, "layer_types",
+                    absl::StrCat("[", absl::StrJoin(LayerTypes(got), ", "), "]"),
+                    absl::StrCat("[", absl::StrJoin(LayerTypes(want), ", "), "]"));
+  }
+  if (AnySliding(got) && got.sliding_window != want.sliding_window) {
+    return Mismatch(source, "sliding_window", absl::StrCat(got.sliding_window),
+                    absl::StrCat(want.sliding_window));
+  }
   return absl::OkStatus();
 }
 
@@ -245,8 +254,7 @@ std::string DrafterConfigJson(const DrafterConfig& config, model::DType dtype) {
   j["hidden_act"] = "silu";
   j["hidden_size"] = t.hidden_size;
   j["intermediate_size"] = t.intermediate_size;
-  j["layer_types"] =
-      std::vector<std::string>(static_cast<size_t>(config.num_layers), "full_attention");
+  j["layer_types"] = LayerTypes(config);
   j["max_position_embeddings"] = t.max_position_embeddings;
   j["num_attention_heads"] = t.num_attention_heads;
   j["num_hidden_layers"] = config.num_layers;
@@ -257,7 +265,10 @@ std::string DrafterConfigJson(const DrafterConfig& config, model::DType dtype) {
   j["rope_theta"] = t.rope_theta;
   j["tie_word_embeddings"] = false;  // the drafter has neither embedding nor lm_head
   j["torch_dtype"] = dtype == model::DType::kF32 ? "float32" : "bfloat16";
-  j["use_sliding_window"] = false;
+  // transformers' Qwen3Config keeps sliding_window only with use_sliding_window (method.md §2.3).
+  const bool windowed = AnySliding(config) && config.sliding_window > 0;
+  if (windowed) j["sliding_window"] = config.sliding_window;
+  j["use_sliding_window"] = windowed;
   j["vocab_size"] = t.vocab_size;
   return j.dump(2);
 }
@@ -308,9 +319,13 @@ absl::StatusOr<DrafterConfig> ReadDrafterConfig(const std::string& dir) {
   c.target_layer_ids = t.target_layer_ids.has_value()
                            ? *t.target_layer_ids
                            : model::DefaultTargetLayerIds(t.num_target_layers, t.num_hidden_layers);
+  c.layer_types = t.layer_types;
+  c.sliding_window = t.sliding_window;
   c.target = std::move(t);
   c.target.num_hidden_layers = c.target.num_target_layers;
   c.target.architectures.clear();
+  c.target.layer_types.clear();  // the drafter's, not the target's
+  c.target.sliding_window = 0;
   RETURN_IF_ERROR(Annotate(ValidateDrafterConfig(c), source));
   return c;
 }

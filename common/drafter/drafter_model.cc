@@ -253,6 +253,19 @@ double ExpectedAcceptanceLength(const std::vector<int64_t>& slot_correct,
   return tau;
 }
 
+std::vector<std::string> LayerTypes(const DrafterConfig& c) {
+  if (!c.layer_types.empty()) return c.layer_types;
+  return std::vector<std::string>(static_cast<size_t>(std::max<int64_t>(c.num_layers, 0)),
+                                  "full_attention");
+}
+
+bool AnySliding(const DrafterConfig& c) {
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (c.sliding(i)) return true;
+  }
+  return false;
+}
+
 absl::Status ValidateDrafterConfig(const DrafterConfig& c) {
   RETURN_IF_ERROR(ValidateTargetShape(c.target));
   if (c.num_layers < 1 || c.num_layers > kMaxDrafterLayers) {

@@ -61,6 +61,10 @@ struct DrafterConfig {
   int64_t feature_dim() const { return num_features() * target.hidden_size; }  // K*H
 };
 
+// Every layer's type: config.layer_types, or full_attention for each layer when it is empty.
+std::vector<std::string> LayerTypes(const DrafterConfig& config);
+bool AnySliding(const DrafterConfig& config);
+
 // INVALID_ARGUMENT naming the field when the drafter cannot be built from `config`.
 absl::Status ValidateDrafterConfig(const DrafterConfig& config);
 

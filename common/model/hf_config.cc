@@ -158,8 +158,51 @@ absl::Status ParseRope(const Fields& f, TransformerConfig* cfg) {
   return absl::OkStatus();
 }
 
+// A DFlash drafter's per-layer attention (method.md §2.3), as transformers' Qwen3Config reads it
+// (the reference package builds its layers from that): layer_types of full_attention and
+// sliding_attention, or without it, with use_sliding_window, sliding from max_window_layers (28)
+// on; the window is sliding_window (4096) only with use_sliding_window (without it a sliding
+// layer is causal inside its block and sees its whole context).
+absl::Status ParseDrafterAttention(const Fields& f, TransformerConfig* cfg) {
+  if (f.Has("is_causal") && !f.At("is_causal").is_null()) {
+    return f.Error("is_causal",
+                   "not supported (sliding layers are causal inside the block, full "
+                   "layers are not, as the reference package does without it)");
+  }
+  bool use = false;
+  RETURN_IF_ERROR(f.Bool("use_sliding_window", &use));
+  std::vector<std::string> types;
+  RETURN_IF_ERROR(f.StringList("layer_types", &types));
+  if (f.Has("layer_types") && static_cast<int64_t>(types.size()) != cfg->num_hidden_layers) {
+    return f.Error("layer_types",
+                   absl::StrCat("lists ", types.size(), " layers; num_hidden_layers is ",
+                                cfg->num_hidden_layers));
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != "full_attention" && types[i] != "sliding_attention") {
+      return f.Error("layer_types", absl::StrCat("layer ", i, " is '", types[i],
+                                                 "'; a drafter layer is full_attention or "
+                                                 "sliding_attention"));
+    }
+  }
+  if (use) {
+    int64_t window = 4096;  // Qwen3Config's default
+    RETURN_IF_ERROR(f.Int("sliding_window", false, 1, kMaxPositions, &window));
+    cfg->sliding_window = window;
+    if (!f.Has("layer_types")) {
+      int64_t first = 28;  // Qwen3Config's max_window_layers default
+      RETURN_IF_ERROR(f.Int("max_window_layers", false, 0, kMaxLayers, &first));
+      for (int64_t i = 0; i < cfg->num_hidden_layers; ++i) {
+        types.push_back(i >= first ? "sliding_attention" : "full_attention");
+      }
+    }
+  }
+  cfg->layer_types = std::move(types);
+  return absl::OkStatus();
+}
+
 // Attention that dflash does not implement yet is refused rather than silently run as full
-// attention (method.md §2: sliding-window layers come after full attention works).
+// attention (method.md §2: sliding-window target layers are not supported).
 absl::Status CheckFullAttention(const Fields& f, bool hybrid) {
   bool sliding = false;
   RETURN_IF_ERROR(f.Bool("use_sliding_window", &sliding));
@@ -172,6 +215,10 @@ absl::Status CheckFullAttention(const Fields& f, bool hybrid) {
                                                  "'; only full_attention is supported"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckActivation(const Fields& f) {
   std::string act = "silu";
   RETURN_IF_ERROR(f.String("hidden_act", false, &act));
   if (act != "silu") {
@@ -404,7 +451,10 @@ absl::Status ParseDecoder(const Fields& f, TransformerConfig* cfg) {
   RETURN_IF_ERROR(
       f.Int("max_position_embeddings", false, 1, kMaxPositions, &cfg->max_position_embeddings));
   RETURN_IF_ERROR(ParseAttention(f, cfg));
-  RETURN_IF_ERROR(CheckFullAttention(f, hybrid));
+  bool drafter = false;
+  for (const std::string& a : cfg->architectures) drafter |= (a == "DFlashDraftModel");
+  RETURN_IF_ERROR(drafter ? ParseDrafterAttention(f, cfg) : CheckFullAttention(f, hybrid));
+  RETURN_IF_ERROR(CheckActivation(f));
   RETURN_IF_ERROR(f.Positive("rms_norm_eps", false, &cfg->rms_norm_eps));
   RETURN_IF_ERROR(ParseRope(f, cfg));
   RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &cfg->tie_word_embeddings));

@@ -88,6 +88,9 @@ struct TransformerConfig {
   int64_t num_target_layers = 0;
   std::optional<int64_t> mask_token_id;
   std::optional<std::vector<int64_t>> target_layer_ids;
+  // A drafter's sliding layers' window (layer_types above holds full_attention and
+  // sliding_attention for a drafter): sliding_window when use_sliding_window, else 0.
+  int64_t sliding_window = 0;
 };
 
 // The model types dflash runs as targets, in the order errors list them.

@@ -377,11 +377,50 @@ INSTANTIATE_TEST_SUITE_P(
                  "config.json: dflash_config.mask_token_id: must be in 0..151935, got 151936"},
         BadField{"dflash_config_not_object", kDrafter, "/dflash_config", "[1]",
                  "config.json: dflash_config: must be an object, got [1]"},
-        BadField{"layer_types_2_sliding_attention", kDrafter, "/layer_types/2",
-                 "\"sliding_attention\"",
-                 "config.json: layer_types: layer 2 is 'sliding_attention'; only full_attention "
-                 "is supported"}),
+        BadField{"layer_types_2_linear_attention", kDrafter, "/layer_types/2",
+                 "\"linear_attention\"",
+                 "config.json: layer_types: layer 2 is 'linear_attention'; a drafter layer is "
+                 "full_attention or sliding_attention"},
+        BadField{"layer_types_4_of_5", kDrafter, "/layer_types",
+                 "[\"full_attention\", \"full_attention\", \"full_attention\", \"full_attention\"]",
+                 "config.json: layer_types: lists 4 layers; num_hidden_layers is 5"},
+        BadField{"is_causal", kDrafter, "/is_causal", "true",
+                 "config.json: is_causal: not supported (sliding layers are causal inside the "
+                 "block, full layers are not, as the reference package does without it)"},
+        BadField{"target_sliding_window", kQwen3_8B, "/use_sliding_window", "true",
+                 "config.json: use_sliding_window: sliding-window attention is not supported"}),
     BadFieldName);
+
+// A drafter's sliding layers as transformers' Qwen3Config reads them (the reference package
+// builds its layers from that): layer_types as written; without layer_types, sliding from
+// max_window_layers on; the window only with use_sliding_window.
+TEST(HfConfig, DrafterSlidingLayers) {
+  nlohmann::json j = nlohmann::json::parse(kDrafter);
+  j["layer_types"][1] = "sliding_attention";
+  j["layer_types"][3] = "sliding_attention";
+  j["sliding_window"] = 2048;
+  j["use_sliding_window"] = true;
+  auto cfg = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_THAT(cfg->layer_types, ElementsAre("full_attention", "sliding_attention", "full_attention",
+                                            "sliding_attention", "full_attention"));
+  EXPECT_EQ(cfg->sliding_window, 2048);
+  j["use_sliding_window"] = false;  // Qwen3Config drops the window: causal only
+  cfg = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->sliding_window, 0);
+  EXPECT_EQ(cfg->layer_types[1], "sliding_attention");
+  j.erase("layer_types");
+  j["use_sliding_window"] = true;
+  j["max_window_layers"] = 3;
+  cfg = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_THAT(cfg->layer_types, ElementsAre("full_attention", "full_attention", "full_attention",
+                                            "sliding_attention", "sliding_attention"));
+  j["sliding_window"] = 0;
+  EXPECT_EQ(std::string(ParseHfConfig(j.dump(), "config.json").status().message()),
+            "config.json: sliding_window: must be in 1..1073741824, got 0");
+}
 
 TEST(HfConfig, NotJsonOrNotAnObject) {
   auto cfg = ParseHfConfig("{\"model_type\": ", "config.json");

@@ -151,6 +151,38 @@ TEST(DrafterCheckpointTest, ServingFormat) {
   EXPECT_EQ(fc->info->shape, (std::vector<int64_t>{64, 3 * 64}));
 }
 
+// Sliding layers (method.md §2.3) are written as the serving format has them and read back.
+TEST(DrafterCheckpointTest, SlidingLayersRoundTrip) {
+  DrafterConfig c = TinyConfig();
+  c.layer_types = {"sliding_attention", "full_attention"};
+  c.sliding_window = 5;
+  auto m = MakeModel(c, 1);
+  ASSERT_TRUE(m);
+  const ScopedDir tmp("sliding");
+  const fs::path dir = tmp.path() / "ckpt";
+  ASSERT_TRUE(ExportDrafter(*m, dir.string(), Fp32()).ok());
+  const nlohmann::json raw = nlohmann::json::parse(ReadText(dir / "config.json"));
+  EXPECT_EQ(raw.at("layer_types"), (nlohmann::json{"sliding_attention", "full_attention"}));
+  EXPECT_EQ(raw.at("sliding_window"), 5);
+  EXPECT_EQ(raw.at("use_sliding_window"), true);
+  auto back = ReadDrafterConfig(dir.string());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->layer_types, c.layer_types);
+  EXPECT_EQ(back->sliding_window, 5);
+  EXPECT_TRUE(back->target.layer_types.empty());
+  auto again = MakeModel(c, 2);
+  ASSERT_TRUE(ImportDrafter(dir.string(), again.get()).ok());
+  // A model of other layer types or another window refuses the checkpoint, naming the field.
+  DrafterConfig full = TinyConfig();
+  auto other = MakeModel(full, 2);
+  EXPECT_THAT(std::string(ImportDrafter(dir.string(), other.get()).message()),
+              ::testing::HasSubstr("layer_types"));
+  c.sliding_window = 6;
+  auto wider = MakeModel(c, 2);
+  EXPECT_THAT(std::string(ImportDrafter(dir.string(), wider.get()).message()),
+              ::testing::HasSubstr("sliding_window"));
+}
+
 TEST(DrafterCheckpointTest, ExportIsAtomicAndRefusesToClobber) {
   auto a = MakeModel(TinyConfig(), 1);
   auto b = MakeModel(TinyConfig(), 2);
