@@ -105,6 +105,37 @@ void CheckInitFrom(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   NormalizePath(opt, e, "drafter.init_from", &s->drafter.init_from, /*want_dir=*/true, nullptr);
 }
 
+// drafter.sliding_layers: distinct layers of the drafter, with a window that is set and smaller
+// than the longest context (else every slot would see all of it: the layers would be full ones
+// made causal).
+void CheckSliding(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
+  const DrafterSpec& d = s->drafter;
+  if (d.sliding_window < 0) {
+    e->Add("drafter.sliding_window", absl::StrCat("must be >= 0, got ", d.sliding_window));
+  } else if (d.sliding_window > 0 && d.sliding_window >= s->data.max_length) {
+    e->Add("drafter.sliding_window",
+           absl::StrCat(d.sliding_window, " is not below data.max_length (", s->data.max_length,
+                        "): every slot would see its whole context"));
+  }
+  if (!d.sliding_layers) return;  // auto: drafter.init_from's, checked when it is read
+  const std::vector<int64_t>& ids = *d.sliding_layers;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= d.layers) {
+      e->Add(absl::StrCat("drafter.sliding_layers[", i, "]"),
+             absl::StrCat(ids[i], " is not a layer of the drafter's ", d.layers));
+    } else if (std::count(ids.begin(), ids.end(), ids[i]) > 1) {
+      e->Add(absl::StrCat("drafter.sliding_layers[", i, "]"),
+             absl::StrCat("layer ", ids[i], " is listed twice"));
+    }
+  }
+  if (!ids.empty() && d.sliding_window == 0) {
+    e->Add("drafter.sliding_window", "required (>= 1) with drafter.sliding_layers");
+  }
+  if (ids.empty() && d.sliding_window > 0) {
+    e->Add("drafter.sliding_window", "set, but drafter.sliding_layers lists no layer");
+  }
+}
+
 void CheckTrain(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   NormalizePath(opt, e, "data.train", &s->data.train, /*want_dir=*/false, &BuiltinDatasets());
 }
@@ -238,6 +269,9 @@ std::vector<RunField> MakeFields() {
       {"drafter", "init_from", false, true, DFLASH_AT(s.drafter.init_from), Custom(CheckInitFrom)},
       {"drafter", "recompute", false, false, DFLASH_AT(s.drafter.recompute),
        OneOf(RecomputeModes()), D},
+      {"drafter", "sliding_layers", false, false, DFLASH_AT(s.drafter.sliding_layers), {}, D},
+      {"drafter", "sliding_window", false, false, DFLASH_AT(s.drafter.sliding_window),
+       Custom(CheckSliding), D},
 
       {"data", "train", true, false, DFLASH_AT(s.data.train), Custom(CheckTrain)},
       {"data", "format", false, false, DFLASH_AT(s.data.format),

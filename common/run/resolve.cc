@@ -29,6 +29,32 @@ absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& 
   return c;
 }
 
+absl::StatusOr<SlidingLayers> RunSlidingLayers(const config::RunSpec& spec) {
+  SlidingLayers out;
+  out.window = spec.drafter.sliding_window;
+  if (spec.drafter.sliding_layers) {
+    out.layers = *spec.drafter.sliding_layers;
+    std::sort(out.layers.begin(), out.layers.end());
+    return out;
+  }
+  if (spec.drafter.init_from.empty()) return out;
+  absl::StatusOr<model::TransformerConfig> c = model::LoadHfConfig(spec.drafter.init_from);
+  if (!c.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "drafter.sliding_layers: auto reads drafter.init_from: ", c.status().message()));
+  }
+  for (size_t i = 0; i < c->layer_types.size(); ++i) {
+    if (c->layer_types[i] == "sliding_attention") out.layers.push_back(static_cast<int64_t>(i));
+  }
+  if (!out.layers.empty() && out.layers.back() >= spec.drafter.layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "drafter.sliding_layers: auto takes drafter.init_from's, whose layer ", out.layers.back(),
+        " is not among the run's ", spec.drafter.layers, " (drafter.layers)"));
+  }
+  if (out.window == 0) out.window = c->sliding_window;
+  return out;
+}
+
 absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
                                                  const model::TransformerConfig& target) {
   std::vector<int64_t> ids;

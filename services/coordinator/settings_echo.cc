@@ -12,6 +12,11 @@ absl::StatusOr<v1::ResolvedTarget> ResolveTargetSettings(const config::RunSpec& 
   if (!ids.ok()) return ids.status();
   absl::StatusOr<model::MaskTokenChoice> mask = run::RunMaskToken(spec, target);
   if (!mask.ok()) return mask.status();
+  // drafter.sliding_layers: auto reads drafter.init_from's config: refused here, not at the
+  // drafter's first step.
+  if (absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec); !sliding.ok()) {
+    return sliding.status();
+  }
   v1::ResolvedTarget r;
   for (int64_t id : *ids) r.add_target_layer_ids(id);
   r.set_mask_token_id(mask->id);
@@ -52,6 +57,10 @@ std::map<std::string, std::string> ExpectedSettings(
   if (gamma) e["loss.gamma"] = absl::StrCat(*gamma);
   e["loss.weighting"] = spec.loss.weighting;
   e["loss.dpace_alpha"] = absl::StrCat(spec.loss.dpace_alpha);
+  const absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
+  e["drafter.sliding_layers"] =
+      sliding.ok() ? absl::StrJoin(sliding->layers, ",") : std::string(sliding.status().message());
+  e["drafter.sliding_window"] = sliding.ok() ? std::to_string(sliding->window) : "?";
   return e;
 }
 

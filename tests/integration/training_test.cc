@@ -475,7 +475,7 @@ TEST_F(TrainingCluster, AHybridTargetFromACheckpointTrainsADrafter) {
 }
 
 // loss.weighting: dpace through the workers: the drafter applies and echoes it (the run starts
-// only when the echo equals the resolved config: 15 settings), and the drafter learns under it.
+// only when the echo equals the resolved config: 17 settings), and the drafter learns under it.
 TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
   StartWorker("target", "t0");
   StartWorker("drafter", "d0");
@@ -490,7 +490,7 @@ TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
                                         "placement: {pairs: 1, transport: host}\n");
   CtlResult follow = RunCtl(address_, {"submit", yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 15 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 17 settings"));
   EXPECT_THAT(follow.out, HasSubstr("running -> done: trained 16 steps"));
   const std::string run =
       json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];
@@ -502,6 +502,37 @@ TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
   for (int64_t i = 0; i < 4; ++i) first += losses.at(i) / 4, last += losses.at(12 + i) / 4;
   std::printf("dpace: mean loss of the first 4 steps %.4f, of the last 4 %.4f\n", first, last);
   EXPECT_LT(last, first - 0.3);  // 5.64 -> 5.15 when written (deterministic on the CPU)
+}
+
+// drafter.sliding_layers through the workers: the drafter builds and echoes them (17 settings,
+// the run starts only when they equal the resolved config), trains, and the export writes them as
+// the serving format has them (layer_types, sliding_window with use_sliding_window).
+TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
+  StartWorker("target", "t0");
+  StartWorker("drafter", "d0");
+  const std::string yaml =
+      WriteRunYaml("sliding.yaml",
+                   "name: sliding\nseed: 3\n"
+                   "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
+                   "drafter: {layers: 2, block_size: 8, sliding_layers: [1], sliding_window: 24}\n"
+                   "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+                   "batching: {token_budget: 512, max_anchors: 64}\n"
+                   "optim: {lr: 2.0e-2, max_steps: 8}\n"
+                   "placement: {pairs: 1, transport: host}\n");
+  CtlResult follow = RunCtl(address_, {"submit", yaml});
+  ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 17 settings"));
+  const std::string run =
+      json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];
+  const std::map<int64_t, double> losses = Losses(run);
+  ASSERT_EQ(losses.size(), 8u);
+  EXPECT_LT(losses.at(7), losses.at(0));
+  CtlResult exported = RunCtl(address_, {"export", run, "--out", dir_ + "/export"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.out << exported.err;
+  const json config = json::parse(ReadFile(dir_ + "/export/config.json"));
+  EXPECT_EQ(config["layer_types"], json({"full_attention", "sliding_attention"}));
+  EXPECT_EQ(config["sliding_window"], 24);
+  EXPECT_EQ(config["use_sliding_window"], true);
 }
 
 }  // namespace
