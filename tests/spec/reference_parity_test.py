@@ -13,6 +13,11 @@ Both sides must emit the same tokens, equal to plain greedy decoding, with the s
 tokens emitted at every verification, and the same pooled and per-prompt taus and histogram.
 The set-up must exercise what differs most easily: accepted proposals, a stop token, and the
 shorter last block at the token limit; otherwise the test fails as too weak.
+
+All of it twice: a drafter of full-attention layers, and one whose second layer is a
+sliding-attention layer with a window of 4 (method.md §2.3: causal inside the block, each slot
+seeing only the rows less than 4 positions before its own), exported with layer_types,
+sliding_window and use_sliding_window, which the package reads through transformers' Qwen3Config.
 """
 
 import argparse
@@ -69,10 +74,21 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     target = os.path.join(args.work, "target")
-    drafter = os.path.join(args.work, "drafter")
+    build_target(target)
+    failed = False
+    for variant, extra in (("full", []), ("sliding", ["--sliding_layers", "1",
+                                                      "--sliding_window", "4"])):
+        failed |= not compare(args, target, variant, extra)
+    if failed:
+        sys.exit(1)
+    print("PASS: tokens and every verification's acceptance equal to dflash==0.1.0, full and "
+          "sliding layers")
+
+
+def compare(args, target, variant, extra):
+    drafter = os.path.join(args.work, "drafter-" + variant)
     prompts = os.path.join(args.work, "prompts.jsonl")
     train_prompts = os.path.join(args.work, "train_prompts.jsonl")
-    build_target(target)
     rng = random.Random(11)
     lines = []
     for _ in range(10):
@@ -87,7 +103,15 @@ def main():
     run([args.tool, "export", "--target", target, "--out", drafter, "--layers", "2",
          "--block_size", str(BLOCK), "--layer_ids", "1,3", "--mask_token_id", str(VOCAB - 1),
          "--seed", "3", "--train_prompts", train_prompts, "--train_steps", "30", "--lr", "0.01",
-         "--train_tokens", str(MAX_NEW + BLOCK)])
+         "--train_tokens", str(MAX_NEW + BLOCK)] + extra)
+    if variant == "sliding":
+        with open(os.path.join(drafter, "config.json")) as f:
+            written = json.load(f)
+        if written.get("layer_types") != ["full_attention", "sliding_attention"] or \
+                written.get("sliding_window") != 4 or written.get("use_sliding_window") is not True:
+            print(f"FAIL ({variant}): the export's attention fields: {written.get('layer_types')}, "
+                  f"{written.get('sliding_window')}, {written.get('use_sliding_window')}")
+            return False
 
     # A stop token that ends some prompts early: the most frequent token that plain greedy
     # decoding emits after the 4th.
@@ -129,25 +153,26 @@ def main():
         if mine[key] != ref[key]:
             failures.append(f"{key}: ours {mine[key]}, ref {ref[key]}")
 
-    # The set-up must test something: proposals accepted, a stop, a shorter last block.
+    # The set-up must test something: proposals accepted, a stop, a shorter last block (the
+    # last two with the full layers; the sliding drafter decodes the same prompts).
     steps = [p["step_emitted"] for p in mine["prompts"]]
     if mine["accepted"] == 0:
         failures.append("too weak: no proposal was ever accepted")
-    if not any(p["tokens"] and p["tokens"][-1] in stop for p in mine["prompts"]):
+    if variant == "full" and not any(p["tokens"] and p["tokens"][-1] in stop for p in mine["prompts"]):
         failures.append("too weak: no prompt ended on the stop token")
-    if not any(len(p["tokens"]) == MAX_NEW and p["tokens"][-1] not in stop and
+    if variant == "full" and not any(len(p["tokens"]) == MAX_NEW and p["tokens"][-1] not in stop and
                sum(s) == MAX_NEW - 1 and s[-1] < BLOCK for p, s in zip(mine["prompts"], steps)):
         failures.append("too weak: no prompt reached the token limit in a shorter last block")
 
     summary = {k: mine[k] for k in ("verifications", "accepted", "tau", "tau_pooled",
                                     "tau_prompt_mean", "emitted_histogram")}
-    print(json.dumps({"ours": summary, "stop": stop,
+    print(json.dumps({"variant": variant, "ours": summary, "stop": stop,
                       "ref": {k: ref[k] for k in ("tau_pooled", "tau_prompt_mean",
                                                   "emitted_histogram", "greedy_equal")}}))
     if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("PASS: tokens and every verification's acceptance equal to dflash==0.1.0")
+        print(f"FAIL ({variant}):\n  " + "\n  ".join(failures))
+        return False
+    return True
 
 
 if __name__ == "__main__":

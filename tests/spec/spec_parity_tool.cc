@@ -4,6 +4,7 @@
 //
 //   spec_parity_tool export --target DIR --out DIR [--layers N] [--block_size B]
 //                           [--mask_token_id M] [--layer_ids 1,3] [--seed S] [--init_std X]
+//                           [--sliding_layers 1 --sliding_window W]
 //                           [--dtype bfloat16|float32] [--train_prompts FILE --train_steps N
 //                           --lr X --train_tokens N]
 //     A randomly initialized drafter for the target, trained for N Adam steps (whole batch, every
@@ -159,6 +160,13 @@ int Export(const Flags& f) {
   if (c.target_layer_ids.empty()) {
     c.target_layer_ids = model::DefaultTargetLayerIds(c.target.num_hidden_layers, c.num_layers);
   }
+  // Sliding-attention layers (method.md §2.3).
+  for (int64_t i : IdsOr(f, "sliding_layers")) {
+    c.layer_types.resize(static_cast<size_t>(c.num_layers), "full_attention");
+    if (i < 0 || i >= c.num_layers) Fail("--sliding_layers: no layer " + std::to_string(i));
+    c.layer_types[static_cast<size_t>(i)] = "sliding_attention";
+  }
+  c.sliding_window = IntOr(f, "sliding_window", 0);
   nn::TargetModelOptions to;
   to.dtype = c10::kFloat;
   to.layer_ids = c.target_layer_ids;
