@@ -25,7 +25,7 @@ struct DrafterSpec {
   std::optional<int64_t> mask_token_id;  // nullopt = auto (tokenizer's mask token)
   std::string init_from;                 // empty = random init
   std::string recompute = "none";        // none|mlp|layers: activations recomputed in backward
-  // Sliding-attention layers (method.md §2.3): their indices; nullopt = auto (drafter.init_from's
+  // Sliding-attention layers (method.md §2.1): their indices; nullopt = auto (drafter.init_from's
   // config, else none). sliding_window: their window; 0 with auto = init_from's.
   std::optional<std::vector<int64_t>> sliding_layers;
   int64_t sliding_window = 0;

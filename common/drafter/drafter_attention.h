@@ -11,7 +11,7 @@
 //     the anchor's own feature does not exist yet);
 //   - block row (j', k') iff j' == j (its own block, both directions; never another block) and
 //     k' < block_lengths[j] when the mask has block lengths.
-// A sliding-attention layer (BlockMask::causal, BlockMask::window; method.md §2.3) narrows both:
+// A sliding-attention layer (BlockMask::causal, BlockMask::window; method.md §2.1) narrows both:
 // slot k sees its block's rows k' <= k only, and with a window W only the rows within W
 // positions of its own: context rows c > a_j + k - W and block rows k' > k - W.
 // A padding block (anchor -1) sees nothing; its output rows are zeros, never NaN, and so are the

@@ -265,7 +265,7 @@ std::string DrafterConfigJson(const DrafterConfig& config, model::DType dtype) {
   j["rope_theta"] = t.rope_theta;
   j["tie_word_embeddings"] = false;  // the drafter has neither embedding nor lm_head
   j["torch_dtype"] = dtype == model::DType::kF32 ? "float32" : "bfloat16";
-  // transformers' Qwen3Config keeps sliding_window only with use_sliding_window (method.md §2.3).
+  // transformers' Qwen3Config keeps sliding_window only with use_sliding_window (method.md §2.1).
   const bool windowed = AnySliding(config) && config.sliding_window > 0;
   if (windowed) j["sliding_window"] = config.sliding_window;
   j["use_sliding_window"] = windowed;

@@ -46,7 +46,7 @@ struct DrafterConfig {
   int64_t block_size = 16;  // B
   int64_t mask_token_id = kQwen3MaskTokenId;
   std::vector<int64_t> target_layer_ids;  // K ids in [0, target.num_hidden_layers), feature order
-  // Per decoder layer, as the serving format writes them (method.md §2.3): "full_attention" or
+  // Per decoder layer, as the serving format writes them (method.md §2.1): "full_attention" or
   // "sliding_attention"; empty: every layer full. A sliding layer's block is causal (slot k sees
   // slots k' <= k) and, with sliding_window > 0, each slot sees only the rows less than
   // sliding_window positions before its own.

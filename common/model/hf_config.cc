@@ -158,7 +158,7 @@ absl::Status ParseRope(const Fields& f, TransformerConfig* cfg) {
   return absl::OkStatus();
 }
 
-// A DFlash drafter's per-layer attention (method.md §2.3), as transformers' Qwen3Config reads it
+// A DFlash drafter's per-layer attention (method.md §2.1), as transformers' Qwen3Config reads it
 // (the reference package builds its layers from that): layer_types of full_attention and
 // sliding_attention, or without it, with use_sliding_window, sliding from max_window_layers (28)
 // on; the window is sliding_window (4096) only with use_sliding_window (without it a sliding

@@ -33,7 +33,7 @@ absl::StatusOr<model::MaskTokenChoice> RunMaskToken(const config::RunSpec& spec,
                                                     const model::TransformerConfig& target);
 absl::StatusOr<int64_t> RunMaskTokenId(const config::RunSpec& spec,
                                        const model::TransformerConfig& target);
-// The drafter's sliding-attention layers and their window (method.md §2.3): drafter.sliding_layers
+// The drafter's sliding-attention layers and their window (method.md §2.1): drafter.sliding_layers
 // and drafter.sliding_window, or with `auto` those of drafter.init_from's config.json (none
 // without init_from; a window of 0 there: causal layers without a window). INVALID_ARGUMENT
 // naming the field when init_from's config cannot be read or its layers are not the run's.

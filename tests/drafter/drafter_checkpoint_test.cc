@@ -151,7 +151,7 @@ TEST(DrafterCheckpointTest, ServingFormat) {
   EXPECT_EQ(fc->info->shape, (std::vector<int64_t>{64, 3 * 64}));
 }
 
-// Sliding layers (method.md §2.3) are written as the serving format has them and read back.
+// Sliding layers (method.md §2.1) are written as the serving format has them and read back.
 TEST(DrafterCheckpointTest, SlidingLayersRoundTrip) {
   DrafterConfig c = TinyConfig();
   c.layer_types = {"sliding_attention", "full_attention"};

@@ -210,7 +210,7 @@ TEST(DrafterAttentionTest, MaskSemanticsOnHandBuiltBlocks) {
   }
 }
 
-// A sliding-attention layer's view (method.md §2.3), read back the same way: slot k sees its
+// A sliding-attention layer's view (method.md §2.1), read back the same way: slot k sees its
 // block's slots k' <= k only, and with window W only rows less than W positions before its own
 // (context rows c >= a + k - W + 1, block rows k' > k - W). Window 0: causal only.
 TEST(DrafterAttentionTest, SlidingLayersNarrowWhatEachSlotSees) {

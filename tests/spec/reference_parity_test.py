@@ -15,7 +15,7 @@ The set-up must exercise what differs most easily: accepted proposals, a stop to
 shorter last block at the token limit; otherwise the test fails as too weak.
 
 All of it twice: a drafter of full-attention layers, and one whose second layer is a
-sliding-attention layer with a window of 4 (method.md §2.3: causal inside the block, each slot
+sliding-attention layer with a window of 4 (method.md §2.1: causal inside the block, each slot
 seeing only the rows less than 4 positions before its own), exported with layer_types,
 sliding_window and use_sliding_window, which the package reads through transformers' Qwen3Config.
 """

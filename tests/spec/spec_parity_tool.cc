@@ -160,7 +160,7 @@ int Export(const Flags& f) {
   if (c.target_layer_ids.empty()) {
     c.target_layer_ids = model::DefaultTargetLayerIds(c.target.num_hidden_layers, c.num_layers);
   }
-  // Sliding-attention layers (method.md §2.3).
+  // Sliding-attention layers (method.md §2.1).
   for (int64_t i : IdsOr(f, "sliding_layers")) {
     c.layer_types.resize(static_cast<size_t>(c.num_layers), "full_attention");
     if (i < 0 || i >= c.num_layers) Fail("--sliding_layers: no layer " + std::to_string(i));

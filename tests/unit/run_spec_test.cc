@@ -227,7 +227,7 @@ const BadCase kBadCases[] = {
      "data.train: unknown builtin 'nope' (known: tiny-chat, long-synthetic)"},
     {"RecomputeUnknown", Minimal("drafter: {recompute: all}\n"),
      "drafter.recompute: must be one of none|mlp|layers, got 'all'"},
-    // Sliding-attention layers (method.md §2.3).
+    // Sliding-attention layers (method.md §2.1).
     {"SlidingLayerOutsideTheDrafter",
      Minimal("drafter: {layers: 2, sliding_layers: [0, 2], sliding_window: 64}\n"),
      "drafter.sliding_layers[1]: 2 is not a layer of the drafter's 2"},
