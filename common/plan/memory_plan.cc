@@ -343,13 +343,28 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
     what = absl::StrCat(ld, " layer inputs (", q_rows, " rows)");
   }
   const int64_t outside = 2 * t * s.h * db + 2 * q_rows * s.h * db;  // fc output, final norm
+  // Sliding-attention layers run the reference attention (the fused kernel declines them):
+  // dense per-block scores, whose probabilities the backward keeps (the compute dtype's and
+  // softmax's fp32 output), for every sliding layer (one at a time with recompute: layers).
+  absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
+  const int64_t n_sliding = sliding.ok() ? static_cast<int64_t>(sliding->layers.size()) : 0;
+  const int64_t dense_layer =
+      q_rows * target.num_attention_heads * (t + spec.drafter.block_size) * (db + 4);
+  const int64_t dense_kept = spec.drafter.recompute == "layers" ? 0 : n_sliding * dense_layer;
+  if (n_sliding > 0) {
+    kept += dense_kept;
+    what += absl::StrCat("; ", n_sliding, " sliding layer(s) x dense attention probabilities (",
+                         q_rows, " x ", target.num_attention_heads, " heads x ",
+                         t + spec.drafter.block_size, ")");
+  }
   const size_t acts = Add(&dw, "activations", what, kept + outside);
   const bool inputs_kept = spec.drafter.recompute == "layers";
   const size_t last_layer =
       Add(&dw, "backward: layer 0's activations",
           absl::StrCat(q_rows, " query rows + ", t, " context rows",
                        inputs_kept ? absl::StrCat(", recomputed; and ", ld, " layer inputs") : ""),
-          layer_acts + (inputs_kept ? ld * q_rows * s.h * db : 0) + outside);
+          layer_acts + (inputs_kept ? ld * q_rows * s.h * db : 0) + outside +
+              (n_sliding > 0 ? dense_layer : 0));
   const size_t chunk =
       Add(&dw, "loss chunk", absl::StrCat("fp32 logits, ", kLossChunkRows, " rows x ", s.vocab),
           kLossChunkRows * s.vocab * 4);

@@ -207,6 +207,23 @@ TEST(MemoryPlanTest, AHybridTargetCountsItsDeltaRuleLayers) {
                                                 2);
 }
 
+// Sliding-attention layers run the reference attention on the GPU (the fused kernel declines
+// them): each keeps its dense per-block probabilities for the backward, in the compute dtype and
+// softmax's fp32, anchors x B x heads x (T + B) values.
+TEST(MemoryPlanTest, SlidingLayersCountTheirDenseAttention) {
+  config::RunSpec spec = Spec(8192, 512, 5);
+  const RunPlan full = Plan(spec);
+  spec.drafter.sliding_layers = std::vector<int64_t>{1, 3};
+  spec.drafter.sliding_window = 2048;
+  const RunPlan sliding = Plan(spec);
+  const int64_t dense = int64_t{512} * 16 * 32 * (8192 + 16) * (2 + 4);
+  EXPECT_EQ(TermBytes(sliding.drafter, "activations") - TermBytes(full.drafter, "activations"),
+            2 * dense);
+  EXPECT_EQ(TermBytes(sliding.drafter, "backward: layer 0's activations") -
+                TermBytes(full.drafter, "backward: layer 0's activations"),
+            dense);
+}
+
 // The predictions against measured peaks: tests/integration/memory_gpu_test.cc (label gpu),
 // which runs the real workers at the current revision instead of figures typed in here.
 
