@@ -533,6 +533,43 @@ TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
   EXPECT_EQ(config["layer_types"], json({"full_attention", "sliding_attention"}));
   EXPECT_EQ(config["sliding_window"], 24);
   EXPECT_EQ(config["use_sliding_window"], true);
+
+  // A drafter of that form as drafter.init_from (as a published drafter's config writes it,
+  // transformers' "dtype" key and max_window_layers included): sliding_layers: auto takes its
+  // layers and window, and training starts from its weights.
+  json published = config;
+  published["dtype"] = published["torch_dtype"];
+  published.erase("torch_dtype");
+  published["max_window_layers"] = 2;
+  std::ofstream(dir_ + "/export/config.json") << published.dump(2);
+  const std::string from = WriteRunYaml(
+      "from.yaml", absl::StrCat("name: from\nseed: 4\n"
+                                "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
+                                "drafter: {layers: 2, block_size: 8, init_from: \"",
+                                dir_,
+                                "/export\"}\n"
+                                "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+                                "batching: {token_budget: 512, max_anchors: 64}\n"
+                                "optim: {lr: 2.0e-2, max_steps: 2}\n"
+                                "placement: {pairs: 1, transport: host}\n"));
+  CtlResult adopted = RunCtl(address_, {"submit", from});
+  ASSERT_EQ(adopted.exit_code, 0) << adopted.out << adopted.err;
+  EXPECT_THAT(adopted.out, HasSubstr("d0 applied 17 settings"));
+  std::string run2;
+  const json listed = json::parse(RunCtl(address_, {"list", "-o", "json"}).out);
+  for (const json& r : listed["runs"]) {
+    const std::string id = r.value("run_id", "");
+    if (id.rfind("from-", 0) == 0) run2 = id;  // run ids start with the run's name
+  }
+  const std::map<int64_t, double> resumed = Losses(run2);
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_LT(resumed.at(0), losses.at(0));  // the trained weights, not a fresh drafter
+  // The same drafter with its sliding layer left out is refused by name, before any step.
+  std::string none = ReadFile(from);
+  none.replace(none.find("init_from"), 0, "sliding_layers: [], ");
+  CtlResult refused = RunCtl(address_, {"submit", WriteRunYaml("none.yaml", none)});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.out + refused.err, HasSubstr("layer_types"));
 }
 
 }  // namespace
