@@ -8,6 +8,8 @@
    DFlashDraftModel.from_pretrained (it fails on any missing or unexpected tensor) and decodes the
    prompts with the package's dflash_generate at batch 1, and with block size 1 (plain greedy).
 4. spec_parity_tool decodes the same prompts with spec::SpeculativeGenerate and plain greedy.
+5. Both compute the drafter's logits of the first block after each prompt (fp32, the package's
+   first step): relative error below 1e-4.
 
 Both sides must emit the same tokens, equal to plain greedy decoding, with the same number of
 tokens emitted at every verification, and the same pooled and per-prompt taus and histogram.
@@ -58,6 +60,29 @@ def build_target(path):
     transformers.LlamaForCausalLM(config).save_pretrained(path)
 
 
+def reference_logits(target_dir, drafter_dir, prompts_path):
+    """The package's drafter logits of slots 1..B-1 of the first block after each prompt (fp32),
+    as dflash_generate's first step computes them, and its anchor tokens."""
+    import dflash.model as dm  # noqa: E402  (the package, on the path set above)
+    target = transformers.LlamaForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+    draft = dm.DFlashDraftModel.from_pretrained(drafter_dir, dtype=torch.float32).eval()
+    out, anchors = [], []
+    with open(prompts_path) as f, torch.no_grad():
+        for line in f:
+            ids = json.loads(line)["input_ids"]
+            x = torch.tensor([ids])
+            o = target(x, output_hidden_states=True)
+            g = int(o.logits[0, -1].argmax())
+            hidden = dm.extract_context_feature(o.hidden_states, draft.target_layer_ids)
+            block = torch.tensor([[g] + [draft.mask_token_id] * (draft.block_size - 1)])
+            noise = dm._raw_input_embeddings(target, block)
+            pos = torch.arange(len(ids) + draft.block_size).unsqueeze(0)
+            h = draft(target_hidden=hidden, noise_embedding=noise, position_ids=pos)
+            out.append(draft.compute_logits(h[:, 1:, :], dm._output_head(target))[0].double())
+            anchors.append(g)
+    return out, anchors
+
+
 def run(cmd):
     # One thread each: CI machines are small and shared; the results do not depend on it.
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -81,8 +106,8 @@ def main():
         failed |= not compare(args, target, variant, extra)
     if failed:
         sys.exit(1)
-    print("PASS: tokens and every verification's acceptance equal to dflash==0.1.0, full and "
-          "sliding layers")
+    print("PASS: logits, tokens and every verification's acceptance equal to dflash==0.1.0, "
+          "full and sliding layers")
 
 
 def compare(args, target, variant, extra):
@@ -104,6 +129,20 @@ def compare(args, target, variant, extra):
          "--block_size", str(BLOCK), "--layer_ids", "1,3", "--mask_token_id", str(VOCAB - 1),
          "--seed", "3", "--train_prompts", train_prompts, "--train_steps", "30", "--lr", "0.01",
          "--train_tokens", str(MAX_NEW + BLOCK)] + extra)
+    # The logits of the first block after each prompt, against the package's (fp32).
+    ours = json.loads(run([args.tool, "logits", "--target", target, "--drafter", drafter,
+                           "--prompts", prompts]))
+    ref_logits, ref_anchors = reference_logits(target, drafter, prompts)
+    if ours["anchor_tokens"] != ref_anchors:
+        print(f"FAIL ({variant}): anchor tokens differ: {ours['anchor_tokens']}, {ref_anchors}")
+        return False
+    worst = max(float((torch.tensor(o, dtype=torch.float64) - r).abs().max() / r.abs().max())
+                for o, r in zip(ours["logits"], ref_logits))
+    print(f"{variant}: drafter logits of {len(ref_logits)} first blocks, max relative error "
+          f"{worst:.2e} against dflash==0.1.0")
+    if not worst < 1e-4:
+        print(f"FAIL ({variant}): logits differ from the package's: {worst:.2e} (bound 1e-4)")
+        return False
     if variant == "sliding":
         with open(os.path.join(drafter, "config.json")) as f:
             written = json.load(f)

@@ -10,6 +10,7 @@
 //     A randomly initialized drafter for the target, trained for N Adam steps (whole batch, every
 //     position an anchor) on the target's greedy continuations of FILE's prompts when given,
 //     written by ExportDrafter.
+//   spec_parity_tool logits --target DIR --drafter DIR --prompts FILE
 //   spec_parity_tool decode --target DIR --drafter DIR --prompts FILE [--max_new_tokens N]
 //                           [--stop 2,5] [--batch_size N] [--dtype float32|bfloat16]
 //     Speculative decoding of every prompt (JSONL lines {"input_ids": [...]}) and plain greedy
@@ -251,6 +252,54 @@ int Decode(const Flags& f) {
   return 0;
 }
 
+// For each prompt, the drafter's fp32 logits of slots 1..B-1 of the first block after it, as the
+// reference package's first step computes them: slot 0 the target's greedy next token g, the
+// context every prompt row (the features of prompt + g, of which the anchor's row is not seen),
+// block positions L..L+B-1. JSON {"logits": [prompt][slot][token], "anchor_tokens": [...]}.
+int Logits(const Flags& f) {
+  const std::string drafter_dir = Need(f, "drafter");
+  const drafter::DrafterConfig dc = OrDie(drafter::ReadDrafterConfig(drafter_dir));
+  nn::TargetModelOptions to;
+  to.dtype = c10::kFloat;
+  to.layer_ids = dc.target_layer_ids;
+  to.full = true;
+  auto target = OrDie(nn::TargetModel::Load(Need(f, "target"), to));
+  auto drafter = OrDie(spec::LoadExportedDrafter(*target, drafter_dir));
+  nlohmann::json logits = nlohmann::json::array(), anchors = nlohmann::json::array();
+  for (const std::vector<int64_t>& prompt : ReadPrompts(Need(f, "prompts"))) {
+    nn::GenerateOptions go;
+    go.max_new_tokens = 1;
+    const int64_t g = OrDie(nn::Generate(*target, {prompt}, go))[0].tokens.at(0);
+    std::vector<int64_t> ids = prompt, positions;
+    ids.push_back(g);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    for (int64_t i = 0; i < n; ++i) positions.push_back(i);
+    const at::Tensor id_t = at::tensor(ids, at::kLong), pos_t = at::tensor(positions, at::kLong);
+    const at::Tensor cu = at::tensor(std::vector<int32_t>{0, static_cast<int32_t>(n)}, at::kInt);
+    at::NoGradGuard no_grad;
+    const at::Tensor features = OrDie(target->Forward(id_t, pos_t, cu));
+    drafter::DrafterBatch batch{features,
+                                id_t,
+                                pos_t,
+                                cu,
+                                at::tensor(std::vector<int64_t>{n - 1}, at::kLong),
+                                at::ones({n}, at::kLong)};
+    const at::Tensor hidden = OrDie(drafter->Forward(batch));
+    const at::Tensor l =
+        OrDie(drafter->Logits(hidden)).to(at::kDouble).narrow(0, 1, dc.block_size - 1);
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t k = 0; k < l.size(0); ++k) {
+      const at::Tensor row = l[k].contiguous();
+      rows.push_back(
+          std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + row.numel()));
+    }
+    logits.push_back(rows);
+    anchors.push_back(g);
+  }
+  std::cout << nlohmann::json{{"logits", logits}, {"anchor_tokens", anchors}}.dump() << "\n";
+  return 0;
+}
+
 }  // namespace
 }  // namespace dflash
 
@@ -266,5 +315,6 @@ int main(int argc, char** argv) {
   if ((argc - 2) % 2 != 0) dflash::Fail(std::string("flag without a value: ") + argv[argc - 1]);
   if (mode == "export") return dflash::Export(flags);
   if (mode == "decode") return dflash::Decode(flags);
+  if (mode == "logits") return dflash::Logits(flags);
   dflash::Fail("unknown mode " + mode + " (export or decode)");
 }
