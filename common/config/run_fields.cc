@@ -136,6 +136,23 @@ void CheckSliding(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
   }
 }
 
+// data.thinking: the chat template's enable_thinking switch, so only with chat data and the
+// target's own template (the built-in ones have none).
+void CheckThinking(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
+  const std::string& t = s->data.thinking;
+  if (t != "auto" && t != "on" && t != "off") {
+    e->Add("data.thinking", absl::StrCat("must be one of auto|on|off, got '", t, "'"));
+  } else if (t != "auto" && s->data.format != "chat") {
+    e->Add("data.thinking", absl::StrCat(t, ": only chat data is rendered with a template (",
+                                         "data.format is ", s->data.format, ")"));
+  } else if (t != "auto" && s->data.chat_template != "auto") {
+    e->Add("data.thinking",
+           absl::StrCat(t, ": the built-in ", s->data.chat_template,
+                        " template has no thinking switch (data.chat_template: auto renders the "
+                        "target's own)"));
+  }
+}
+
 void CheckTrain(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   NormalizePath(opt, e, "data.train", &s->data.train, /*want_dir=*/false, &BuiltinDatasets());
 }
@@ -279,6 +296,7 @@ std::vector<RunField> MakeFields() {
       {"data", "tokenizer", false, false, DFLASH_AT(s.data.tokenizer), Custom(CheckTokenizer)},
       {"data", "chat_template", false, false, DFLASH_AT(s.data.chat_template),
        OneOf({"auto", "chatml", "llama3"})},
+      {"data", "thinking", false, false, DFLASH_AT(s.data.thinking), Custom(CheckThinking)},
       {"data", "max_length", false, false, DFLASH_AT(s.data.max_length), Custom(CheckMaxLength)},
       {"data", "long_documents", false, false, DFLASH_AT(s.data.long_documents),
        OneOf({"truncate", "split"})},

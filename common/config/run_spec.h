@@ -36,6 +36,8 @@ struct DataSpec {
   std::string format = "chat";         // chat|pretokenized|text
   std::string tokenizer = "auto";      // auto = the target's tokenizer.json
   std::string chat_template = "auto";  // auto|chatml|llama3
+  // auto|on|off: the chat template's enable_thinking for prepare, regen and eval (auto: unset)
+  std::string thinking = "auto";
   int64_t max_length = 4096;
   std::string long_documents = "truncate";  // truncate|split: documents over max_length
   std::string on_bad_record = "skip";       // skip|fail: malformed or unusable input records

@@ -152,11 +152,34 @@ absl::StatusOr<ChatTemplate> DetectChatTemplate(absl::string_view jinja) {
                "(<|start_header_id|>, <|eot_id|>)");
 }
 
+std::string RecordedTemplateName(ChatTemplate kind, absl::string_view thinking) {
+  return absl::StrCat(ChatTemplateName(kind), thinking == "on"    ? "+think"
+                                              : thinking == "off" ? "-think"
+                                                                  : "");
+}
+
+std::string RecordedThinking(absl::string_view recorded_name) {
+  return absl::EndsWith(recorded_name, "+think")   ? "on"
+         : absl::EndsWith(recorded_name, "-think") ? "off"
+                                                   : "auto";
+}
+
 absl::StatusOr<ResolvedChatTemplate> ResolveChatTemplate(absl::string_view setting,
                                                          const fs::path& tokenizer_json,
-                                                         const fs::path& template_dir) {
+                                                         const fs::path& template_dir,
+                                                         absl::string_view thinking) {
+  if (thinking != "auto" && thinking != "on" && thinking != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.thinking: must be auto, on or off, got '", thinking, "'"));
+  }
   if (setting != "auto") {
     ASSIGN_OR_RETURN(ChatTemplate builtin, ParseChatTemplate(setting));
+    if (thinking != "auto") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.thinking: ", thinking, ": the built-in ", setting,
+                       " template has no thinking switch (use data.chat_template: auto, the "
+                       "target's own template, or data.thinking: auto)"));
+    }
     return ResolvedChatTemplate(builtin);
   }
   const fs::path dir = template_dir.empty() ? tokenizer_json.parent_path() : template_dir;
@@ -188,8 +211,19 @@ absl::StatusOr<ResolvedChatTemplate> ResolveChatTemplate(absl::string_view setti
         "data.chat_template: auto found no chat template (looked at ", jinja_path.string(), " and ",
         config_path.string(), ": ", source.status().message(), ")", advice));
   }
+  std::optional<bool> enable_thinking;
+  if (thinking != "auto") {
+    // A template that never reads the switch would render the same either way: refused, so that
+    // the setting never silently does nothing.
+    if (source->find("enable_thinking") == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.thinking: ", thinking, ": ", origin,
+                       " has no enable_thinking switch; set data.thinking: auto"));
+    }
+    enable_thinking = thinking == "on";
+  }
   absl::StatusOr<std::shared_ptr<const JinjaChatTemplate>> tmpl =
-      JinjaChatTemplate::Create(*std::move(source), origin, specials);
+      JinjaChatTemplate::Create(*std::move(source), origin, specials, enable_thinking);
   if (!tmpl.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "data.chat_template: auto: the template cannot be used: ", tmpl.status().message(),

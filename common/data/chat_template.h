@@ -82,9 +82,19 @@ absl::StatusOr<ChatTemplate> DetectChatTemplate(absl::string_view jinja);
 // tokenizer_config.json, and parses it as Jinja. When none is found the error names the files
 // looked at and tells the user to set data.chat_template; a template the interpreter cannot parse
 // is an error naming the file, line and column.
+//
+// `thinking` (data.thinking: auto | on | off): on / off set the template's enable_thinking (as
+// apply_chat_template(enable_thinking=...) does); a template without that switch, or a built-in
+// one, is refused naming data.thinking.
 absl::StatusOr<ResolvedChatTemplate> ResolveChatTemplate(
     absl::string_view setting, const std::filesystem::path& tokenizer_json,
-    const std::filesystem::path& template_dir = {});
+    const std::filesystem::path& template_dir = {}, absl::string_view thinking = "auto");
+
+// The name a prepared file records for a template rendered with `thinking`: the template's name,
+// "+think" for on and "-think" for off ("jinja-think").
+std::string RecordedTemplateName(ChatTemplate kind, absl::string_view thinking);
+// The thinking mode a recorded name says ("auto" without a suffix).
+std::string RecordedThinking(absl::string_view recorded_name);
 
 // The special tokens a template writes; each must be ONE token of the tokenizer, or its markers
 // would be split into ordinary text pieces. Returns FailedPrecondition naming the missing token.

@@ -75,9 +75,9 @@ absl::StatusOr<EvalPrompts> LoadEvalPrompts(const config::RunSpec& spec, const s
     ASSIGN_OR_RETURN(RunDataPaths paths, ResolveRunDataPaths(with_path));
     ASSIGN_OR_RETURN(tok, LoadTokenizer(paths.tokenizer));
     if (format == DataFormat::kChat) {
-      ASSIGN_OR_RETURN(
-          topts.chat_template,
-          ResolveChatTemplate(spec.data.chat_template, paths.tokenizer, paths.chat_template_dir));
+      ASSIGN_OR_RETURN(topts.chat_template,
+                       ResolveChatTemplate(spec.data.chat_template, paths.tokenizer,
+                                           paths.chat_template_dir, spec.data.thinking));
       ASSIGN_OR_RETURN(const int32_t end_of_turn, EndOfTurnToken(*tok, topts.chat_template));
       stops.insert(end_of_turn);
     }

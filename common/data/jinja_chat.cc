@@ -49,10 +49,12 @@ size_t TrimTrailingSpace(absl::string_view s, size_t begin, size_t end) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const JinjaChatTemplate>> JinjaChatTemplate::Create(
-    std::string source, std::string origin, const nlohmann::json& tokenizer_config) {
+    std::string source, std::string origin, const nlohmann::json& tokenizer_config,
+    std::optional<bool> enable_thinking) {
   ASSIGN_OR_RETURN(jinja::Template tmpl, jinja::Template::Parse(std::move(source), origin));
   auto t = std::shared_ptr<JinjaChatTemplate>(new JinjaChatTemplate(std::move(tmpl)));
   t->special_tokens_ = SpecialTokens(tokenizer_config);
+  t->enable_thinking_ = enable_thinking;
   return std::shared_ptr<const JinjaChatTemplate>(std::move(t));
 }
 
@@ -68,6 +70,7 @@ absl::StatusOr<std::string> JinjaChatTemplate::Render(absl::Span<const Message> 
   vars.emplace_back("add_generation_prompt", jinja::Value(add_generation_prompt));
   vars.emplace_back("tools", jinja::Value::None());
   vars.emplace_back("documents", jinja::Value::None());
+  if (enable_thinking_) vars.emplace_back("enable_thinking", jinja::Value(*enable_thinking_));
   return tmpl_.Render(vars);
 }
 

@@ -2,8 +2,8 @@
 // interpreter of common/jinja exactly as transformers' apply_chat_template renders it: the
 // variables are messages ({role, content} dicts), add_generation_prompt, tools=None,
 // documents=None and the special tokens of tokenizer_config.json (bos_token, eos_token, unk_token,
-// sep_token, pad_token, cls_token, mask_token, additional_special_tokens); enable_thinking and
-// other template switches stay undefined.
+// sep_token, pad_token, cls_token, mask_token, additional_special_tokens); enable_thinking when
+// data.thinking sets it (on / off), else undefined like every other template switch.
 //
 // Loss mask (RenderPieces). For each assistant message i the template renders the conversation
 // before it with add_generation_prompt=true (A) and the conversation through it (B); the
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,8 @@ class JinjaChatTemplate {
   // the tokenizer_config.json object for the special tokens (null: none). A template that does not
   // parse is an InvalidArgument error naming origin, line and column.
   static absl::StatusOr<std::shared_ptr<const JinjaChatTemplate>> Create(
-      std::string source, std::string origin, const nlohmann::json& tokenizer_config);
+      std::string source, std::string origin, const nlohmann::json& tokenizer_config,
+      std::optional<bool> enable_thinking = std::nullopt);
 
   // The rendered conversation.
   absl::StatusOr<std::string> Render(absl::Span<const Message> messages,
@@ -48,6 +50,7 @@ class JinjaChatTemplate {
 
   jinja::Template tmpl_;
   jinja::ValueDict special_tokens_;
+  std::optional<bool> enable_thinking_;
 };
 
 }  // namespace dflash::data

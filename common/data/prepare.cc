@@ -277,11 +277,11 @@ absl::StatusOr<PrepareReport> Prepare(const PrepareOptions& options,
   tokenize.block_size = options.block_size;
   std::string template_name = "none";
   if (options.format == DataFormat::kChat) {
-    ASSIGN_OR_RETURN(
-        tokenize.chat_template,
-        ResolveChatTemplate(options.chat_template, options.tokenizer, options.chat_template_dir));
+    ASSIGN_OR_RETURN(tokenize.chat_template,
+                     ResolveChatTemplate(options.chat_template, options.tokenizer,
+                                         options.chat_template_dir, options.thinking));
     RETURN_IF_ERROR(CheckTemplateTokens(tokenize.chat_template, tok));
-    template_name = std::string(ChatTemplateName(tokenize.chat_template.kind));
+    template_name = RecordedTemplateName(tokenize.chat_template.kind, options.thinking);
   }
   const int threads = options.threads > 0
                           ? options.threads

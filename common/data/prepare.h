@@ -38,8 +38,9 @@ struct PrepareOptions {
   std::string chat_template = "auto";  // auto | chatml | llama3 (chat format only)
   // Where "auto" looks for the template (the target checkpoint); empty: the tokenizer's directory.
   std::filesystem::path chat_template_dir;
-  int block_size = 16;        // drop documents with < 2 * block_size supervised tokens
-  int64_t max_length = 4096;  // only counted (over_max_length)
+  std::string thinking = "auto";  // data.thinking: the template's enable_thinking (auto | on | off)
+  int block_size = 16;            // drop documents with < 2 * block_size supervised tokens
+  int64_t max_length = 4096;      // only counted (over_max_length)
   OnBadRecord on_bad_record = OnBadRecord::kSkip;
   int threads = 0;                     // 0 = std::thread::hardware_concurrency()
   int max_examples_per_reason = 5;     // "file:line: message" examples kept per drop reason

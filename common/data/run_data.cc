@@ -12,6 +12,7 @@
 #include "common/batching/plan.h"
 #include "common/data/builtin_data.h"
 #include "common/data/builtin_tokenizer.h"
+#include "common/data/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -55,6 +56,15 @@ absl::Status CheckSettings(const config::RunSpec& spec, const PreparedMetadata& 
     return absl::FailedPreconditionError(absl::StrCat(
         "data.chat_template: the run says '", spec.data.chat_template, "' but ", prepared.string(),
         " was rendered with '", m.chat_template, "'; prepare it again"));
+  }
+  // The thinking mode a file was rendered with is part of its template's name ("jinja-think").
+  if (spec.data.format == "chat") {
+    const std::string recorded = RecordedThinking(m.chat_template);
+    if (recorded != spec.data.thinking) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "data.thinking: the run says '", spec.data.thinking, "' but ", prepared.string(),
+          " was rendered with thinking ", recorded, "; prepare it again"));
+    }
   }
   return absl::OkStatus();
 }
@@ -162,6 +172,7 @@ absl::StatusOr<PrepareOptions> PrepareOptionsFor(const config::RunSpec& spec,
   o.chat_template_dir = paths.chat_template_dir;
   ASSIGN_OR_RETURN(o.format, ParseDataFormat(spec.data.format));
   o.chat_template = spec.data.chat_template;
+  o.thinking = spec.data.thinking;
   o.block_size = static_cast<int>(spec.drafter.block_size);
   o.max_length = spec.data.max_length;
   ASSIGN_OR_RETURN(o.on_bad_record, ParseOnBadRecord(spec.data.on_bad_record));

@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/base/logging.h"
-#include "common/base/status.h"
 #include "common/base/rng.h"
+#include "common/base/status.h"
 #include "common/data/builtin_data.h"
 #include "common/data/builtin_tokenizer.h"
 #include "common/data/chat_template.h"
@@ -280,8 +280,9 @@ absl::StatusOr<ChatTools> LoadChatTools(const config::RunSpec& spec) {
   ChatTools chat;
   ASSIGN_OR_RETURN(data::RunDataPaths paths, data::ResolveRunDataPaths(spec));
   ASSIGN_OR_RETURN(chat.tok, data::LoadTokenizer(paths.tokenizer));
-  ASSIGN_OR_RETURN(chat.tmpl, data::ResolveChatTemplate(spec.data.chat_template, paths.tokenizer,
-                                                        paths.chat_template_dir));
+  ASSIGN_OR_RETURN(chat.tmpl,
+                   data::ResolveChatTemplate(spec.data.chat_template, paths.tokenizer,
+                                             paths.chat_template_dir, spec.data.thinking));
   ASSIGN_OR_RETURN(const int32_t end_of_turn, data::EndOfTurnToken(*chat.tok, chat.tmpl));
   chat.end_of_turn = end_of_turn;
   return chat;

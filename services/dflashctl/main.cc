@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
   prepare->add_option("--chat_template", pa.chat_template, "auto|chatml|llama3")
       ->check(CLI::IsMember({"auto", "chatml", "llama3"}));
   prepare
+      ->add_option("--thinking", pa.thinking,
+                   "the chat template's enable_thinking: auto (unset), on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  prepare
       ->add_option("--block_size", pa.block_size,
                    "drafter block size B: documents with < 2B supervised tokens are dropped")
       ->check(CLI::Range(2, 64));
@@ -122,7 +126,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   prepare->add_flag("--force", pa.force, "prepare again even when the output is up to date");
   for (const char* f : {"--data", "--tokenizer", "--out", "--format", "--chat_template",
-                        "--block_size", "--max_length", "--on_bad_record"}) {
+                        "--thinking", "--block_size", "--max_length", "--on_bad_record"}) {
     prepare->get_option(f)->excludes(prepare->get_option("run_yaml"));
   }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/run_spec.h"
 #include "common/data/builtin_tokenizer.h"
+#include "common/data/chat_template.h"
 #include "common/data/prepare.h"
 #include "common/data/prepared.h"
 #include "common/data/run_data.h"
@@ -48,6 +49,7 @@ absl::StatusOr<data::PrepareOptions> FromFlags(const PrepareArgs& a) {
   if (!format.ok()) return format.status();
   o.format = *format;
   o.chat_template = a.chat_template;
+  o.thinking = a.thinking;
   o.block_size = a.block_size;
   o.max_length = a.max_length;
   auto bad = data::ParseOnBadRecord(a.on_bad_record);
@@ -75,7 +77,8 @@ bool UpToDate(const data::PrepareOptions& o) {
   return m.source_path == o.input.string() && m.source_bytes == st.st_size &&
          m.source_mtime_ns == mtime_ns && m.data_format == data::DataFormatName(o.format) &&
          (o.chat_template == "auto" || m.chat_template == o.chat_template) &&
-         m.block_size == o.block_size && m.max_length == o.max_length;
+         data::RecordedThinking(m.chat_template) == o.thinking && m.block_size == o.block_size &&
+         m.max_length == o.max_length;
 }
 
 // Ctrl-C or SIGTERM during a long prepare: the writer's temporary files (possibly many GB) would

@@ -15,6 +15,7 @@ struct PrepareArgs {
   std::string out;  // default: data with its extension replaced by .dfdata
   std::string format = "chat";
   std::string chat_template = "auto";
+  std::string thinking = "auto";  // the template's enable_thinking: auto|on|off
   int block_size = 16;
   int64_t max_length = 4096;
   std::string on_bad_record = "skip";

@@ -143,6 +143,31 @@ TEST_F(DataFlowTest, SubmitRefusesDataFromAnotherTokenizerOrAChangedSource) {
   EXPECT_EQ(Ctl({"submit", run_yaml, "--detach"}).exit_code, 0);
 }
 
+// data.thinking: the target's own template (Qwen3's) rendered with enable_thinking false; the
+// prepared file records it, a run in another mode is refused until prepared again, and prepare
+// does not keep a file of another mode as up to date.
+TEST_F(DataFlowTest, TheThinkingModeIsRecordedAndAnotherModeIsRefused) {
+  fs::copy_file(fs::path(DFLASH_CHAT_TEMPLATE_FIXTURES) / "qwen3.jinja",
+                fs::path(dir_) / "target" / "chat_template.jinja");
+  StartCoordinator();
+  const std::string run_yaml = dir_ + "/run.yaml";
+  WriteRunYaml(", thinking: off");
+  CtlResult off = Ctl({"prepare", run_yaml, "-o", "json"});
+  ASSERT_EQ(off.exit_code, 0) << off.out << off.err;
+  EXPECT_EQ(json::parse(off.out)["chat_template"], "jinja-think");
+  EXPECT_EQ(Ctl({"submit", run_yaml, "--detach"}).exit_code, 0);
+  WriteRunYaml("");  // thinking: auto, the same prepared file
+  CtlResult unset = Ctl({"submit", run_yaml, "--detach"});
+  EXPECT_EQ(unset.exit_code, 3) << unset.out << unset.err;
+  EXPECT_THAT(unset.err, HasSubstr("data.thinking: the run says 'auto' but"));
+  EXPECT_THAT(unset.err, HasSubstr("was rendered with thinking off; prepare it again"));
+  WriteRunYaml(", thinking: on");
+  CtlResult on = Ctl({"prepare", run_yaml, "-o", "json"});
+  ASSERT_EQ(on.exit_code, 0) << on.out << on.err;
+  EXPECT_EQ(json::parse(on.out)["chat_template"], "jinja+think");
+  EXPECT_EQ(Ctl({"submit", run_yaml, "--detach"}).exit_code, 0);
+}
+
 TEST_F(DataFlowTest, OnBadRecordFailStopsAtTheFirstBadLineAndWritesNothing) {
   WriteRunYaml(", on_bad_record: fail");
   CtlResult r = Ctl({"prepare", dir_ + "/run.yaml"});

@@ -176,6 +176,44 @@ TEST(EvalPromptsTest, ChatRecordsNeedNoAnswer) {
   EXPECT_EQ(builtin->stop_token_ids, loaded->stop_token_ids);
 }
 
+// data.thinking sets the template's enable_thinking as apply_chat_template(enable_thinking=...)
+// does: Qwen3's template writes an empty reasoning block after the assistant header when it is
+// false, nothing when true or unset. A template without the switch, or a built-in one, is
+// refused naming data.thinking.
+TEST(JinjaChatTest, ThinkingSwitch) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "thinking";
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(DFLASH_CHAT_TEMPLATE_FIXTURES) / "qwen3.jinja",
+                dir / "chat_template.jinja", fs::copy_options::overwrite_existing);
+  const std::vector<Message> chat = {{Role::kUser, "Q"}};
+  auto prompt = [&](const char* thinking) {
+    auto t = ResolveChatTemplate("auto", dir / "tokenizer.json", dir, thinking);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? RenderPromptText(*t, chat).value_or("") : std::string();
+  };
+  EXPECT_EQ(prompt("off"),
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(prompt("on"), "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(prompt("auto"), prompt("on"));
+  EXPECT_EQ(RecordedTemplateName(ChatTemplate::kJinja, "off"), "jinja-think");
+  EXPECT_EQ(RecordedThinking("jinja-think"), "off");
+  EXPECT_EQ(RecordedThinking("jinja"), "auto");
+
+  const fs::path smollm2 = fs::path(::testing::TempDir()) / "thinking-smollm2";
+  fs::create_directories(smollm2);
+  fs::copy_file(fs::path(DFLASH_CHAT_TEMPLATE_FIXTURES) / "smollm2.jinja",
+                smollm2 / "chat_template.jinja", fs::copy_options::overwrite_existing);
+  auto none = ResolveChatTemplate("auto", smollm2 / "tokenizer.json", smollm2, "off");
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(std::string(none.status().message()), ::testing::HasSubstr("data.thinking: off: "));
+  EXPECT_THAT(std::string(none.status().message()),
+              ::testing::HasSubstr("has no enable_thinking switch"));
+  auto builtin = ResolveChatTemplate("chatml", dir / "tokenizer.json", dir, "on");
+  ASSERT_FALSE(builtin.ok());
+  EXPECT_THAT(std::string(builtin.status().message()),
+              ::testing::HasSubstr("the built-in chatml template has no thinking switch"));
+}
+
 // Qwen3's template: one answer after the last user message gets its (empty) reasoning block
 // supervised; an earlier answer whose reasoning the template drops once a later user message
 // follows is not prefix-consistent, and the record is refused naming that message.
