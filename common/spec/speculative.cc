@@ -114,6 +114,20 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Draft(
 
 }  // namespace
 
+size_t ContextBucket(int64_t context_tokens) {
+  size_t b = 0;
+  while (b < kContextBuckets - 1 && context_tokens >= kContextBucketBounds[b]) ++b;
+  return b;
+}
+
+int64_t ContextBucketMin(size_t bucket) {
+  return bucket == 0 ? 0 : kContextBucketBounds[bucket - 1];
+}
+
+int64_t ContextBucketMax(size_t bucket) {
+  return bucket + 1 < kContextBuckets ? kContextBucketBounds[bucket] : 0;
+}
+
 double AcceptanceStats::tau() const {
   return verifications == 0 ? 0.0 : 1.0 + static_cast<double>(accepted) / verifications;
 }
@@ -147,6 +161,13 @@ void AcceptanceStats::Add(const AcceptanceStats& other) {
   };
   add(other.accepted_at, &accepted_at);
   add(other.emitted_histogram, &emitted_histogram);
+  if (by_context.size() < other.by_context.size()) by_context.resize(other.by_context.size());
+  for (size_t c = 0; c < other.by_context.size(); ++c) {
+    by_context[c].verifications += other.by_context[c].verifications;
+    by_context[c].accepted += other.by_context[c].accepted;
+    by_context[c].emitted += other.by_context[c].emitted;
+    add(other.by_context[c].accepted_at, &by_context[c].accepted_at);
+  }
 }
 
 Proposer DrafterProposer(const drafter::DrafterModel& drafter) {
@@ -186,6 +207,8 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
   SpecDecodeResult result;
   result.stats.accepted_at.assign(b, 0);
   result.stats.emitted_histogram.assign(b + 1, 0);
+  result.stats.by_context.assign(kContextBuckets, ContextBucketStats{0, 0, 0, {}});
+  for (ContextBucketStats& c : result.stats.by_context) c.accepted_at.assign(b, 0);
   if (prompts.empty()) return result;
   int64_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -282,6 +305,12 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
         ++result.stats.verifications;
         result.stats.accepted += k;
         for (int64_t i = 1; i <= k; ++i) ++result.stats.accepted_at[i];
+        // The tokens before this block: the prompt and everything emitted so far.
+        ContextBucketStats& bucket =
+            result.stats.by_context[ContextBucket(static_cast<int64_t>(s->tokens.size()) - 1)];
+        ++bucket.verifications;
+        bucket.accepted += k;
+        for (int64_t i = 1; i <= k; ++i) ++bucket.accepted_at[i];
         // The target ran the block's first k+1 rows for real: keep their cache and features.
         const int64_t kept = static_cast<int64_t>(s->tokens.size()) + k;
         RETURN_IF_ERROR(cache->Truncate(ids[j], kept));
@@ -292,6 +321,7 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
         s->done = Emit(out, options, stops, s);
         const int64_t e = static_cast<int64_t>(s->emitted.size() - before);
         result.stats.emitted += e;
+        bucket.emitted += e;
         ++result.stats.emitted_histogram[e];
         s->step_emitted.push_back(e);
         s->step_accepted.push_back(k);

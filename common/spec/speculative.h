@@ -38,6 +38,20 @@ struct SpecDecodeOptions {
 };
 
 // Acceptance statistics of a set of verifications (summable across calls and workers).
+// Acceptance by context length (docs/cli.md#eval): each verification is counted in the bucket of
+// the tokens before its block (the prompt and everything emitted so far): [0, 1024), [1024, 4096),
+// [4096, 16384), [16384, ...).
+inline constexpr int64_t kContextBucketBounds[] = {1024, 4096, 16384};
+inline constexpr size_t kContextBuckets = 4;
+size_t ContextBucket(int64_t context_tokens);
+int64_t ContextBucketMin(size_t bucket);  // 0, 1024, 4096, 16384
+int64_t ContextBucketMax(size_t bucket);  // 1024, 4096, 16384, 0 (none)
+
+struct ContextBucketStats {
+  int64_t verifications = 0, accepted = 0, emitted = 0;
+  std::vector<int64_t> accepted_at;  // as AcceptanceStats::accepted_at
+};
+
 struct AcceptanceStats {
   int64_t verifications = 0;  // target forwards over a drafted block
   int64_t accepted = 0;       // proposals accepted, summed
@@ -54,6 +68,9 @@ struct AcceptanceStats {
   // the prompt.
   int64_t prompts_verified = 0;
   double prompt_tau_sum = 0;
+  // kContextBuckets entries once decoding has counted (empty before): the same counts by the
+  // context length of each verification.
+  std::vector<ContextBucketStats> by_context;
 
   // tau, tokens per verification: 1 + accepted / verifications (0 with no verification).
   double tau() const;

@@ -59,6 +59,19 @@ v1::EvalResult ToEvalResult(const v1::EvaluateResponse& resp, const std::string&
                             ? resp.prompt_tau_sum() / static_cast<double>(resp.prompts_verified())
                             : 0.0);
   for (int64_t e : resp.emitted_histogram()) r.add_emitted_histogram(v > 0 ? e / v : 0.0);
+  for (const v1::ContextBucketCounts& c : resp.by_context()) {
+    if (c.verifications() == 0) continue;
+    const double cv = static_cast<double>(c.verifications());
+    v1::EvalContextBucket* b = r.add_by_context();
+    b->set_min_tokens(c.min_tokens());
+    b->set_max_tokens(c.max_tokens());
+    b->set_verifications(c.verifications());
+    b->set_tau(1.0 + static_cast<double>(c.accepted()) / cv);
+    b->set_tau_pooled(static_cast<double>(c.emitted()) / cv);
+    for (int k = 0; k < c.accepted_at_size(); ++k) {
+      b->add_acceptance_by_position(k == 0 ? 1.0 : c.accepted_at(k) / cv);
+    }
+  }
   r.set_block_size(resp.block_size());
   r.set_seconds(resp.seconds());
   r.set_tokens_per_second(resp.seconds() > 0 ? resp.new_tokens() / resp.seconds() : 0.0);

@@ -183,6 +183,14 @@ std::string EvalTable(const v1::EvalResult& r) {
     }
     out << "\n";
   }
+  // By context length: the tokens before each verification's block.
+  for (const v1::EvalContextBucket& c : r.by_context()) {
+    const std::string range = c.max_tokens() > 0
+                                  ? absl::StrCat(c.min_tokens(), "-", c.max_tokens() - 1)
+                                  : absl::StrCat(c.min_tokens(), "+");
+    out << absl::StrFormat("context    %-12s tau %.3f (%d verifications)\n", range + " tokens",
+                           c.tau(), static_cast<long long>(c.verifications()));
+  }
   if (r.baseline_tokens_per_second() > 0) {
     out << "baseline   " << absl::StrFormat("%.1f", r.baseline_tokens_per_second())
         << " tokens/s by plain greedy decoding of the same prompts: speed-up "

@@ -134,6 +134,11 @@ class TargetEvaluator : public Evaluator {
     report.emitted_histogram = stats.emitted_histogram;
     report.prompts_verified = stats.prompts_verified;
     report.prompt_tau_sum = stats.prompt_tau_sum;
+    for (size_t c = 0; c < stats.by_context.size(); ++c) {
+      const spec::ContextBucketStats& b = stats.by_context[c];
+      report.by_context.push_back({spec::ContextBucketMin(c), spec::ContextBucketMax(c),
+                                   b.verifications, b.accepted, b.emitted, b.accepted_at});
+    }
     LOG_RUN(INFO, work.run_id, work.step)
         << "evaluated " << work.drafter_dir << ": tau " << stats.tau() << " over " << report.prompts
         << " prompts, " << report.new_tokens << " tokens in " << report.seconds << " s (load "

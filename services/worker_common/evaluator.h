@@ -26,6 +26,13 @@ struct EvalWork {
   bool measure_baseline = false;  // also time plain greedy decoding of the same prompts
 };
 
+// One context-length bucket of an evaluation (common/spec AcceptanceStats::by_context).
+struct EvalContextCounts {
+  int64_t min_tokens = 0, max_tokens = 0;  // max 0: no upper bound
+  int64_t verifications = 0, accepted = 0, emitted = 0;
+  std::vector<int64_t> accepted_at;
+};
+
 struct EvalReport {
   int64_t prompts = 0, new_tokens = 0, verifications = 0, accepted = 0, block_size = 0;
   std::vector<int64_t> accepted_at;
@@ -38,6 +45,7 @@ struct EvalReport {
   double baseline_seconds = 0;
   int64_t baseline_tokens = 0;
   int64_t baseline_identical = 0;  // prompts decoded alike by both (measure_baseline)
+  std::vector<EvalContextCounts> by_context;
 };
 
 struct GenerateWork {

@@ -64,6 +64,15 @@ absl::StatusOr<v1::EvaluateResponse> WorkerCore::Evaluate(const v1::EvaluateRequ
   for (int64_t a : r.accepted_at) resp.add_accepted_at(a);
   resp.set_emitted(r.emitted);
   for (int64_t e : r.emitted_histogram) resp.add_emitted_histogram(e);
+  for (const EvalContextCounts& c : r.by_context) {
+    v1::ContextBucketCounts* b = resp.add_by_context();
+    b->set_min_tokens(c.min_tokens);
+    b->set_max_tokens(c.max_tokens);
+    b->set_verifications(c.verifications);
+    b->set_accepted(c.accepted);
+    b->set_emitted(c.emitted);
+    for (int64_t a : c.accepted_at) b->add_accepted_at(a);
+  }
   resp.set_prompts_verified(r.prompts_verified);
   resp.set_prompt_tau_sum(r.prompt_tau_sum);
   resp.set_block_size(r.block_size);

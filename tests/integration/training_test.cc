@@ -133,6 +133,12 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_GT(measured["baseline_tokens_per_second"].get<double>(), 0.0) << eval.out;
   EXPECT_EQ(measured["baseline_identical_prompts"], measured["prompts"]) << eval.out;
   EXPECT_EQ(measured["worker"], "t0");
+  // By context length: tiny-chat's prompts and answers stay under 1024 tokens, so one bucket,
+  // holding every verification with the whole run's tau.
+  ASSERT_EQ(measured["by_context"].size(), 1u) << eval.out;
+  EXPECT_EQ(measured["by_context"][0]["max_tokens"], "1024");
+  EXPECT_EQ(measured["by_context"][0]["verifications"], measured["verifications"]);
+  EXPECT_DOUBLE_EQ(measured["by_context"][0]["tau"].get<double>(), tau);
   CtlResult table = RunCtl(
       address_, {"eval", "--target", "builtin:tiny-qwen3", "--prompts", "builtin:tiny-chat",
                  "--drafter", dir_ + "/drafter", "--max_prompts", "2", "--max_new_tokens", "8"});
@@ -140,6 +146,7 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_THAT(table.out, HasSubstr("tau "));
   EXPECT_THAT(table.out, HasSubstr("prompts    2, "));
   EXPECT_THAT(table.out, HasSubstr("identical  2 of 2 prompts"));
+  EXPECT_THAT(table.out, HasSubstr("context    0-1023 tokens"));
   // Chat prompts without answers (rendered with the generation prompt; the built-in target's
   // tokenizer needs data.chat_template chatml named).
   const std::string chat_prompts = dir_ + "/chat-prompts.jsonl";

@@ -138,6 +138,51 @@ TEST(SpeculativeTest, AcceptsExactlyTheMatchingPrefixPlusTheBonus) {
   }
 }
 
+// Acceptance by context length: each verification counts in the bucket of the tokens before its
+// block (prompt + output so far). A 5-token prompt stays under 1024; one of 1010 tokens crosses
+// into [1024, 4096) at its 5th verification (1010 + 4j >= 1024 from j = 4, 4 tokens a step);
+// one of 1100 starts there.
+TEST(SpeculativeTest, AcceptanceByContextLength) {
+  EXPECT_EQ(ContextBucket(0), 0u);
+  EXPECT_EQ(ContextBucket(1023), 0u);
+  EXPECT_EQ(ContextBucket(1024), 1u);
+  EXPECT_EQ(ContextBucket(16383), 2u);
+  EXPECT_EQ(ContextBucket(16384), 3u);
+  EXPECT_EQ(ContextBucketMax(3), 0);
+  auto target = Target();
+  ASSERT_NE(target, nullptr);
+  std::vector<std::vector<int64_t>> prompts = {{20, 31, 99, 400, 17}, {}, {}};
+  for (int64_t i = 0; i < 1010; ++i) prompts[1].push_back(2 + (i * 37) % 400);
+  for (int64_t i = 0; i < 1100; ++i) prompts[2].push_back(2 + (i * 53) % 400);
+  const int64_t b = 8, max_new = 33, right = 3;
+  const auto reference = Greedy(*target, prompts, max_new + b);
+  SpecDecodeOptions options;
+  options.max_new_tokens = max_new;
+  auto out = SpeculativeGenerate(*target, b, KnowingProposer(prompts, reference, b, right), prompts,
+                                 options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const AcceptanceStats& s = out->stats;
+  ASSERT_EQ(s.by_context.size(), kContextBuckets);
+  EXPECT_EQ(s.by_context[0].verifications, 8 + 4);
+  EXPECT_EQ(s.by_context[1].verifications, 4 + 8);
+  EXPECT_EQ(s.by_context[2].verifications + s.by_context[3].verifications, 0);
+  int64_t verifications = 0, accepted = 0, emitted = 0;
+  for (const ContextBucketStats& c : s.by_context) {
+    verifications += c.verifications;
+    accepted += c.accepted;
+    emitted += c.emitted;
+    EXPECT_EQ(c.accepted, c.verifications * right);
+    ASSERT_EQ(c.accepted_at.size(), static_cast<size_t>(b));
+    EXPECT_EQ(c.accepted_at[right], c.verifications);
+  }
+  EXPECT_EQ(verifications, s.verifications);
+  EXPECT_EQ(accepted, s.accepted);
+  EXPECT_EQ(emitted, s.emitted);
+  AcceptanceStats twice = s;
+  twice.Add(s);
+  EXPECT_EQ(twice.by_context[1].verifications, 2 * s.by_context[1].verifications);
+}
+
 // Near the limit the block shrinks to 1 + the tokens left (the reference package's verify_size):
 // only those proposals are verified, and each step's emitted / accepted counts are recorded.
 TEST(SpeculativeTest, LastBlockShrinksToTheTokensLeft) {
