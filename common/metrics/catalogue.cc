@@ -42,6 +42,10 @@ const std::vector<MetricDef>& Catalogue() {
       {"dflash_coordinator_run_acceptance_by_position", T::kGauge, "coordinator",
        "Share of verifications that accepted the drafter's proposal at each block position, at "
        "the run's newest evaluation."},
+      {"dflash_coordinator_run_acceptance_length_by_context", T::kGauge, "coordinator",
+       "Acceptance length tau at the run's newest evaluation by the context length of the "
+       "verifications (label context: 0-1023, 1024-4095, 4096-16383, 16384+ tokens; "
+       "docs/cli.md#eval)."},
       {"dflash_coordinator_run_eval_tokens_per_second", T::kGauge, "coordinator",
        "Tokens per second of speculative decoding at the run's newest evaluation."},
       {"dflash_coordinator_run_tokens_per_second", T::kGauge, "coordinator",
