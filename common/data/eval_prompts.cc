@@ -60,6 +60,9 @@ absl::StatusOr<EvalPrompts> LoadEvalPrompts(const config::RunSpec& spec, const s
       ++out.records_read;
       batching::DocumentView d = source->document(i);
       if (!AddPrompt(d.tokens, d.loss_mask, &out, &stop)) ++out.records_skipped;
+      if (out.origins.size() < out.prompts.size()) {
+        out.origins.push_back(absl::StrCat(path, " document ", i));
+      }
     }
     return out;
   }
@@ -123,6 +126,8 @@ absl::StatusOr<EvalPrompts> LoadEvalPrompts(const config::RunSpec& spec, const s
       ++out.records_skipped;
       if (first_error.empty()) first_error = absl::StrCat(path, ":", line_no, ": ", error);
     }
+    if (out.origins.size() < out.prompts.size())
+      out.origins.push_back(absl::StrCat(path, ":", line_no));
   }
   if (out.prompts.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -15,6 +15,8 @@ namespace dflash::data {
 
 struct EvalPrompts {
   std::vector<std::vector<int64_t>> prompts;
+  // Where each prompt came from, for errors: "FILE:LINE", or "builtin:NAME document I".
+  std::vector<std::string> origins;
   // Chat data: the template's end-of-turn token (EndOfTurnToken), so that generation stops where
   // an answer ends; empty for other formats and built-in data.
   std::vector<int64_t> stop_token_ids;

@@ -20,6 +20,18 @@ absl::StatusOr<v1::EvaluateRequest> MakeEvaluateRequest(const config::RunSpec& s
     return absl::Status(prompts.status().code(),
                         absl::StrCat("eval.prompts: ", prompts.status().message()));
   }
+  // A prompt and its answer must fit the target's positions (the block beyond the last token too).
+  const int64_t room = spec.eval.max_new_tokens + spec.drafter.block_size;
+  for (size_t i = 0; i < prompts->prompts.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(prompts->prompts[i].size());
+    if (n + room > target.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "eval.prompts: ", i < prompts->origins.size() ? prompts->origins[i] : "a prompt", ": ", n,
+          " prompt tokens + eval.max_new_tokens ", spec.eval.max_new_tokens, " + a block of ",
+          spec.drafter.block_size, " exceed the target's max_position_embeddings ",
+          target.max_position_embeddings));
+    }
+  }
   v1::EvaluateRequest req;
   req.set_resolved_config_yaml(config::EmitRunSpec(spec));
   req.set_drafter_dir(drafter_dir);

@@ -75,6 +75,34 @@ TEST_F(CoordinatorTest, TargetChecksAtSubmitNameTheField) {
                         "layers: ids repeat"));
 }
 
+// An evaluation prompt that cannot fit the target's positions with its answer and a block fails
+// the run before its first step, naming where the prompt came from: nothing is generated half-way.
+TEST_F(CoordinatorTest, EvalPromptsLongerThanTheTargetsPositionsFailTheRunNamingThePrompt) {
+  const std::string dir = state_dir_ + "/short";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << R"({"model_type": "qwen3", "vocab_size": 512, "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "num_hidden_layers": 8, "max_position_embeddings": 64})";
+  std::string yaml = kRunYaml;
+  yaml.replace(yaml.find("builtin:tiny-qwen3"), std::string("builtin:tiny-qwen3").size(), dir);
+  auto run = coordinator_->SubmitRun(
+      yaml +
+          "drafter: {mask_token_id: 1}\n"
+          "eval: {every_steps: 2, prompts: \"builtin:tiny-chat\", max_new_tokens: 60}\n",
+      "short.yaml", false);
+  ASSERT_TRUE(run.ok()) << run.status();
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  coordinator_->Tick();
+  const v1::RunStatus after = *coordinator_->GetRun(run->run_id());
+  EXPECT_EQ(after.state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(after.message(), HasSubstr("eval.prompts: builtin:tiny-chat document "));
+  EXPECT_THAT(after.message(), HasSubstr(" prompt tokens + eval.max_new_tokens 60 + a block of "));
+  EXPECT_THAT(after.message(), HasSubstr("exceed the target's max_position_embeddings 64"));
+  EXPECT_TRUE(workers_.steps.empty());
+}
+
 TEST_F(CoordinatorTest, QueuedRunWaitsForAPairThenStartsAndStopsHonestly) {
   auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   std::string t = AddWorker("t0", v1::WORKER_ROLE_TARGET);
