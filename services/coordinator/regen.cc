@@ -291,8 +291,8 @@ absl::StatusOr<ChatTools> LoadChatTools(const config::RunSpec& spec) {
 // The prompts of turn `turn` of the records [first, last) that have one: a chat record's
 // conversation so far rendered by the template, a token record's parts and earlier answers.
 absl::Status TurnItems(const Input& input, const ChatTools& chat, size_t first, size_t last,
-                       size_t turn, const v1::RegenerateRequest& req, std::vector<Item>* items,
-                       std::vector<int64_t>* stops) {
+                       size_t turn, const v1::RegenerateRequest& req, int64_t max_positions,
+                       std::vector<Item>* items, std::vector<int64_t>* stops) {
   for (size_t i = first; i < last; ++i) {
     const Record& r = input.records[i];
     if (turn >= Turns(r)) continue;
@@ -311,6 +311,16 @@ absl::Status TurnItems(const Input& input, const ChatTools& chat, size_t first, 
       }
       item.max_new = req.max_new_tokens() > 0 ? req.max_new_tokens()
                                               : static_cast<int64_t>(r.answers[turn].size());
+    }
+    // Positions past the target's last one would generate something no model was trained for:
+    // refused, the records written so far kept in the resumable .partial file.
+    const int64_t need = static_cast<int64_t>(item.prompt.size()) + item.max_new;
+    if (need > max_positions) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("record ", i + 1, " of data.train's usable records, turn ", turn + 1, ": ",
+                       item.prompt.size(), " prompt tokens + ", item.max_new,
+                       " new tokens exceed the target's max_position_embeddings ", max_positions,
+                       " (lower --max_new_tokens or data.max_length, or drop the record)"));
     }
     items->push_back(std::move(item));
   }
@@ -403,7 +413,8 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
     for (size_t turn = 0; turn < turns; ++turn) {
       std::vector<Item> items;
       std::vector<int64_t> stops;
-      RETURN_IF_ERROR(TurnItems(input, chat, first, last, turn, req, &items, &stops));
+      RETURN_IF_ERROR(TurnItems(input, chat, first, last, turn, req, target.max_position_embeddings,
+                                &items, &stops));
       ASSIGN_OR_RETURN(std::vector<Tokens> outputs,
                        GenerateAll(items, turn, stops, req, yaml, workers, control));
       int64_t tokens = p.tokens_generated();

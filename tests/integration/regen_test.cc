@@ -61,6 +61,13 @@ TEST_F(TrainingCluster, RegeneratesAnswersResumablyAndTheOutputTrains) {
   ASSERT_TRUE(
       WaitFor([&] { return RunCtl(address_, {"workers"}).out.find("t0") != std::string::npos; },
               ms(10000)));
+  // Answers that would run past the target's positions (the built-in target has 4096) are refused
+  // before anything is generated, naming the record.
+  CtlResult too_long = RunCtl(address_, {"regen", run_yaml, "--out", dir_ + "/long.jsonl",
+                                         "--max_records", "2", "--max_new_tokens", "5000"});
+  EXPECT_NE(too_long.exit_code, 0) << too_long.out;
+  EXPECT_THAT(too_long.err, HasSubstr("record 1 of data.train's usable records, turn 1: "));
+  EXPECT_THAT(too_long.err, HasSubstr("exceed the target's max_position_embeddings 4096"));
   const std::string out = dir_ + "/regen.jsonl";
   CtlResult r = RunCtl(address_, {"-o", "json", "regen", run_yaml, "--out", out, "--max_records",
                                   "12", "--batch_size", "5"});
