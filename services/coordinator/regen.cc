@@ -44,6 +44,7 @@ struct Record {
   // Chat data.
   std::vector<data::Message> messages;
   std::vector<size_t> assistant_at;  // message index of answer r
+  std::string origin;                // "FILE:LINE" or "builtin:NAME document D", for errors
 };
 
 size_t Turns(const Record& r) {
@@ -84,6 +85,7 @@ absl::StatusOr<Input> ReadInput(const config::RunSpec& spec, int64_t max_records
     for (int64_t d = 0; d < source->num_documents() && !full(); ++d) {
       batching::DocumentView v = source->document(d);
       Record r;
+      r.origin = absl::StrCat(path, " document ", d);
       if (SplitRuns({v.tokens.begin(), v.tokens.end()}, {v.loss_mask.begin(), v.loss_mask.end()},
                     &r)) {
         in.records.push_back(std::move(r));
@@ -102,7 +104,7 @@ absl::StatusOr<Input> ReadInput(const config::RunSpec& spec, int64_t max_records
   std::ifstream file(path);
   if (!file) return absl::NotFoundError(absl::StrCat("data.train: cannot open ", path));
   std::string line;
-  while (!full() && std::getline(file, line)) {
+  for (int64_t line_no = 1; !full() && std::getline(file, line); ++line_no) {
     if (line.empty()) continue;
     // A chat record without an answer is a prompt: one answer is generated after its last message.
     std::variant<data::Record, data::BadRecord> parsed =
@@ -113,6 +115,7 @@ absl::StatusOr<Input> ReadInput(const config::RunSpec& spec, int64_t max_records
     }
     data::Record& rec = std::get<data::Record>(parsed);
     Record r;
+    r.origin = absl::StrCat(path, ":", line_no);
     bool ok = false;
     if (in.chat) {
       r.messages = std::move(rec.messages);
@@ -316,11 +319,10 @@ absl::Status TurnItems(const Input& input, const ChatTools& chat, size_t first, 
     // refused, the records written so far kept in the resumable .partial file.
     const int64_t need = static_cast<int64_t>(item.prompt.size()) + item.max_new;
     if (need > max_positions) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("record ", i + 1, " of data.train's usable records, turn ", turn + 1, ": ",
-                       item.prompt.size(), " prompt tokens + ", item.max_new,
-                       " new tokens exceed the target's max_position_embeddings ", max_positions,
-                       " (lower --max_new_tokens or data.max_length, or drop the record)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          r.origin, ", turn ", turn + 1, ": ", item.prompt.size(), " prompt tokens + ",
+          item.max_new, " new tokens exceed the target's max_position_embeddings ", max_positions,
+          " (lower --max_new_tokens or data.max_length, or drop the record)"));
     }
     items->push_back(std::move(item));
   }

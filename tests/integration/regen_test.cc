@@ -66,7 +66,7 @@ TEST_F(TrainingCluster, RegeneratesAnswersResumablyAndTheOutputTrains) {
   CtlResult too_long = RunCtl(address_, {"regen", run_yaml, "--out", dir_ + "/long.jsonl",
                                          "--max_records", "2", "--max_new_tokens", "5000"});
   EXPECT_NE(too_long.exit_code, 0) << too_long.out;
-  EXPECT_THAT(too_long.err, HasSubstr("record 1 of data.train's usable records, turn 1: "));
+  EXPECT_THAT(too_long.err, HasSubstr("builtin:tiny-chat document 0, turn 1: "));
   EXPECT_THAT(too_long.err, HasSubstr("exceed the target's max_position_embeddings 4096"));
   const std::string out = dir_ + "/regen.jsonl";
   CtlResult r = RunCtl(address_, {"-o", "json", "regen", run_yaml, "--out", out, "--max_records",
