@@ -186,7 +186,7 @@ absl::Status CompareConfigs(const DrafterConfig& got, const DrafterConfig& want,
                     absl::StrCat("[", absl::StrJoin(LayerTypes(got), ", "), "]"),
                     absl::StrCat("[", absl::StrJoin(LayerTypes(want), ", "), "]"));
   }
-  if (AnySliding(got) && got.sliding_window != want.sliding_window) {
+  if (!SlidingLayerIds(got).empty() && got.sliding_window != want.sliding_window) {
     return Mismatch(source, "sliding_window", absl::StrCat(got.sliding_window),
                     absl::StrCat(want.sliding_window));
   }
@@ -266,7 +266,7 @@ std::string DrafterConfigJson(const DrafterConfig& config, model::DType dtype) {
   j["tie_word_embeddings"] = false;  // the drafter has neither embedding nor lm_head
   j["torch_dtype"] = dtype == model::DType::kF32 ? "float32" : "bfloat16";
   // transformers' Qwen3Config keeps sliding_window only with use_sliding_window (method.md §2.1).
-  const bool windowed = AnySliding(config) && config.sliding_window > 0;
+  const bool windowed = !SlidingLayerIds(config).empty() && config.sliding_window > 0;
   if (windowed) j["sliding_window"] = config.sliding_window;
   j["use_sliding_window"] = windowed;
   j["vocab_size"] = t.vocab_size;

@@ -259,11 +259,21 @@ std::vector<std::string> LayerTypes(const DrafterConfig& c) {
                                   "full_attention");
 }
 
-bool AnySliding(const DrafterConfig& c) {
+std::vector<int64_t> SlidingLayerIds(const DrafterConfig& c) {
+  std::vector<int64_t> ids;
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    if (c.sliding(i)) return true;
+    if (c.sliding(i)) ids.push_back(i);
   }
-  return false;
+  return ids;
+}
+
+void SetSlidingLayers(DrafterConfig* c, const std::vector<int64_t>& ids, int64_t window) {
+  c->layer_types.clear();
+  c->sliding_window = 0;
+  if (ids.empty()) return;
+  c->layer_types.assign(static_cast<size_t>(c->num_layers), "full_attention");
+  for (int64_t i : ids) c->layer_types[static_cast<size_t>(i)] = "sliding_attention";
+  c->sliding_window = window;
 }
 
 absl::Status ValidateDrafterConfig(const DrafterConfig& c) {

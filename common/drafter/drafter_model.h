@@ -63,7 +63,11 @@ struct DrafterConfig {
 
 // Every layer's type: config.layer_types, or full_attention for each layer when it is empty.
 std::vector<std::string> LayerTypes(const DrafterConfig& config);
-bool AnySliding(const DrafterConfig& config);
+// The sliding-attention layers' indices, ascending (empty: every layer full).
+std::vector<int64_t> SlidingLayerIds(const DrafterConfig& config);
+// Makes layers `ids` (each in [0, num_layers)) sliding-attention layers of window `window`, the
+// others full; no ids: every layer full, no window.
+void SetSlidingLayers(DrafterConfig* config, const std::vector<int64_t>& ids, int64_t window);
 
 // INVALID_ARGUMENT naming the field when the drafter cannot be built from `config`.
 absl::Status ValidateDrafterConfig(const DrafterConfig& config);

@@ -51,7 +51,8 @@ absl::StatusOr<SlidingLayers> RunSlidingLayers(const config::RunSpec& spec) {
         "drafter.sliding_layers: auto takes drafter.init_from's, whose layer ", out.layers.back(),
         " is not among the run's ", spec.drafter.layers, " (drafter.layers)"));
   }
-  if (out.window == 0) out.window = c->sliding_window;
+  // Without a sliding layer there is no window (the drafter echoes 0 then).
+  out.window = out.layers.empty() ? 0 : (out.window > 0 ? out.window : c->sliding_window);
   return out;
 }
 

@@ -30,11 +30,7 @@ absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& s
   c.mask_token_id = *mask;
   absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
   if (!sliding.ok()) return sliding.status();
-  if (!sliding->layers.empty()) {
-    c.layer_types.assign(static_cast<size_t>(c.num_layers), "full_attention");
-    for (int64_t i : sliding->layers) c.layer_types[static_cast<size_t>(i)] = "sliding_attention";
-    c.sliding_window = sliding->window;
-  }
+  drafter::SetSlidingLayers(&c, sliding->layers, sliding->window);
   if (absl::Status s = drafter::ValidateDrafterConfig(c); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("drafter: ", s.message()));
   }

@@ -77,6 +77,8 @@ v1::EvalResult ToEvalResult(const v1::EvaluateResponse& resp, const std::string&
     v1::EvalContextBucket* b = r.add_by_context();
     b->set_min_tokens(c.min_tokens());
     b->set_max_tokens(c.max_tokens());
+    b->set_range(c.max_tokens() > 0 ? absl::StrCat(c.min_tokens(), "-", c.max_tokens() - 1)
+                                    : absl::StrCat(c.min_tokens(), "+"));
     b->set_verifications(c.verifications());
     b->set_tau(1.0 + static_cast<double>(c.accepted()) / cv);
     b->set_tau_pooled(static_cast<double>(c.emitted()) / cv);

@@ -576,11 +576,8 @@ absl::StatusOr<v1::EvalResult> Coordinator::Evaluate(Training* t, const std::str
         .Add(l)
         .Set(r.tokens_per_second());
     for (const v1::EvalContextBucket& c : r.by_context()) {
-      const std::string range = c.max_tokens() > 0
-                                    ? absl::StrCat(c.min_tokens(), "-", c.max_tokens() - 1)
-                                    : absl::StrCat(c.min_tokens(), "+");
       metrics_->Gauge("dflash_coordinator_run_acceptance_length_by_context")
-          .Add({{"run", run_id}, {"context", range}})
+          .Add({{"run", run_id}, {"context", c.range()}})
           .Set(c.tau());
     }
     for (int k = 1; k < r.acceptance_by_position_size(); ++k) {

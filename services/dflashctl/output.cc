@@ -185,10 +185,7 @@ std::string EvalTable(const v1::EvalResult& r) {
   }
   // By context length: the tokens before each verification's block.
   for (const v1::EvalContextBucket& c : r.by_context()) {
-    const std::string range = c.max_tokens() > 0
-                                  ? absl::StrCat(c.min_tokens(), "-", c.max_tokens() - 1)
-                                  : absl::StrCat(c.min_tokens(), "+");
-    out << absl::StrFormat("context    %-12s tau %.3f (%d verifications)\n", range + " tokens",
+    out << absl::StrFormat("context    %-12s tau %.3f (%d verifications)\n", c.range() + " tokens",
                            c.tau(), static_cast<long long>(c.verifications()));
   }
   if (r.baseline_tokens_per_second() > 0) {

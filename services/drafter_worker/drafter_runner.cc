@@ -127,14 +127,6 @@ class DrafterRunner : public StepRunner {
   // this runner built: the model, the trainer, the communicator, the anchor limit RunStep
   // enforces, and the channel (nccl: created here; host and cuda_ipc: opened at the first step
   // then, cuda_ipc with the IPC mappings made here).
-  static std::vector<int64_t> SlidingLayerIds(const drafter::DrafterConfig& c) {
-    std::vector<int64_t> ids;
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      if (c.sliding(i)) ids.push_back(i);
-    }
-    return ids;
-  }
-
   std::map<std::string, std::string> Echo() const {
     const drafter::DrafterConfig& c = drafter_->config();
     std::map<std::string, std::string> e = {
@@ -144,7 +136,7 @@ class DrafterRunner : public StepRunner {
         {"drafter.block_size", std::to_string(c.block_size)},
         {"drafter.mask_token_id", std::to_string(c.mask_token_id)},
         {"drafter.recompute", drafter::RecomputeName(drafter_->options().recompute)},
-        {"drafter.sliding_layers", absl::StrJoin(SlidingLayerIds(c), ",")},
+        {"drafter.sliding_layers", absl::StrJoin(drafter::SlidingLayerIds(c), ",")},
         {"drafter.sliding_window", std::to_string(c.sliding_window)},
         {"batching.max_anchors", std::to_string(max_anchors_)},
         {"loss.gamma", absl::StrCat(trainer_->loss().gamma)},

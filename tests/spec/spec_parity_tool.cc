@@ -162,12 +162,11 @@ int Export(const Flags& f) {
     c.target_layer_ids = model::DefaultTargetLayerIds(c.target.num_hidden_layers, c.num_layers);
   }
   // Sliding-attention layers (method.md §2.1).
-  for (int64_t i : IdsOr(f, "sliding_layers")) {
-    c.layer_types.resize(static_cast<size_t>(c.num_layers), "full_attention");
+  const std::vector<int64_t> sliding = IdsOr(f, "sliding_layers");
+  for (int64_t i : sliding) {
     if (i < 0 || i >= c.num_layers) Fail("--sliding_layers: no layer " + std::to_string(i));
-    c.layer_types[static_cast<size_t>(i)] = "sliding_attention";
   }
-  c.sliding_window = IntOr(f, "sliding_window", 0);
+  drafter::SetSlidingLayers(&c, sliding, IntOr(f, "sliding_window", 0));
   nn::TargetModelOptions to;
   to.dtype = c10::kFloat;
   to.layer_ids = c.target_layer_ids;
