@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -60,6 +61,11 @@ int64_t NowMs() {
 }
 
 std::string Gib(double bytes) { return absl::StrFormat("%.2f GiB", bytes / kGiB); }
+
+int64_t Elapsed(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start)
+      .count();
+}
 
 // The sum of a metric's samples in a /metrics body (0 when it has none).
 double MetricSum(const std::string& body, const std::string& metric) {
@@ -129,6 +135,47 @@ class MemoryGpu : public TrainingCluster {
     return p;
   }
 
+  // Submits the run at `yaml_path` while the GPU is free enough for the coordinator to admit it
+  // against its plan, then, once the run has left the queue (its workers loading, its first step
+  // not yet run), has another process take `hold` bytes of the GPU: as on a shared node where a
+  // job starts beside a run that was admitted. (A process there before the run makes it wait: the
+  // case above.) Returns the run's id; the other process in *hog.
+  std::string SubmitThenHold(const std::string& yaml_path, int64_t hold,
+                             std::unique_ptr<Process>* hog) {
+    const std::string out = dir_ + "/hold.json", go = dir_ + "/hold.go";
+    for (const std::string& f : {out, out + ".ready", go}) std::filesystem::remove(f);
+    *hog = std::make_unique<Process>(
+        DFLASH_GPU_HOG,
+        std::vector<std::string>{"--gpu", "0", "--hold", std::to_string(hold), "--go", go, "--out",
+                                 out},
+        dir_ + "/hog.log");
+    EXPECT_TRUE(WaitFor([&] { return std::filesystem::exists(out + ".ready"); }, ms(60000)))
+        << ReadFile(dir_ + "/hog.log");
+    const std::string id = Submit(yaml_path);
+    std::string state;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          state = Status(id).value("state", "");
+          return !state.empty() && state != "RUN_STATE_QUEUED";
+        },
+        ms(60000)))
+        << Status(id).dump();
+    std::ofstream(go) << "go\n";
+    EXPECT_TRUE(WaitFor([&] { return std::filesystem::exists(out); }, ms(60000)))
+        << ReadFile(dir_ + "/hog.log");
+    const std::string text = ReadFile(out);
+    if (!text.empty()) {
+      const json j = json::parse(text);
+      std::cerr << "[memory_gpu_test] run " << state << "; then another process took "
+                << Gib(Int(j, "held")) << " of " << Gib(Int(j, "free_before")) << " free, leaving "
+                << Gib(Int(j, "free")) << "\n";
+      // Pieces down to 2 MiB: less than that short means the workers took the memory first.
+      EXPECT_GE(Int(j, "held") + (int64_t{2} << 20), hold)
+          << "the other process came too late: the run's workers had taken the memory";
+    }
+    return id;
+  }
+
   // The registered worker `name` as `dflashctl workers -o json` shows it.
   json Worker(const std::string& name) {
     CtlResult r = RunCtl(address_, {"-o", "json", "workers"});
@@ -154,15 +201,20 @@ class MemoryGpu : public TrainingCluster {
   // Submits and waits for the run's end; the state it ended in.
   std::string RunToEnd(const std::string& yaml_path, std::string* run_id) {
     *run_id = Submit(yaml_path);
+    return WaitForEnd(*run_id);
+  }
+
+  // Waits for the run's end; the state it ended in.
+  std::string WaitForEnd(const std::string& run_id) {
     std::string state;
     EXPECT_TRUE(WaitFor(
         [&] {
-          state = Status(*run_id).value("state", "");
+          state = Status(run_id).value("state", "");
           return state == "RUN_STATE_DONE" || state == "RUN_STATE_FAILED" ||
                  state == "RUN_STATE_PAUSED";
         },
         ms(600000)))
-        << Status(*run_id).dump();
+        << Status(run_id).dump();
     return state;
   }
 
@@ -188,6 +240,7 @@ class MemoryGpu : public TrainingCluster {
 
   // Runs `yaml` to its end on fresh workers and measures what it needed.
   Measured MeasureRun(const std::string& name, const std::string& yaml, int drafter_gpu) {
+    const auto start = std::chrono::steady_clock::now();
     FreshWorkers(name, drafter_gpu);
     Measured m;
     const int64_t before = FreeNow();
@@ -205,7 +258,8 @@ class MemoryGpu : public TrainingCluster {
     std::filesystem::remove_all(dir_ + "/state/runs/" + m.run_id + "/checkpoints");
     std::cerr << "[memory_gpu_test] " << name << ": needed " << Gib(m.need) << "; target reserved "
               << Gib(m.reserved["t"]) << " (peak " << Gib(m.peak["t"]) << "), drafter reserved "
-              << Gib(m.reserved["d"]) << " (peak " << Gib(m.peak["d"]) << ")\n";
+              << Gib(m.reserved["d"]) << " (peak " << Gib(m.peak["d"]) << "); " << Elapsed(start)
+              << " s\n";
     return m;
   }
 
@@ -270,24 +324,33 @@ TEST_F(MemoryGpu, ARunWaitsForMemoryHeldByAnotherProcessThenTrains) {
   EXPECT_EQ(StepMetrics(id).size(), 2u);
 }
 
-// (b) The drafter's full micro-batches do not fit beside the other process; their halves do.
+// (b) Another process takes memory after the run was admitted (before, the run would wait: (a)):
+// the drafter's full micro-batches no longer fit; their halves do.
 TEST_F(MemoryGpu, TheDrafterRunsOutOfMemoryForRealAndTrainsTheHalves) {
   // 16384 and 8192 tokens with 2048 and 1024 anchors: the full micro-batches' and their halves'
   // activations differ by about 5 GiB (planned), far above the allocator's fragmentation (at
   // 8192 / 4096 tokens and 512 / 256 anchors: 1.1 GiB measured, not enough: the halves did not fit
-  // either on an H100, 2026-12-06). Two layers, not five: each measuring run writes the drafter's
-  // checkpoint (13 GB with five), which kept the 5-layer version past a 165 s device call.
+  // either on an H100, 2026-12-06). Two drafter layers: each measuring run writes the drafter's
+  // checkpoint (13 GB with five). The halves' peak is the full run's less the plan's difference
+  // (the plan is held to the measured peaks within 10% below).
+  const auto start = std::chrono::steady_clock::now();
   const Geometry full{16384, 2048, 2}, half{8192, 1024, 2};
-  const Measured f = MeasureRun("full", Yaml("full", full, "host", 3), 0);
-  const Measured h = MeasureRun("half", Yaml("half", half, "host", 3), 0);
-  ASSERT_GT(f.peak.at("d"), h.peak.at("d"));
+  const std::string full_yaml = Yaml("full", full, "auto", 2);
+  const Measured f = MeasureRun("full", full_yaml, 0);
+  const int64_t gap = PlannedPeak(WriteRunYaml("full-plan.yaml", full_yaml), "drafter") -
+                      PlannedPeak(WriteRunYaml("half-plan.yaml", Yaml("half", half, "auto", 2)),
+                                  "drafter");
+  ASSERT_GT(gap, 0);
   // Everything the full run needed, less the drafter's own reservation, plus an allocator peak
   // halfway between the full micro-batches' and the halves'.
-  const int64_t leave = f.need - f.reserved.at("d") + (f.peak.at("d") + h.peak.at("d")) / 2;
+  const int64_t leave = f.need - f.reserved.at("d") + f.peak.at("d") - gap / 2;
   FreshWorkers("oom", 0);
-  std::unique_ptr<Process> hog = Hold(leave);
-  std::string id;
-  const std::string state = RunToEnd(WriteRunYaml("oom.yaml", Yaml("full", full, "host", 3)), &id);
+  std::unique_ptr<Process> hog;
+  const std::string id =
+      SubmitThenHold(WriteRunYaml("oom.yaml", full_yaml), FreeNow() - leave, &hog);
+  const std::string state = WaitForEnd(id);
+  std::cerr << "[memory_gpu_test] planned halves " << Gib(gap) << " below the full peak; "
+            << Elapsed(start) << " s so far\n";
   ASSERT_EQ(state, "RUN_STATE_DONE") << Status(id).dump() << ReadFile(dir_ + "/doom.log");
   EXPECT_GT(CompareSteps(f.run_id, id), 0) << "no split: the full micro-batches fitted";
   const std::string drafter_log = ReadFile(dir_ + "/doom.log");
@@ -302,21 +365,31 @@ TEST_F(MemoryGpu, TheDrafterRunsOutOfMemoryForRealAndTrainsTheHalves) {
       MetricSum(HttpGet(metrics_port_, "/metrics"), "dflash_coordinator_run_oom_splits_total"), 0);
 }
 
-// (c) The target's forward does not fit beside the other process; its halves do. The drafter
-// runs on the CPU, so that what the GPU holds is the target's and the other process's.
+// (c) As (b), for the target: its forward no longer fits once the other process has taken its
+// memory; its halves do. The drafter runs on the CPU, so that what the GPU holds is the target's
+// and the other process's.
 TEST_F(MemoryGpu, TheTargetRunsOutOfMemoryForRealAndForwardsTheHalves) {
   // One feature layer (the last: the whole target runs), so that the drafter's fc is cheap on
   // the CPU (with five, a 16384-token step took most of two minutes on an H100 host); 32768
-  // tokens, so that the forward's intermediates at full and half differ by about 1.7 GiB.
+  // tokens, so that the forward's intermediates at full and half differ by about 1.7 GiB. One
+  // step: the first forward is the one that runs out of memory. The halves' peak from the plan,
+  // as in (b).
+  const auto start = std::chrono::steady_clock::now();
   const Geometry full{32768, 16, 1, "none", "[33]"}, half{16384, 8, 1, "none", "[33]"};
-  const Measured f = MeasureRun("full", Yaml("full", full, "host", 2), -1);
-  const Measured h = MeasureRun("half", Yaml("half", half, "host", 2), -1);
-  ASSERT_GT(f.peak.at("t"), h.peak.at("t"));
-  const int64_t leave = f.need - f.reserved.at("t") + (f.peak.at("t") + h.peak.at("t")) / 2;
+  const std::string full_yaml = Yaml("full", full, "host", 1);
+  const Measured f = MeasureRun("full", full_yaml, -1);
+  const int64_t gap = PlannedPeak(WriteRunYaml("full-plan.yaml", full_yaml), "target") -
+                      PlannedPeak(WriteRunYaml("half-plan.yaml", Yaml("half", half, "host", 1)),
+                                  "target");
+  ASSERT_GT(gap, 0);
+  const int64_t leave = f.need - f.reserved.at("t") + f.peak.at("t") - gap / 2;
   FreshWorkers("oom", -1);
-  std::unique_ptr<Process> hog = Hold(leave);
-  std::string id;
-  const std::string state = RunToEnd(WriteRunYaml("oom.yaml", Yaml("full", full, "host", 2)), &id);
+  std::unique_ptr<Process> hog;
+  const std::string id =
+      SubmitThenHold(WriteRunYaml("oom.yaml", full_yaml), FreeNow() - leave, &hog);
+  const std::string state = WaitForEnd(id);
+  std::cerr << "[memory_gpu_test] planned halves " << Gib(gap) << " below the full peak; "
+            << Elapsed(start) << " s so far\n";
   ASSERT_EQ(state, "RUN_STATE_DONE") << Status(id).dump() << ReadFile(dir_ + "/toom.log");
   EXPECT_GT(CompareSteps(f.run_id, id), 0) << "no split: the full forwards fitted";
   const std::string target_log = ReadFile(dir_ + "/toom.log");
