@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "common/transport/cuda_status.h"
 
 #if DFLASH_HAVE_NCCL
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include "common/transport/nccl_core.h"
 #endif
 
 namespace dflash::transport {
@@ -23,16 +23,10 @@ namespace {
 // Frame: batch id (8 bytes), message length (8 bytes), the message.
 constexpr size_t kFrameHead = 16;
 
-absl::Status CudaError(cudaError_t e, const std::string& what) {
-  return CudaStatus(e, cudaGetErrorString(e), absl::StrCat("nccl channel: ", what));
-}
-
-bool Queued(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
-
 }  // namespace
 
 struct NcclChannel::State {
-  ncclComm_t comm = nullptr;
+  std::unique_ptr<NcclCore> core;
   cudaStream_t stream = nullptr;
   size_t frame_bytes = 0;
   struct Slot {
@@ -46,7 +40,7 @@ struct NcclChannel::State {
     bool consumed_recorded = false;  // receiver
   };
   std::vector<Slot> slots;
-  bool initialized = false, aborted = false;
+  bool initialized = false;
   bool buffer_taken = false;  // sender: NextFeatureBuffer before Send
   int receiving = -1;         // receiver: the slot between ReceiveFrame and Release
 };
@@ -87,11 +81,11 @@ absl::StatusOr<std::unique_ptr<NcclChannel>> NcclChannel::Create(const std::stri
       new NcclChannel(descriptor.substr(0, kIdBytes), options, sizes[0], sizes[1]));
   State& s = *ch->state_;
   if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
-    return CudaError(e, absl::StrCat("cudaSetDevice(", options.device, ")"));
+    return s.core->Cuda(e, absl::StrCat("cudaSetDevice(", options.device, ")"));
   }
   if (cudaError_t e = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
       e != cudaSuccess) {
-    return CudaError(e, "creating its stream");
+    return s.core->Cuda(e, "creating its stream");
   }
   s.frame_bytes = (kFrameHead + ch->max_message_bytes_ + 255) / 256 * 256;
   s.slots.resize(options.slots);
@@ -104,8 +98,8 @@ absl::StatusOr<std::unique_ptr<NcclChannel>> NcclChannel::Create(const std::stri
       if (e == cudaSuccess) e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
     }
     if (e != cudaSuccess) {
-      return CudaError(e, absl::StrCat("allocating ", options.slots, " slots of ",
-                                       ch->max_feature_bytes_, " + ", s.frame_bytes, " bytes"));
+      return s.core->Cuda(e, absl::StrCat("allocating ", options.slots, " slots of ",
+                                          ch->max_feature_bytes_, " + ", s.frame_bytes, " bytes"));
     }
   }
   return ch;
@@ -117,12 +111,15 @@ NcclChannel::NcclChannel(std::string unique_id, Options options, size_t max_mess
       options_(options),
       max_message_bytes_(max_message_bytes),
       max_feature_bytes_(max_feature_bytes),
-      state_(std::make_unique<State>()) {}
+      state_(std::make_unique<State>()) {
+  state_->core = std::make_unique<NcclCore>("nccl channel", options_.rank, options_.timeout,
+                                            &abort_requested_);
+}
 
 NcclChannel::~NcclChannel() {
   State& s = *state_;
   cudaSetDevice(options_.device);
-  if (s.comm != nullptr) ncclCommAbort(s.comm);  // never waits for a peer that is gone
+  s.core.reset();  // aborts the communicator: never waits for a peer that is gone
   if (s.stream != nullptr) cudaStreamSynchronize(s.stream);
   for (State::Slot& slot : s.slots) {
     if (slot.frame_dev != nullptr) cudaFree(slot.frame_dev);
@@ -135,60 +132,26 @@ NcclChannel::~NcclChannel() {
   if (s.stream != nullptr) cudaStreamDestroy(s.stream);
 }
 
-absl::Status NcclChannel::Fail(absl::Status status) {
-  State& s = *state_;
-  if (s.comm != nullptr) ncclCommAbort(s.comm);
-  s.comm = nullptr;
-  s.aborted = true;
-  return status;
-}
+absl::Status NcclChannel::Fail(absl::Status status) { return state_->core->Fail(status); }
 
 absl::Status NcclChannel::Wait(void* event, const std::string& what) {
-  State& s = *state_;
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  for (;;) {
-    ncclResult_t async = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(s.comm, &async);
-    if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
-      return Fail(absl::InternalError(absl::StrCat(
-          "nccl channel: ", what, ": ", ncclGetErrorString(r != ncclSuccess ? r : async))));
-    }
-    bool done = async == ncclSuccess;
-    if (done && event != nullptr) {
-      const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(event));
-      if (q != cudaSuccess && q != cudaErrorNotReady) return Fail(CudaError(q, what));
-      done = q == cudaSuccess;
-    }
-    if (done) return absl::OkStatus();
-    const bool abort = abort_requested_.load();
-    if (abort || absl::Now() >= deadline) {
-      return Fail(abort ? absl::AbortedError(absl::StrCat("nccl channel aborted while ", what))
-                        : absl::DeadlineExceededError(absl::StrCat(
-                              "nccl channel: rank ", options_.rank, " waited ",
-                              absl::FormatDuration(options_.timeout), " for ", what, "; aborted")));
-    }
-    absl::SleepFor(absl::Microseconds(50));
-  }
+  NcclCore& core = *state_->core;
+  if (event == nullptr) return core.Wait(what);
+  return core.Wait(what, [&]() {
+    return CudaDone(cudaEventQuery(static_cast<cudaEvent_t>(event)), core, what);
+  });
 }
 
 absl::Status NcclChannel::EnsureInitialized() {
   State& s = *state_;
-  if (s.aborted || abort_requested_.load()) return Fail(absl::AbortedError("nccl channel aborted"));
+  if (absl::Status st = s.core->CheckUsable(); !st.ok()) return Fail(st);
   if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
-    return CudaError(e, "cudaSetDevice");
+    return s.core->Cuda(e, "cudaSetDevice");
   }
   if (s.initialized) return absl::OkStatus();
-  ncclUniqueId id;
-  std::copy(unique_id_.begin(), unique_id_.end(), id.internal);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // polled, so that a missing peer ends at the deadline
-  const ncclResult_t r = ncclCommInitRankConfig(&s.comm, 2, id, options_.rank, &config);
-  if (!Queued(r)) {
-    return Fail(absl::InternalError(
-        absl::StrCat("nccl channel: ncclCommInitRankConfig: ", ncclGetErrorString(r))));
-  }
   s.initialized = true;
-  return Wait(nullptr, options_.rank == 0 ? "the drafter to join" : "the target to join");
+  return s.core->Join(unique_id_, 2,
+                      options_.rank == 0 ? "the drafter to join" : "the target to join");
 }
 
 absl::StatusOr<void*> NcclChannel::NextFeatureBuffer() {
@@ -230,22 +193,23 @@ absl::Status NcclChannel::Send(uint64_t batch_id, absl::Span<const uint8_t> mess
     e = cudaMemcpyAsync(slot.frame_dev, slot.frame_host, kFrameHead + message.size(),
                         cudaMemcpyHostToDevice, s.stream);
   }
-  if (e != cudaSuccess) return Fail(CudaError(e, absl::StrCat("queueing batch ", batch_id)));
+  if (e != cudaSuccess) return Fail(s.core->Cuda(e, absl::StrCat("queueing batch ", batch_id)));
   // A non-blocking communicator's call may still be in progress when it returns: each one is
   // waited for (queued, not transferred) before the next.
   const std::string what = absl::StrCat("queueing batch ", batch_id);
   for (const auto& [buffer, bytes] : {std::make_pair(slot.frame_dev, s.frame_bytes),
                                       std::make_pair(slot.features, feature_bytes)}) {
     if (bytes == 0) continue;
-    const ncclResult_t r = ncclSend(buffer, bytes, ncclUint8, 1, s.comm, s.stream);
-    if (!Queued(r)) {
-      return Fail(absl::InternalError(
-          absl::StrCat("nccl channel: ncclSend of batch ", batch_id, ": ", ncclGetErrorString(r))));
+    if (absl::Status st =
+            s.core->Queued(ncclSend(buffer, bytes, ncclUint8, 1, s.core->comm(), s.stream),
+                           absl::StrCat("ncclSend of batch ", batch_id));
+        !st.ok()) {
+      return st;
     }
     if (absl::Status st = Wait(nullptr, what); !st.ok()) return st;
   }
   if (e = cudaEventRecord(slot.done, s.stream); e != cudaSuccess) {
-    return Fail(CudaError(e, "recording the transfer"));
+    return Fail(s.core->Cuda(e, "recording the transfer"));
   }
   slot.pending = true;
   s.buffer_taken = false;
@@ -265,18 +229,19 @@ absl::StatusOr<absl::Span<const uint8_t>> NcclChannel::ReceiveFrame(uint64_t exp
   cudaError_t e = cudaSuccess;
   // The buffers are reused only once the work that read them (queued before Release) has run.
   if (slot.consumed_recorded) e = cudaStreamWaitEvent(s.stream, slot.consumed, 0);
-  if (e != cudaSuccess) return Fail(CudaError(e, "ordering the receive"));
-  const ncclResult_t r = ncclRecv(slot.frame_dev, s.frame_bytes, ncclUint8, 0, s.comm, s.stream);
-  if (!Queued(r)) {
-    return Fail(absl::InternalError(
-        absl::StrCat("nccl channel: ncclRecv of a frame: ", ncclGetErrorString(r))));
+  if (e != cudaSuccess) return Fail(s.core->Cuda(e, "ordering the receive"));
+  if (absl::Status st = s.core->Queued(
+          ncclRecv(slot.frame_dev, s.frame_bytes, ncclUint8, 0, s.core->comm(), s.stream),
+          "ncclRecv of a frame");
+      !st.ok()) {
+    return st;
   }
   const std::string what = absl::StrCat("batch ", expected_batch_id);
   if (absl::Status st = Wait(nullptr, what); !st.ok()) return st;
   e = cudaMemcpyAsync(slot.frame_host, slot.frame_dev, s.frame_bytes, cudaMemcpyDeviceToHost,
                       s.stream);
   if (e == cudaSuccess) e = cudaEventRecord(slot.done, s.stream);
-  if (e != cudaSuccess) return Fail(CudaError(e, "copying a frame"));
+  if (e != cudaSuccess) return Fail(s.core->Cuda(e, "copying a frame"));
   if (absl::Status st = Wait(slot.done, what); !st.ok()) return st;
   uint64_t head[2];
   std::memcpy(head, slot.frame_host, kFrameHead);
@@ -306,14 +271,15 @@ absl::StatusOr<const void*> NcclChannel::ReceiveFeatures(size_t feature_bytes) {
   if (absl::Status st = EnsureInitialized(); !st.ok()) return st;
   State::Slot& slot = s.slots[s.receiving];
   if (feature_bytes > 0) {
-    const ncclResult_t r = ncclRecv(slot.features, feature_bytes, ncclUint8, 0, s.comm, s.stream);
-    if (!Queued(r)) {
-      return Fail(absl::InternalError(
-          absl::StrCat("nccl channel: ncclRecv of features: ", ncclGetErrorString(r))));
+    if (absl::Status st = s.core->Queued(
+            ncclRecv(slot.features, feature_bytes, ncclUint8, 0, s.core->comm(), s.stream),
+            "ncclRecv of features");
+        !st.ok()) {
+      return st;
     }
     if (absl::Status st = Wait(nullptr, "features"); !st.ok()) return st;
     if (cudaError_t e = cudaEventRecord(slot.done, s.stream); e != cudaSuccess) {
-      return Fail(CudaError(e, "recording the transfer"));
+      return Fail(s.core->Cuda(e, "recording the transfer"));
     }
     if (absl::Status st = Wait(slot.done, "features"); !st.ok()) return st;
   }
@@ -324,11 +290,11 @@ absl::Status NcclChannel::Release() {
   State& s = *state_;
   if (s.receiving < 0) return absl::FailedPreconditionError("nccl channel: nothing to release");
   if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
-    return CudaError(e, "cudaSetDevice");
+    return s.core->Cuda(e, "cudaSetDevice");
   }
   State::Slot& slot = s.slots[s.receiving];
   if (cudaError_t e = cudaEventRecord(slot.consumed, nullptr); e != cudaSuccess) {
-    return Fail(CudaError(e, "recording the release"));
+    return Fail(s.core->Cuda(e, "recording the release"));
   }
   slot.consumed_recorded = true;
   s.receiving = -1;

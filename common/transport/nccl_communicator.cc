@@ -4,12 +4,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "common/transport/cuda_status.h"
 
 #if DFLASH_HAVE_NCCL
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include "common/transport/nccl_core.h"
 #endif
 
 namespace dflash::transport {
@@ -17,10 +17,6 @@ namespace dflash::transport {
 #if DFLASH_HAVE_NCCL
 
 namespace {
-
-absl::Status CudaError(cudaError_t e, const char* what) {
-  return CudaStatus(e, cudaGetErrorString(e), absl::StrCat("nccl communicator: ", what));
-}
 
 ncclDataType_t NcclType(ReduceType type) {
   switch (type) {
@@ -38,12 +34,11 @@ ncclDataType_t NcclType(ReduceType type) {
 }  // namespace
 
 struct NcclCommunicator::State {
-  ncclComm_t comm = nullptr;
+  std::unique_ptr<NcclCore> core;
   cudaStream_t stream = nullptr;
   void* scratch = nullptr;  // device staging for host buffers
   size_t scratch_bytes = 0;
   cudaEvent_t produced = nullptr;  // StartAllReduceSum: the default stream's work so far
-  bool aborted = false;
 };
 
 absl::StatusOr<std::string> NewNcclUniqueId() {
@@ -70,88 +65,51 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 }
 
 NcclCommunicator::NcclCommunicator(std::string unique_id, Options options)
-    : unique_id_(std::move(unique_id)), options_(options), state_(std::make_unique<State>()) {}
+    : unique_id_(std::move(unique_id)), options_(options), state_(std::make_unique<State>()) {
+  state_->core = std::make_unique<NcclCore>("nccl communicator", options_.rank, options_.timeout,
+                                            &abort_requested_);
+}
 
 NcclCommunicator::~NcclCommunicator() {
   State& s = *state_;
   cudaSetDevice(options_.device);
-  if (s.comm != nullptr) {
-    // A clean destroy would wait for the peers; a communicator being dropped must not hang.
-    ncclCommAbort(s.comm);
-  }
+  // A clean destroy would wait for the peers; a communicator being dropped must not hang.
+  s.core.reset();
   if (s.scratch != nullptr) cudaFree(s.scratch);
   if (s.produced != nullptr) cudaEventDestroy(s.produced);
   if (s.stream != nullptr) cudaStreamDestroy(s.stream);
 }
 
 absl::Status NcclCommunicator::Wait(const char* what, bool queued_only) {
-  State& s = *state_;
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  for (;;) {
-    ncclResult_t async = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(s.comm, &async);
-    if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
-      ncclCommAbort(s.comm);
-      s.comm = nullptr;
-      s.aborted = true;
-      return absl::InternalError(absl::StrCat("nccl communicator: ", what, ": ",
-                                              ncclGetErrorString(r != ncclSuccess ? r : async)));
-    }
-    bool done = async == ncclSuccess;
-    if (done && !queued_only && s.stream != nullptr) {
-      const cudaError_t q = cudaStreamQuery(s.stream);
-      if (q != cudaSuccess && q != cudaErrorNotReady) return CudaError(q, what);
-      done = q == cudaSuccess;
-    }
-    if (done) return absl::OkStatus();
-    const bool abort = abort_requested_.load();
-    if (abort || absl::Now() >= deadline) {
-      ncclCommAbort(s.comm);
-      s.comm = nullptr;
-      s.aborted = true;
-      return abort ? absl::AbortedError(absl::StrCat("nccl communicator aborted while ", what))
-                   : absl::DeadlineExceededError(absl::StrCat(
-                         "nccl communicator: rank ", options_.rank, " waited ",
-                         absl::FormatDuration(options_.timeout), " for ", what, "; aborted"));
-    }
-    absl::SleepFor(absl::Microseconds(50));
-  }
+  NcclCore& core = *state_->core;
+  if (queued_only || state_->stream == nullptr) return core.Wait(what);
+  return core.Wait(what, [&]() { return CudaDone(cudaStreamQuery(state_->stream), core, what); });
 }
 
 absl::Status NcclCommunicator::EnsureInitialized() {
   State& s = *state_;
-  if (s.comm != nullptr) return absl::OkStatus();
-  if (cudaError_t e = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking); e != cudaSuccess)
-    return CudaError(e, "creating its stream");
-  ncclUniqueId id;
-  std::copy(unique_id_.begin(), unique_id_.end(), id.internal);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // polled below, so that a missing rank ends at the deadline
-  const ncclResult_t r =
-      ncclCommInitRankConfig(&s.comm, options_.world, id, options_.rank, &config);
-  if (r != ncclSuccess && r != ncclInProgress) {
-    if (s.comm != nullptr) ncclCommAbort(s.comm);
-    s.comm = nullptr;
-    return absl::InternalError(
-        absl::StrCat("nccl communicator: ncclCommInitRankConfig: ", ncclGetErrorString(r)));
+  if (s.core->joined()) return absl::OkStatus();
+  if (s.stream == nullptr) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
+        e != cudaSuccess) {
+      return s.core->Cuda(e, "creating its stream");
+    }
   }
-  return Wait("the other ranks to join");
+  return s.core->Join(unique_id_, options_.world, "the other ranks to join");
 }
 
 absl::Status NcclCommunicator::AllReduceSum(void* data, size_t count, ReduceType type,
                                             bool device_memory) {
   std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
-  if (s.aborted || abort_requested_.load()) {
-    return absl::AbortedError("nccl communicator aborted");
-  }
+  if (absl::Status st = s.core->CheckUsable(); !st.ok()) return st;
   if (count == 0) return absl::OkStatus();
   if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
-    return CudaError(e, "cudaSetDevice");
+    return s.core->Cuda(e, "cudaSetDevice");
   }
   // The buffer was written by work queued on other streams of this device: wait for it.
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
-    return CudaError(e, "synchronizing the device");
+    return s.core->Cuda(e, "synchronizing the device");
   }
   if (absl::Status st = EnsureInitialized(); !st.ok()) return st;
   const size_t bytes = count * ReduceTypeSize(type);
@@ -162,25 +120,25 @@ absl::Status NcclCommunicator::AllReduceSum(void* data, size_t count, ReduceType
       s.scratch = nullptr;
       s.scratch_bytes = 0;
       if (cudaError_t e = cudaMalloc(&s.scratch, bytes); e != cudaSuccess) {
-        return CudaError(e, "allocating the staging buffer");
+        return s.core->Cuda(e, "allocating the staging buffer");
       }
       s.scratch_bytes = bytes;
     }
     buffer = s.scratch;
     if (cudaError_t e = cudaMemcpy(buffer, data, bytes, cudaMemcpyHostToDevice); e != cudaSuccess) {
-      return CudaError(e, "staging to the device");
+      return s.core->Cuda(e, "staging to the device");
     }
   }
-  const ncclResult_t r =
-      ncclAllReduce(buffer, buffer, count, NcclType(type), ncclSum, s.comm, s.stream);
-  if (r != ncclSuccess && r != ncclInProgress) {
-    return absl::InternalError(
-        absl::StrCat("nccl communicator: ncclAllReduce: ", ncclGetErrorString(r)));
+  if (absl::Status st = s.core->Queued(
+          ncclAllReduce(buffer, buffer, count, NcclType(type), ncclSum, s.core->comm(), s.stream),
+          "ncclAllReduce");
+      !st.ok()) {
+    return st;
   }
   if (absl::Status st = Wait("an all-reduce"); !st.ok()) return st;
   if (!device_memory) {
     if (cudaError_t e = cudaMemcpy(data, buffer, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
-      return CudaError(e, "copying back to the host");
+      return s.core->Cuda(e, "copying back to the host");
     }
   }
   return absl::OkStatus();
@@ -191,30 +149,28 @@ absl::Status NcclCommunicator::StartAllReduceSum(void* data, size_t count, Reduc
   if (!device_memory) return AllReduceSum(data, count, type, device_memory);
   std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
-  if (s.aborted || abort_requested_.load()) {
-    return absl::AbortedError("nccl communicator aborted");
-  }
+  if (absl::Status st = s.core->CheckUsable(); !st.ok()) return st;
   if (count == 0) return absl::OkStatus();
   if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
-    return CudaError(e, "cudaSetDevice");
+    return s.core->Cuda(e, "cudaSetDevice");
   }
   if (absl::Status st = EnsureInitialized(); !st.ok()) return st;
   if (s.produced == nullptr) {
     if (cudaError_t e = cudaEventCreateWithFlags(&s.produced, cudaEventDisableTiming);
         e != cudaSuccess) {
-      return CudaError(e, "creating an event");
+      return s.core->Cuda(e, "creating an event");
     }
   }
   // The buffer is written by work queued on the default stream (LibTorch's): the reduction waits
   // for it on the device, not on the host.
   cudaError_t e = cudaEventRecord(s.produced, nullptr);
   if (e == cudaSuccess) e = cudaStreamWaitEvent(s.stream, s.produced, 0);
-  if (e != cudaSuccess) return CudaError(e, "ordering the reduction");
-  const ncclResult_t r =
-      ncclAllReduce(data, data, count, NcclType(type), ncclSum, s.comm, s.stream);
-  if (r != ncclSuccess && r != ncclInProgress) {
-    return absl::InternalError(
-        absl::StrCat("nccl communicator: ncclAllReduce: ", ncclGetErrorString(r)));
+  if (e != cudaSuccess) return s.core->Cuda(e, "ordering the reduction");
+  if (absl::Status st = s.core->Queued(
+          ncclAllReduce(data, data, count, NcclType(type), ncclSum, s.core->comm(), s.stream),
+          "ncclAllReduce");
+      !st.ok()) {
+    return st;
   }
   return Wait("queueing an all-reduce", /*queued_only=*/true);
 }
@@ -222,12 +178,10 @@ absl::Status NcclCommunicator::StartAllReduceSum(void* data, size_t count, Reduc
 absl::Status NcclCommunicator::WaitStarted() {
   std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
-  if (s.aborted || abort_requested_.load()) {
-    return absl::AbortedError("nccl communicator aborted");
-  }
-  if (s.comm == nullptr) return absl::OkStatus();  // nothing was started
+  if (absl::Status st = s.core->CheckUsable(); !st.ok()) return st;
+  if (!s.core->joined()) return absl::OkStatus();  // nothing was started
   if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
-    return CudaError(e, "cudaSetDevice");
+    return s.core->Cuda(e, "cudaSetDevice");
   }
   return Wait("the started all-reduces");
 }

@@ -1,40 +1,40 @@
 // The feature transport alone (the goal "feature transport adds under 3% to the step time"; the
 // nccl channel's bandwidth): a producer process (the target's side) and a consumer process
 // (the drafter's side) move --batches micro-batches of [--tokens, --feature-dim] features through
-// the project's channel, exactly as the workers do (services/target_worker/target_runner.cc,
-// services/drafter_worker/drafter_runner.cc), with no model on either side:
+// the project's feature channel (common/transport/feature_channel.h: FeatureSender and
+// FeatureReceiver, the same objects the target and drafter workers use), with no model on either
+// side:
 //
-//   cuda_ipc  producer: ShmRing::WaitFree, the features written into the slot's device buffer
-//             (CudaIpcSlots), SynchronizeDevice, ShmRing::Send of the message naming the slot;
-//             consumer: ShmRing::Receive, DecodeFeatureMessage, CudaIpcMappings::Open (the
-//             features read in place), ShmRing::Release. Both processes on --device.
+//   cuda_ipc  producer: NextBuffer (a free slot's device buffer), the features written into it,
+//             Send; consumer: Receive (the features read in place), Release. Both processes on
+//             --device.
 //   nccl      producer rank 0 on --device, consumer rank 1 on --peer-device (two GPUs: NCCL
-//             refuses two ranks on one device): NextFeatureBuffer, write, Send; ReceiveFrame,
-//             DecodeFeatureMessage, ReceiveFeatures (waits for the device-to-device transfer),
-//             Release.
-//   host      features in host memory: EncodeFeatureMessage (features copied into the message,
-//             CRC-32 over it), ShmRing::Send; Receive, DecodeFeatureMessage (CRC-32 checked), the
-//             features cloned out of the slot (as the drafter does), Release.
+//             refuses two ranks on one device).
+//   host      features in host memory: Send copies them into the message (CRC-32 over it);
+//             Receive checks it, the consumer clones the features out of the slot (as the drafter
+//             does), Release.
 //
-// On the device transports the producer takes the features' checksum after writing them and sends
-// it in the message, and the consumer recomputes it before using them, as the target and drafter
-// workers do (common/transport/feature_checksum.h); the host transport's message CRC-32 covers its
-// features. Besides, every batch is checked bit for bit on the consumer: both processes draw the
+// On the device transports the channel takes the features' checksum after they were written and
+// sends it in the message, and the receiver recomputes it before handing them out (a mismatch is
+// DATA_LOSS); the host transport's message CRC-32 covers its features. Besides, every batch that
+// is handed out is checked bit for bit on the consumer: both processes draw the
 // same two feature tensors from --seed and batch b carries tensor b % 2, so what arrives must equal
 // what was sent word for word (not value for value); that check is outside the timed calls. Per
-// batch the consumer times its receive (from asking for the batch to holding its features), the
-// checksum and its release. Reported (one JSON line, and a table on stderr): medians over the
-// batches after --warmup, the consumer's interval between batches, the bytes per batch and the
-// channel's throughput, and with --step-ms the consumer's receive + checksum + release as a share
-// of a training step of that length (the transport's cost on the drafter's critical path; the
-// producer is ahead, so the receive holds no wait for the target).
+// batch the consumer times its receive (from asking for the batch to holding its features, less
+// the checksum), the checksum and its release. Reported (one JSON line, and a table on stderr):
+// medians over the batches after --warmup, the consumer's interval between batches, the bytes per
+// batch and the channel's throughput, and with --step-ms the consumer's receive + checksum +
+// release as a share of a training step of that length (the transport's cost on the drafter's
+// critical path; the producer is ahead, so the receive holds no wait for the target).
 //
 // Usage: transport_bench [--transport cuda_ipc|nccl|host] [--tokens 8192] [--feature-dim 20480]
 //          [--dtype bfloat16|float32] [--batches 50] [--warmup 5] [--device 0] [--peer-device 1]
 //          [--seed 1] [--step-ms MS] [--json FILE] [--corrupt-batch B]
 // --corrupt-batch B flips one bit of batch B's features on the producer after their checksum was
-// taken (host: in the message after its CRC-32): the consumer must count it as mismatched by both
-// checks (the exit status is 2 when any batch mismatched).
+// taken (host: in the message after its CRC-32), through the channel's after_checksum hook: the
+// consumer must count it as refused (DATA_LOSS) and mismatched (the exit status is 2 when any
+// batch mismatched). On the device transports the channel is out of step after a refusal, as a
+// worker's would be: the consumer stops there.
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -58,11 +58,8 @@
 #include "absl/strings/str_format.h"
 #include "common/batching/packed_batch.h"
 #include "common/transport/cuda_ipc.h"
-#include "common/transport/feature_checksum.h"
+#include "common/transport/feature_channel.h"
 #include "common/transport/feature_message.h"
-#include "common/transport/nccl_channel.h"
-#include "common/transport/shm_ring.h"
-#include "common/transport/shm_segment.h"
 #include "scripts/bench/bench_flags.h"
 
 namespace {
@@ -89,7 +86,7 @@ double Median(std::vector<double> v) {
 }
 
 struct Geometry {
-  std::string transport;
+  tr::Transport transport = tr::Transport::kCudaIpc;
   int64_t tokens = 0, feature_dim = 0, batches = 0, warmup = 0, seed = 0;
   int64_t corrupt_batch = -1;  // the producer flips one bit of this batch's features
   int device = 0, peer_device = 1;
@@ -98,7 +95,7 @@ struct Geometry {
   size_t feature_bytes() const {
     return static_cast<size_t>(tokens * feature_dim) * tr::FeatureDTypeSize(dtype);
   }
-  bool on_device() const { return transport != "host"; }
+  bool on_device() const { return tr::DeviceFeatures(transport); }
 };
 
 // One document of `tokens` tokens: what the message carries beside the features.
@@ -150,44 +147,25 @@ void Produce(const Geometry& g, const std::string& channel, int to_consumer,
       g.on_device() ? c10::Device(c10::kCUDA, g.device) : c10::Device(c10::kCPU);
   const std::vector<at::Tensor> sources = Sources(g, device);
   const dflash::batching::PackedBatch batch = OneDocument(g.tokens);
-  std::unique_ptr<tr::ShmRing> ring;
-  std::unique_ptr<tr::CudaIpcSlots> slots;
-  std::unique_ptr<tr::NcclChannel> nccl;
-  std::string handoff = channel;  // what the consumer needs: the ring's name or the descriptor
-  std::unique_ptr<tr::DeviceChecksummer> checksummer;
-  if (g.on_device()) {
-    absl::StatusOr<std::unique_ptr<tr::DeviceChecksummer>> c =
-        tr::DeviceChecksummer::Create(g.device);
-    if (!c.ok()) Die("producer", c.status().ToString());
-    checksummer = *std::move(c);
+  tr::FeatureChannelOptions o;
+  o.transport = g.transport;
+  o.name = channel;
+  o.gpu = g.on_device() ? g.device : -1;
+  o.timeout = absl::Seconds(60);
+  o.max_tokens = g.tokens;
+  o.feature_dim = g.feature_dim;
+  o.dtype = g.dtype;
+  if (g.corrupt_batch >= 0) {  // one bit flipped after the checksum was taken
+    o.after_checksum = [&](void* features, size_t bytes, uint64_t index) {
+      if (static_cast<int64_t>(index) != g.corrupt_batch) return;
+      at::from_blob(features, {static_cast<int64_t>(bytes)}, sources[0].options().dtype(at::kByte))
+          .narrow(0, static_cast<int64_t>(bytes / 2), 1)
+          .bitwise_xor_(1);
+    };
   }
-  if (g.transport == "nccl") {
-    absl::StatusOr<std::string> d = tr::NcclChannel::NewDescriptor(
-        tr::MaxFeatureMessageBytes(g.tokens, g.feature_dim, g.dtype, false), g.feature_bytes());
-    if (!d.ok()) Die("producer", d.status().ToString());
-    handoff = *d;
-    tr::NcclChannel::Options o;
-    o.rank = 0;
-    o.device = g.device;
-    o.timeout = absl::Seconds(60);
-    absl::StatusOr<std::unique_ptr<tr::NcclChannel>> c = tr::NcclChannel::Create(*d, o);
-    if (!c.ok()) Die("producer", c.status().ToString());
-    nccl = *std::move(c);
-  } else {
-    tr::ShmRing::Options o;
-    o.slots = 2;
-    o.slot_bytes = tr::MaxFeatureMessageBytes(g.tokens, g.feature_dim, g.dtype, !g.on_device());
-    if (g.on_device()) {
-      absl::StatusOr<std::unique_ptr<tr::CudaIpcSlots>> s =
-          tr::CudaIpcSlots::Create(g.device, o.slots, g.feature_bytes());
-      if (!s.ok()) Die("producer", s.status().ToString());
-      slots = *std::move(s);
-    }
-    tr::ShmSegment::Unlink(channel);
-    absl::StatusOr<std::unique_ptr<tr::ShmRing>> r = tr::ShmRing::Create(channel, o);
-    if (!r.ok()) Die("producer", r.status().ToString());
-    ring = *std::move(r);
-  }
+  absl::StatusOr<std::unique_ptr<tr::FeatureSender>> sender = tr::FeatureSender::Create(o);
+  if (!sender.ok()) Die("producer", sender.status().ToString());
+  const std::string handoff = (*sender)->handoff();
   const uint64_t size = handoff.size();
   if (write(to_consumer, &size, sizeof(size)) != sizeof(size) ||
       write(to_consumer, handoff.data(), size) != static_cast<ssize_t>(size)) {
@@ -195,56 +173,20 @@ void Produce(const Geometry& g, const std::string& channel, int to_consumer,
   }
   close(to_consumer);
 
-  std::vector<uint8_t> message;
-  at::Tensor host_features;
-  const absl::Duration timeout = absl::Seconds(60);
   for (int64_t b = 0; b < g.batches; ++b) {
     const at::Tensor& source = sources[b % 2];
-    const bool corrupt = b == g.corrupt_batch;  // one bit flipped after the checksum was taken
-    absl::StatusOr<uint32_t> encoded;
-    if (g.transport == "host") {
-      encoded =
-          tr::EncodeFeatureMessage(batch, source.data_ptr(), g.feature_dim, g.dtype, &message);
-      if (!encoded.ok()) Die("producer", encoded.status().ToString());
-      if (corrupt) message[message.size() / 2] ^= 1;  // inside the features: the CRC-32 catches it
-      if (absl::Status s = ring->Send(static_cast<uint64_t>(b), message, timeout); !s.ok()) {
-        Die("producer", s.ToString());
-      }
-      continue;
+    absl::StatusOr<void*> buffer = (*sender)->NextBuffer();
+    if (!buffer.ok()) Die("producer", buffer.status().ToString());
+    const void* features = source.data_ptr();
+    if (*buffer != nullptr) {
+      at::from_blob(*buffer, {g.tokens, g.feature_dim}, source.options()).copy_(source);
+      features = *buffer;
     }
-    void* buffer = nullptr;
-    if (nccl) {
-      absl::StatusOr<void*> next = nccl->NextFeatureBuffer();
-      if (!next.ok()) Die("producer", next.status().ToString());
-      buffer = *next;
-    } else {
-      if (absl::Status s = ring->WaitFree(timeout); !s.ok()) Die("producer", s.ToString());
-      buffer = slots->slot(static_cast<uint32_t>(b % slots->size()));
-    }
-    at::from_blob(buffer, {g.tokens, g.feature_dim}, source.options()).copy_(source);
-    tr::DeviceFeatureRef ref;
-    absl::StatusOr<tr::FeatureChecksum> sum = checksummer->Compute(buffer, g.feature_bytes());
-    if (!sum.ok()) Die("producer", sum.status().ToString());
-    ref.checksum_sum = sum->sum;
-    ref.checksum_weighted = sum->weighted;
-    if (corrupt) {
-      at::from_blob(buffer, {static_cast<int64_t>(g.feature_bytes())},
-                    source.options().dtype(at::kByte))
-          .narrow(0, static_cast<int64_t>(g.feature_bytes() / 2), 1)
-          .bitwise_xor_(1);
-    }
-    if (!nccl) {
-      Synchronize(g, g.device);  // published only once written
-      ref.ipc_handle = slots->handle(static_cast<uint32_t>(b % slots->size()));
-    }
-    encoded = tr::EncodeFeatureMessageRef(batch, g.feature_dim, g.dtype, ref, &message);
-    if (!encoded.ok()) Die("producer", encoded.status().ToString());
-    const absl::Status sent = nccl
-                                  ? nccl->Send(static_cast<uint64_t>(b), message, g.feature_bytes())
-                                  : ring->Send(static_cast<uint64_t>(b), message, timeout);
-    if (!sent.ok()) Die("producer", sent.ToString());
+    absl::StatusOr<uint32_t> sent =
+        (*sender)->Send(static_cast<uint64_t>(b), batch, features, nullptr);
+    if (!sent.ok()) Die("producer", sent.status().ToString());
   }
-  if (nccl) Synchronize(g, g.device);  // the last transfers queued on the device
+  if (g.transport == tr::Transport::kNccl) Synchronize(g, g.device);  // the last transfers
   before_teardown();
 }
 
@@ -263,86 +205,46 @@ ConsumerResult Consume(const Geometry& g, int from_producer) {
     Die("consumer", "short channel handoff");
   }
   close(from_producer);
-  const int device_index = g.transport == "nccl" ? g.peer_device : g.device;
+  const int device_index = g.transport == tr::Transport::kNccl ? g.peer_device : g.device;
   const c10::Device device =
       g.on_device() ? c10::Device(c10::kCUDA, device_index) : c10::Device(c10::kCPU);
   const std::vector<at::Tensor> sources = Sources(g, device);
-  std::unique_ptr<tr::ShmRing> ring;
-  std::unique_ptr<tr::NcclChannel> nccl;
-  std::unique_ptr<tr::CudaIpcMappings> mappings;
-  const absl::Duration timeout = absl::Seconds(60);
-  if (g.transport == "nccl") {
-    tr::NcclChannel::Options o;
-    o.rank = 1;
-    o.device = device_index;
-    o.timeout = timeout;
-    absl::StatusOr<std::unique_ptr<tr::NcclChannel>> c = tr::NcclChannel::Create(handoff, o);
-    if (!c.ok()) Die("consumer", c.status().ToString());
-    nccl = *std::move(c);
-  } else {
-    absl::StatusOr<std::unique_ptr<tr::ShmRing>> r = tr::ShmRing::Open(handoff, timeout);
-    if (!r.ok()) Die("consumer", r.status().ToString());
-    ring = *std::move(r);
-    if (g.on_device()) mappings = std::make_unique<tr::CudaIpcMappings>(g.device);
-  }
-  std::unique_ptr<tr::DeviceChecksummer> checksummer;
-  if (g.on_device()) {
-    absl::StatusOr<std::unique_ptr<tr::DeviceChecksummer>> c =
-        tr::DeviceChecksummer::Create(device_index);
-    if (!c.ok()) Die("consumer", c.status().ToString());
-    checksummer = *std::move(c);
-  }
+  tr::FeatureChannelOptions o;
+  o.transport = g.transport;
+  o.name = handoff;
+  o.gpu = g.on_device() ? device_index : -1;
+  o.timeout = absl::Seconds(60);
+  o.open_timeout = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<tr::FeatureReceiver>> receiver = tr::FeatureReceiver::Create(o);
+  if (!receiver.ok()) Die("consumer", receiver.status().ToString());
   ConsumerResult out;
   Clock::time_point last_end;
   for (int64_t b = 0; b < g.batches; ++b) {
     const auto t0 = Clock::now();
-    absl::StatusOr<absl::Span<const uint8_t>> frame =
-        nccl ? nccl->ReceiveFrame(static_cast<uint64_t>(b))
-             : ring->Receive(static_cast<uint64_t>(b), timeout);
-    if (!frame.ok()) Die("consumer", frame.status().ToString());
-    absl::StatusOr<tr::DecodedFeatures> d = tr::DecodeFeatureMessage(*frame);
-    if (!d.ok() && d.status().code() == absl::StatusCode::kDataLoss && !nccl) {
-      ++out.checksum_mismatches;  // the host message's CRC-32: refused, not compared
+    absl::StatusOr<tr::ReceivedFeatures> got = (*receiver)->Receive(static_cast<uint64_t>(b));
+    if (!got.ok() && got.status().code() == absl::StatusCode::kDataLoss) {
+      // Refused by the message's CRC-32 or the features' checksum. The device transports'
+      // channel is then out of step as a worker's would be: the bench stops counting there.
+      ++out.checksum_mismatches;
       ++out.mismatches;
-      if (absl::Status s = ring->Release(); !s.ok()) Die("consumer", s.ToString());
+      if (g.on_device()) break;
+      if (absl::Status r = (*receiver)->Release(); !r.ok()) Die("consumer", r.ToString());
       last_end = Clock::now();
       continue;
     }
-    if (!d.ok()) Die("consumer", d.status().ToString());
-    const int64_t t = static_cast<int64_t>(d->batch.input_ids.size());
-    at::Tensor features;
-    const at::TensorOptions options = sources[0].options();
-    if (nccl) {
-      absl::StatusOr<const void*> base = nccl->ReceiveFeatures(g.feature_bytes());
-      if (!base.ok()) Die("consumer", base.status().ToString());
-      features = at::from_blob(const_cast<void*>(*base), {t, d->feature_dim}, options);
-    } else if (d->device) {
-      absl::StatusOr<void*> base = mappings->Open(d->device->ipc_handle);
-      if (!base.ok()) Die("consumer", base.status().ToString());
-      features = at::from_blob(static_cast<uint8_t*>(*base) + d->device->offset,
-                               {t, d->feature_dim}, options);
-    } else {
-      features =
-          at::from_blob(const_cast<uint8_t*>(d->features), {t, d->feature_dim}, options).clone();
-    }
+    if (!got.ok()) Die("consumer", got.status().ToString());
+    const int64_t t = static_cast<int64_t>(got->decoded.batch.input_ids.size());
+    at::Tensor features = at::from_blob(const_cast<void*>(got->data), {t, got->decoded.feature_dim},
+                                        sources[0].options());
+    if (!got->on_device) features = features.clone();
     const auto t1 = Clock::now();
-    if (d->device) {  // as the drafter: the target's checksum recomputed before training
-      absl::StatusOr<tr::FeatureChecksum> sum =
-          checksummer->Compute(features.data_ptr(), features.nbytes());
-      if (!sum.ok()) Die("consumer", sum.status().ToString());
-      if (*sum != tr::FeatureChecksum{d->device->checksum_sum, d->device->checksum_weighted}) {
-        ++out.checksum_mismatches;
-      }
-    }
-    const auto t1c = Clock::now();
     if (!SameBits(features, sources[b % 2])) ++out.mismatches;  // synchronizes (equal)
     const auto t2 = Clock::now();
-    const absl::Status released = nccl ? nccl->Release() : ring->Release();
-    if (!released.ok()) Die("consumer", released.ToString());
+    if (absl::Status s = (*receiver)->Release(); !s.ok()) Die("consumer", s.ToString());
     const auto t3 = Clock::now();
     if (b >= g.warmup) {
-      out.receive.push_back(Ms(t0, t1));
-      out.checksum.push_back(Ms(t1, t1c));
+      out.receive.push_back(Ms(t0, t1) - 1e3 * got->checksum_seconds);
+      out.checksum.push_back(1e3 * got->checksum_seconds);
       out.release.push_back(Ms(t2, t3));
       if (b > g.warmup) out.interval.push_back(Ms(last_end, t3));
     }
@@ -361,7 +263,7 @@ int main(int argc, char** argv) {
        "--peer-device", "--seed", "--step-ms", "--json", "--corrupt-batch"},
       "transport_bench");
   Geometry g;
-  g.transport = StrFlag(argc, argv, "--transport", "cuda_ipc");
+  const std::string transport = StrFlag(argc, argv, "--transport", "cuda_ipc");
   g.tokens = Flag(argc, argv, "--tokens", 8192);
   g.feature_dim = Flag(argc, argv, "--feature-dim", 20480);
   g.batches = Flag(argc, argv, "--batches", 50);
@@ -373,9 +275,9 @@ int main(int argc, char** argv) {
   const std::string dtype = StrFlag(argc, argv, "--dtype", "bfloat16");
   const double step_ms = std::atof(StrFlag(argc, argv, "--step-ms", "0").c_str());
   const std::string json_path = StrFlag(argc, argv, "--json");
-  if (g.transport != "cuda_ipc" && g.transport != "nccl" && g.transport != "host") {
-    Die("flags", "--transport must be cuda_ipc, nccl or host, not " + g.transport);
-  }
+  absl::StatusOr<tr::Transport> parsed = tr::ParseTransport(transport);
+  if (!parsed.ok()) Die("flags", "--transport must be cuda_ipc, nccl or host, not " + transport);
+  g.transport = *parsed;
   if (dtype == "float32") {
     g.dtype = tr::FeatureDType::kFloat32;
     g.scalar = at::kFloat;
@@ -386,7 +288,7 @@ int main(int argc, char** argv) {
       g.warmup + 2 > g.batches) {
     Die("flags", "need --tokens >= 1, --feature-dim >= 1, 0 <= --warmup <= --batches - 2");
   }
-  if (g.transport == "nccl" && g.peer_device == g.device) {
+  if (g.transport == tr::Transport::kNccl && g.peer_device == g.device) {
     Die("flags",
         "--transport nccl needs two GPUs: --peer-device must differ from --device (NCCL "
         "refuses two ranks on one device; cuda_ipc is for one GPU)");
@@ -453,7 +355,7 @@ int main(int argc, char** argv) {
       "\"checksum_mismatches\": %d, \"receive_ms_median\": %.4f, \"checksum_ms_median\": %.4f, "
       "\"release_ms_median\": %.4f, \"interval_ms_median\": %.4f, \"throughput_gb_s\": %.2f, "
       "\"step_ms\": %.3f, \"share_of_step\": %.5f, \"total_s\": %.2f}",
-      g.transport, g.tokens, g.feature_dim, dtype, static_cast<int64_t>(bytes), g.batches, g.warmup,
+      transport, g.tokens, g.feature_dim, dtype, static_cast<int64_t>(bytes), g.batches, g.warmup,
       r.mismatches, r.checksum_mismatches, receive, checksum, release, interval,
       bytes / (interval * 1e6), step_ms, share, total_s);
   std::printf("%s\n", line.c_str());
@@ -465,7 +367,7 @@ int main(int argc, char** argv) {
       "release ms | interval ms | GB/s | receive + checksum + release, share of a step |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n"
       "| %s | %.1f | %d | %d / %d | %.3f | %.3f | %.3f | %.3f | %.1f | %s |\n",
-      g.transport, bytes / 1e6, g.batches, r.mismatches, r.checksum_mismatches, receive, checksum,
+      transport, bytes / 1e6, g.batches, r.mismatches, r.checksum_mismatches, receive, checksum,
       release, interval, bytes / (interval * 1e6), share_cell);
   std::fputs(table.c_str(), stderr);
   if (!json_path.empty()) std::ofstream(json_path) << line << "\n";

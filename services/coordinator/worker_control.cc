@@ -115,7 +115,7 @@ absl::Status GrpcWorkerControl::ReleaseRun(const v1::WorkerInfo& worker,
 absl::StatusOr<v1::RunStepResponse> GrpcWorkerControl::RunStep(const v1::WorkerInfo& worker,
                                                                const v1::RunStepRequest& req) {
   // A step ends well before this: each side gives up on its feature channel after 10 minutes
-  // (services/worker_common/feature_channel.h) and answers with the error.
+  // (services/worker_common/channel_limits.h) and answers with the error.
   constexpr int64_t kStepDeadlineMs = 30 * 60 * 1000;
   Stubs* stubs = GetStubs(worker.control_address());
   grpc::ClientContext ctx;

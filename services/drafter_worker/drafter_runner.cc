@@ -17,13 +17,10 @@
 #include "common/train/run_options.h"
 #include "common/train/run_setup.h"
 #include "common/train/trainer.h"
-#include "common/transport/cuda_ipc.h"
-#include "common/transport/feature_checksum.h"
+#include "common/transport/feature_channel.h"
 #include "common/transport/feature_message.h"
 #include "common/transport/group.h"
-#include "common/transport/nccl_channel.h"
-#include "common/transport/shm_ring.h"
-#include "services/worker_common/feature_channel.h"
+#include "services/worker_common/channel_limits.h"
 #include "services/worker_common/test_hooks.h"
 
 namespace dflash::worker {
@@ -47,31 +44,13 @@ constexpr absl::Duration kOpenTimeout = absl::Minutes(2);
 class DrafterRunner : public StepRunner {
  public:
   absl::StatusOr<Prepared> Prepare(const RunContext& ctx) override {
-    if (absl::Status s = CheckTransport(ctx.transport, ctx.gpu); !s.ok()) return s;
+    absl::StatusOr<transport::Transport> t = transport::ParseTransport(ctx.transport);
+    if (!t.ok()) return t.status();
+    if (absl::Status s = transport::CheckTransportDevice(*t, ctx.gpu); !s.ok()) return s;
     ctx_ = ctx;
     Prepared prepared;
     if (absl::Status s = JoinDrafterGroup(&prepared); !s.ok()) return s;
-    if (ctx.transport == "cuda_ipc")
-      mappings_ = std::make_unique<transport::CudaIpcMappings>(ctx.gpu);
-    if (ctx.transport == "cuda_ipc" || ctx.transport == "nccl") {
-      absl::StatusOr<std::unique_ptr<transport::DeviceChecksummer>> checksummer =
-          transport::DeviceChecksummer::Create(ctx.gpu);
-      if (!checksummer.ok()) return checksummer.status();
-      checksummer_ = *std::move(checksummer);
-    }
-    if (ctx.transport == "nccl") {
-      transport::NcclChannel::Options o;
-      o.rank = 1;
-      o.device = ctx.gpu;
-      o.slots = kChannelSlots;
-      o.timeout = kChannelTimeout;
-      absl::StatusOr<std::unique_ptr<transport::NcclChannel>> channel =
-          transport::NcclChannel::Create(ctx.channel_descriptor, o);
-      if (!channel.ok()) return channel.status();
-      std::lock_guard<std::mutex> lock(mu_);
-      nccl_ = *std::move(channel);
-      if (aborted_) nccl_->Abort();
-    }
+    if (absl::Status s = OpenChannel(*t); !s.ok()) return s;
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
                                            : c10::Device(c10::DeviceType::CUDA, ctx.gpu);
     absl::StatusOr<train::LocalRunOptions> options =
@@ -125,8 +104,8 @@ class DrafterRunner : public StepRunner {
 
   // The settings echo (services/coordinator/settings_echo.h RequiredEcho), read back from what
   // this runner built: the model, the trainer, the communicator, the anchor limit RunStep
-  // enforces, and the channel (nccl: created here; host and cuda_ipc: opened at the first step
-  // then, cuda_ipc with the IPC mappings made here).
+  // enforces, and the channel (created here; host and cuda_ipc: its ring opened at the first
+  // step).
   std::map<std::string, std::string> Echo() const {
     const drafter::DrafterConfig& c = drafter_->config();
     std::map<std::string, std::string> e = {
@@ -147,9 +126,7 @@ class DrafterRunner : public StepRunner {
         {"optim.total_steps", std::to_string(trainer_->config().total_steps)},
         {"resume.step", std::to_string(trainer_->step())},
         {"placement.pairs", std::to_string(comm_ ? comm_->world() : 1)},
-        {"placement.transport", nccl_       ? "nccl"
-                                : mappings_ ? "cuda_ipc"
-                                            : "host"}};
+        {"placement.transport", transport::TransportName(channel_->transport())}};
     return e;
   }
 
@@ -159,39 +136,31 @@ class DrafterRunner : public StepRunner {
                                                         trainer_->step(), " steps; step ",
                                                         work.step, " is not the next one"));
     }
-    if (!nccl_) {
-      if (absl::Status s = OpenChannel(); !s.ok()) return s;
-    }
     StepReport report;
     report.step = work.step;
     uint32_t chain = 0;
     for (const StepMicroBatch& mb : work.micro_batches) {
       const bool last = &mb == &work.micro_batches.back();
-      const auto wait_start = std::chrono::steady_clock::now();
-      absl::StatusOr<absl::Span<const uint8_t>> message =
-          nccl_ ? nccl_->ReceiveFrame(mb.batch_id) : ring_->Receive(mb.batch_id, kChannelTimeout);
-      report.transport_wait_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-      if (!message.ok()) {
-        if (ring_ && message.status().code() != absl::StatusCode::kAborted) ring_->Abort();
-        return absl::Status(
-            message.status().code(),
-            absl::StrCat("receiving batch ", mb.batch_id, ": ", message.status().message()));
+      absl::StatusOr<transport::ReceivedFeatures> received = channel_->Receive(mb.batch_id);
+      if (!received.ok()) {
+        // The pair is out of step (or the run was released): nothing after this can be trusted.
+        channel_->Abort();
+        return received.status();
       }
-      report.transport_bytes += static_cast<int64_t>(message->size());
-      if (ring_) {
-        report.max_queue_depth =
-            std::max<int64_t>(report.max_queue_depth, static_cast<int64_t>(ring_->Depth()));
-      }
-      absl::Status s = TrainOn(mb, *message, last, &chain, &report);
-      absl::Status released = nccl_ ? nccl_->Release() : ring_->Release();
+      report.transport_wait_seconds += received->wait_seconds;
+      report.transport_bytes += received->bytes;
+      report.max_queue_depth = std::max(report.max_queue_depth, channel_->Depth());
+      absl::Status s = TrainOn(mb, *received, last);
+      absl::Status released = channel_->Release();
       if (!s.ok()) {
         // The pair is out of step: nothing after this batch can be trusted.
-        if (ring_) ring_->Abort();
-        if (nccl_) nccl_->Abort();
+        channel_->Abort();
         return s;
       }
       if (!released.ok()) return released;
+      chain = ChainChecksum(chain, received->decoded.crc32);
+      report.tokens += static_cast<int64_t>(received->decoded.batch.input_ids.size());
+      ++report.micro_batches;
     }
     absl::StatusOr<train::StepStats> stats = trainer_->Step();
     if (!stats.ok()) return stats.status();
@@ -237,8 +206,7 @@ class DrafterRunner : public StepRunner {
   void Abort() override {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_ = true;
-    if (ring_) ring_->Abort();
-    if (nccl_) nccl_->Abort();
+    if (channel_) channel_->Abort();
     if (comm_) comm_->Abort();
   }
 
@@ -270,33 +238,32 @@ class DrafterRunner : public StepRunner {
     return transport::JoinGroup(o, &prepared->nccl_unique_id);
   }
 
-  absl::Status OpenChannel() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (ring_) return absl::OkStatus();
-      if (aborted_) return absl::AbortedError("the run was released");
-    }
-    absl::StatusOr<std::unique_ptr<transport::ShmRing>> ring =
-        transport::ShmRing::Open(ctx_.channel, kOpenTimeout);
-    if (!ring.ok()) return ring.status();
+  // The receiving side of the pair's feature channel (common/transport/feature_channel.h).
+  absl::Status OpenChannel(transport::Transport t) {
+    transport::FeatureChannelOptions o;
+    o.transport = t;
+    o.name = t == transport::Transport::kNccl ? ctx_.channel_descriptor : ctx_.channel;
+    o.gpu = ctx_.gpu;
+    o.slots = kChannelSlots;
+    o.timeout = kChannelTimeout;
+    o.open_timeout = kOpenTimeout;
+    absl::StatusOr<std::unique_ptr<transport::FeatureReceiver>> channel =
+        transport::FeatureReceiver::Create(o);
+    if (!channel.ok()) return channel.status();
     std::lock_guard<std::mutex> lock(mu_);
-    ring_ = *std::move(ring);
-    if (aborted_) ring_->Abort();
+    channel_ = *std::move(channel);
+    if (aborted_) channel_->Abort();
     return absl::OkStatus();
   }
 
   // `last`: the step's last micro-batch, whose backward starts the gradient all-reduce.
-  absl::Status TrainOn(const StepMicroBatch& mb, absl::Span<const uint8_t> message, bool last,
-                       uint32_t* chain, StepReport* report) {
-    absl::StatusOr<transport::DecodedFeatures> d = transport::DecodeFeatureMessage(message);
-    if (!d.ok()) {
-      return absl::Status(d.status().code(),
-                          absl::StrCat("batch ", mb.batch_id, ": ", d.status().message()));
-    }
-    const int64_t t = static_cast<int64_t>(d->batch.input_ids.size());
-    if (d->feature_dim != drafter_->config().feature_dim()) {
+  absl::Status TrainOn(const StepMicroBatch& mb, const transport::ReceivedFeatures& received,
+                       bool last) {
+    const transport::DecodedFeatures& d = received.decoded;
+    const int64_t t = static_cast<int64_t>(d.batch.input_ids.size());
+    if (d.feature_dim != drafter_->config().feature_dim()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("batch ", mb.batch_id, ": features are ", d->feature_dim,
+          absl::StrCat("batch ", mb.batch_id, ": features are ", d.feature_dim,
                        " wide, the drafter expects ", drafter_->config().feature_dim()));
     }
     // The memory plan sized this drafter's activations for at most batching.max_anchors anchors
@@ -312,75 +279,18 @@ class DrafterRunner : public StepRunner {
             absl::StrCat("batch ", mb.batch_id, ": anchor ", a, " is outside its ", t, " tokens"));
       }
     }
+    at::TensorOptions options = at::TensorOptions().dtype(ScalarOf(d.dtype));
     at::Tensor features;
-    if (d->device && nccl_) {
-      // nccl: the features follow the message into the channel's buffer, valid until Release
-      // (which orders the buffer's reuse after the work queued on it).
-      const auto wait_start = std::chrono::steady_clock::now();
-      absl::StatusOr<const void*> base = nccl_->ReceiveFeatures(
-          static_cast<size_t>(t * d->feature_dim) * transport::FeatureDTypeSize(d->dtype));
-      report->transport_wait_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-      if (!base.ok()) {
-        return absl::Status(base.status().code(),
-                            absl::StrCat("batch ", mb.batch_id, ": ", base.status().message()));
-      }
-      report->transport_bytes +=
-          t * d->feature_dim * static_cast<int64_t>(transport::FeatureDTypeSize(d->dtype));
-      features = at::from_blob(const_cast<void*>(*base), {t, d->feature_dim},
-                               at::TensorOptions()
-                                   .dtype(ScalarOf(d->dtype))
-                                   .device(c10::Device(c10::DeviceType::CUDA, ctx_.gpu)));
-    } else if (d->device) {
-      // cuda_ipc: read in place from the target's slot; the slot is handed back (Release) only
-      // after the work that reads it has finished on the device.
-      if (!mappings_) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("batch ", mb.batch_id, ": device features on a host channel"));
-      }
-      absl::StatusOr<void*> base = mappings_->Open(d->device->ipc_handle);
-      if (!base.ok()) return base.status();
-      features =
-          at::from_blob(static_cast<uint8_t*>(*base) + d->device->offset, {t, d->feature_dim},
-                        at::TensorOptions()
-                            .dtype(ScalarOf(d->dtype))
-                            .device(c10::Device(c10::DeviceType::CUDA, ctx_.gpu)));
+    if (received.on_device) {
+      // Read in place (cuda_ipc: the target's slot; nccl: the channel's buffer) until Release.
+      features = at::from_blob(const_cast<void*>(received.data), {t, d.feature_dim},
+                               options.device(c10::Device(c10::DeviceType::CUDA, ctx_.gpu)));
     } else {
-      if (d->features == nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("batch ", mb.batch_id, ": no features in the message"));
-      }
       // The ring slot is reused by the next batch: copy the features out before releasing it.
-      features = at::from_blob(const_cast<uint8_t*>(d->features), {t, d->feature_dim},
-                               at::TensorOptions().dtype(ScalarOf(d->dtype)))
-                     .clone();
+      features =
+          at::from_blob(const_cast<void*>(received.data), {t, d.feature_dim}, options).clone();
     }
-    if (d->device) {
-      // Never trained on features that differ from what the target wrote (feature_checksum.h).
-      absl::StatusOr<transport::FeatureChecksum> sum =
-          checksummer_->Compute(features.data_ptr(), features.nbytes());
-      if (!sum.ok()) return sum.status();
-      const transport::FeatureChecksum sent{d->device->checksum_sum, d->device->checksum_weighted};
-      if (*sum != sent) {
-        return absl::DataLossError(absl::StrCat(
-            "batch ", mb.batch_id, ": the features' checksum (", absl::Hex(sum->sum), ", ",
-            absl::Hex(sum->weighted), ") is not the target's (", absl::Hex(sent.sum), ", ",
-            absl::Hex(sent.weighted), "): corrupted between the target and this drafter over ",
-            ctx_.transport, "; not trained on"));
-      }
-    }
-    if (absl::Status s =
-            trainer_->AddMicroBatch(train::MakeDrafterBatch(d->batch, mb.anchors, features), last);
-        !s.ok()) {
-      return s;
-    }
-    if (d->device && !nccl_) {
-      if (absl::Status s = transport::SynchronizeDevice(ctx_.gpu); !s.ok()) return s;
-    }
-    *chain = ChainChecksum(*chain, d->crc32);
-    report->tokens += t;
-    ++report->micro_batches;
-    return absl::OkStatus();
+    return trainer_->AddMicroBatch(train::MakeDrafterBatch(d.batch, mb.anchors, features), last);
   }
 
   RunContext ctx_;
@@ -391,11 +301,8 @@ class DrafterRunner : public StepRunner {
   bool aborted_ = false;
   std::string target_source_;  // where embed_tokens and lm_head came from (echoed)
   int64_t max_anchors_ = 0;    // batching.max_anchors: RunStep refuses more (echoed)
-  std::unique_ptr<transport::ShmRing> ring_;
-  std::unique_ptr<transport::Communicator> comm_;              // data-parallel drafters only
-  std::unique_ptr<transport::CudaIpcMappings> mappings_;       // cuda_ipc only
-  std::unique_ptr<transport::NcclChannel> nccl_;               // nccl only
-  std::unique_ptr<transport::DeviceChecksummer> checksummer_;  // cuda_ipc, nccl
+  std::unique_ptr<transport::FeatureReceiver> channel_;
+  std::unique_ptr<transport::Communicator> comm_;  // data-parallel drafters only
 };
 
 }  // namespace

@@ -17,14 +17,11 @@
 #include "common/data/run_data.h"
 #include "common/device/device_probe.h"
 #include "common/train/run_setup.h"
-#include "common/transport/cuda_ipc.h"
-#include "common/transport/feature_checksum.h"
+#include "common/transport/feature_channel.h"
 #include "common/transport/feature_message.h"
 #include "common/transport/group.h"
-#include "common/transport/nccl_channel.h"
-#include "common/transport/shm_ring.h"
 #include "services/target_worker/shared_target.h"
-#include "services/worker_common/feature_channel.h"
+#include "services/worker_common/channel_limits.h"
 #include "services/worker_common/test_hooks.h"
 
 namespace dflash::worker {
@@ -53,7 +50,10 @@ absl::StatusOr<transport::FeatureDType> FeatureType(c10::ScalarType t) {
 class TargetRunner : public StepRunner {
  public:
   absl::StatusOr<Prepared> Prepare(const RunContext& ctx) override {
-    if (absl::Status s = CheckTransport(ctx.transport, ctx.gpu); !s.ok()) return s;
+    absl::StatusOr<transport::Transport> t = transport::ParseTransport(ctx.transport);
+    if (!t.ok()) return t.status();
+    if (absl::Status s = transport::CheckTransportDevice(*t, ctx.gpu); !s.ok()) return s;
+    transport_ = *t;
     ctx_ = ctx;
     const c10::Device device = ctx.gpu < 0 ? c10::Device(c10::DeviceType::CPU)
                                            : c10::Device(c10::DeviceType::CUDA, ctx.gpu);
@@ -113,17 +113,10 @@ class TargetRunner : public StepRunner {
     absl::StatusOr<transport::FeatureDType> ftype = FeatureType(target_->dtype());
     if (!ftype.ok()) return ftype.status();
     ftype_ = *ftype;
-    if (device_features() && ctx.tp_rank == 0) {
-      absl::StatusOr<std::unique_ptr<transport::DeviceChecksummer>> checksummer =
-          transport::DeviceChecksummer::Create(ctx.gpu);
-      if (!checksummer.ok()) return checksummer.status();
-      checksummer_ = *std::move(checksummer);
-    }
     // Test hooks (test_hooks.h: only the -testhooks executables inject anything).
     const WorkerTestHooks hooks = ReadWorkerTestHooks();
     if (hooks.corrupt_features_message >= 0) {
-      corrupt_message_ = hooks.corrupt_features_message;
-      LOG_RUN(WARNING, ctx.run_id, -1) << "test hook: message " << corrupt_message_
+      LOG_RUN(WARNING, ctx.run_id, -1) << "test hook: message " << hooks.corrupt_features_message
                                        << "'s features are corrupted after their checksum";
     }
     if (hooks.oom_above_tokens >= 0) {
@@ -132,9 +125,6 @@ class TargetRunner : public StepRunner {
           << "test hook: forwards above " << inject_oom_above_ << " tokens fail as out of memory";
     }
     token_budget_ = ctx.spec.batching.token_budget;  // sizes the channel and every batch
-    const int64_t budget = token_budget_;
-    const size_t feature_bytes =
-        static_cast<size_t>(budget * target_->feature_dim()) * transport::FeatureDTypeSize(ftype_);
     if (ctx.tp_rank > 0) {
       // A tensor-parallel rank other than 0: the same forward, no channel (rank 0 sends).
       LOG_RUN(INFO, ctx.run_id, -1)
@@ -144,36 +134,40 @@ class TargetRunner : public StepRunner {
       prepared.applied = Echo();
       return prepared;
     }
-    if (ctx.transport == "nccl") return PrepareNccl(feature_bytes, std::move(prepared));
-    transport::ShmRing::Options ro;
-    ro.slots = kChannelSlots;
-    ro.slot_bytes = transport::MaxFeatureMessageBytes(budget, target_->feature_dim(), ftype_,
-                                                      /*inline_features=*/!device_features());
-    if (device_features()) {
-      // One device buffer per ring slot: the ring's order guarantees that the drafter has handed
-      // a slot back before the target writes it again.
-      absl::StatusOr<std::unique_ptr<transport::CudaIpcSlots>> slots =
-          transport::CudaIpcSlots::Create(ctx.gpu, kChannelSlots, feature_bytes);
-      if (!slots.ok()) return slots.status();
-      slots_ = *std::move(slots);
+    transport::FeatureChannelOptions o;
+    o.transport = transport_;
+    o.name = ctx.channel;
+    o.gpu = ctx.gpu;
+    o.slots = kChannelSlots;
+    o.timeout = kChannelTimeout;
+    o.max_tokens = token_budget_;
+    o.feature_dim = target_->feature_dim();
+    o.dtype = ftype_;
+    if (hooks.corrupt_features_message >= 0 && device_features()) {
+      o.after_checksum = [index = static_cast<uint64_t>(hooks.corrupt_features_message),
+                          device = target_->device()](void* features, size_t bytes,
+                                                      uint64_t message) {
+        if (message != index) return;
+        const at::Tensor b = at::from_blob(features, {static_cast<int64_t>(bytes)},
+                                           at::TensorOptions().dtype(at::kByte).device(device));
+        b.narrow(0, b.numel() / 2, 1).bitwise_xor_(1);
+      };
     }
-    // A channel of this name left behind by a crashed attempt is stale: names are per attempt.
-    if (transport::ShmSegment::Unlink(ctx.channel)) {
-      LOG_RUN(WARNING, ctx.run_id, -1) << "removed a stale channel " << ctx.channel;
-    }
-    absl::StatusOr<std::unique_ptr<transport::ShmRing>> ring =
-        transport::ShmRing::Create(ctx.channel, ro);
-    if (!ring.ok()) return ring.status();
+    absl::StatusOr<std::unique_ptr<transport::FeatureSender>> sender =
+        transport::FeatureSender::Create(o);
+    if (!sender.ok()) return sender.status();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ring_ = *std::move(ring);
+      sender_ = *std::move(sender);
     }
     LOG_RUN(INFO, ctx.run_id, -1) << "target ready: " << target_->config().num_hidden_layers
                                   << " layers, features " << target_->feature_dim() << " wide, "
                                   << data_->summary.documents << " documents; channel "
-                                  << ctx.channel << " (" << ctx.transport << ", " << ro.slots
-                                  << " x " << ro.slot_bytes << " bytes)";
+                                  << sender_->Describe();
     prepared.applied = Echo();
+    // nccl: the channel's descriptor, which the coordinator hands to the drafter (the rings are
+    // named by the coordinator).
+    if (transport_ == transport::Transport::kNccl) prepared.channel_descriptor = sender_->handoff();
     return prepared;
   }
 
@@ -186,13 +180,7 @@ class TargetRunner : public StepRunner {
         {"target.dtype", train::TargetDtypeName(target_->dtype())},
         {"target.layer_ids", absl::StrJoin(target_->layer_ids(), ",")},
         {"batching.token_budget", std::to_string(token_budget_)}};
-    if (nccl_) {
-      e["placement.transport"] = "nccl";
-    } else if (slots_) {
-      e["placement.transport"] = "cuda_ipc";
-    } else if (ring_) {
-      e["placement.transport"] = "host";
-    }
+    if (sender_) e["placement.transport"] = transport::TransportName(sender_->transport());
     return e;
   }
 
@@ -226,33 +214,6 @@ class TargetRunner : public StepRunner {
     return transport::JoinGroup(o, &prepared->tp_nccl_unique_id);
   }
 
-  absl::StatusOr<Prepared> PrepareNccl(size_t feature_bytes, Prepared prepared) {
-    const size_t message_bytes = transport::MaxFeatureMessageBytes(
-        token_budget_, target_->feature_dim(), ftype_, /*inline_features=*/false);
-    absl::StatusOr<std::string> descriptor =
-        transport::NcclChannel::NewDescriptor(message_bytes, feature_bytes);
-    if (!descriptor.ok()) return descriptor.status();
-    transport::NcclChannel::Options o;
-    o.rank = 0;
-    o.device = ctx_.gpu;
-    o.slots = kChannelSlots;
-    o.timeout = kChannelTimeout;
-    absl::StatusOr<std::unique_ptr<transport::NcclChannel>> channel =
-        transport::NcclChannel::Create(*descriptor, o);
-    if (!channel.ok()) return channel.status();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      nccl_ = *std::move(channel);
-    }
-    LOG_RUN(INFO, ctx_.run_id, -1)
-        << "target ready: " << target_->config().num_hidden_layers << " layers, features "
-        << target_->feature_dim() << " wide, " << data_->summary.documents
-        << " documents; channel nccl (" << o.slots << " x " << feature_bytes << " bytes)";
-    prepared.applied = Echo();
-    prepared.channel_descriptor = *std::move(descriptor);
-    return prepared;
-  }
-
   absl::StatusOr<StepReport> RunStep(const StepWork& work) override {
     StepReport report;
     report.step = work.step;
@@ -266,7 +227,7 @@ class TargetRunner : public StepRunner {
         // The same forward as rank 0 (its all-reduces need this rank), nothing to send. On host
         // transport the checksum is over the same message bytes as rank 0's, which the coordinator
         // compares.
-        absl::StatusOr<uint32_t> crc = ctx_.transport == "host" ? ForwardToHost() : ForwardOnly();
+        absl::StatusOr<uint32_t> crc = device_features() ? ForwardOnly() : HostMessageCrc();
         if (!crc.ok()) return Annotate(crc.status(), "batch ", mb.batch_id);
         chain = ChainChecksum(chain, *crc);
         report.tokens += static_cast<int64_t>(scratch_.input_ids.size());
@@ -274,44 +235,28 @@ class TargetRunner : public StepRunner {
         continue;
       }
       // The device buffer to write the features into (cuda_ipc, nccl), once the batch that last
-      // used it has been read by the drafter (cuda_ipc: the ring hands its slot back) or sent
-      // (nccl).
+      // used it is done with it.
       void* buffer = nullptr;
       const auto wait_start = std::chrono::steady_clock::now();
-      if (ctx_.transport == "nccl") {
-        absl::StatusOr<void*> b = nccl_->NextFeatureBuffer();
+      if (device_features()) {
+        absl::StatusOr<void*> b = sender_->NextBuffer();
         if (!b.ok()) return Annotate(b.status(), "batch ", mb.batch_id);
         buffer = *b;
-      } else if (device_features()) {
-        if (absl::Status free = ring_->WaitFree(kChannelTimeout); !free.ok()) {
-          if (free.code() == absl::StatusCode::kDeadlineExceeded) ring_->Abort();
-          return Annotate(free, "batch ", mb.batch_id);
-        }
-        buffer = slots_->slot(static_cast<uint32_t>(sent_ % slots_->size()));
       }
       report.transport_wait_seconds += SecondsSince(wait_start);
-      absl::StatusOr<uint32_t> crc = buffer != nullptr ? ForwardInto(buffer) : ForwardToHost();
-      if (!crc.ok()) return crc.status();
+      at::Tensor host;
+      if (absl::Status s = buffer != nullptr ? ForwardInto(buffer) : ForwardToHost(&host);
+          !s.ok()) {
+        return s;
+      }
       const auto send_start = std::chrono::steady_clock::now();
-      const int64_t feature_bytes = static_cast<int64_t>(scratch_.input_ids.size()) *
-                                    target_->feature_dim() *
-                                    static_cast<int64_t>(transport::FeatureDTypeSize(ftype_));
-      absl::Status sent =
-          ctx_.transport == "nccl"
-              ? nccl_->Send(mb.batch_id, message_, static_cast<size_t>(feature_bytes))
-              : ring_->Send(mb.batch_id, message_, kChannelTimeout);
+      int64_t bytes = 0;
+      absl::StatusOr<uint32_t> crc = sender_->Send(
+          mb.batch_id, scratch_, buffer != nullptr ? buffer : host.data_ptr(), &bytes);
       report.transport_wait_seconds += SecondsSince(send_start);
-      report.transport_bytes += static_cast<int64_t>(message_.size());
-      if (buffer != nullptr) report.transport_bytes += feature_bytes;
-      if (!sent.ok()) {
-        if (sent.code() == absl::StatusCode::kDeadlineExceeded && ring_) ring_->Abort();
-        return Annotate(sent, "sending batch ", mb.batch_id);
-      }
-      ++sent_;
-      if (ring_) {
-        report.max_queue_depth =
-            std::max<int64_t>(report.max_queue_depth, static_cast<int64_t>(ring_->Depth()));
-      }
+      if (!crc.ok()) return Annotate(crc.status(), "sending batch ", mb.batch_id);
+      report.transport_bytes += bytes;
+      report.max_queue_depth = std::max(report.max_queue_depth, sender_->Depth());
       chain = ChainChecksum(chain, *crc);
       report.tokens += static_cast<int64_t>(scratch_.input_ids.size());
       ++report.micro_batches;
@@ -326,7 +271,7 @@ class TargetRunner : public StepRunner {
     return report;
   }
 
-  bool device_features() const { return ctx_.transport != "host"; }
+  bool device_features() const { return transport::DeviceFeatures(transport_); }
 
   static double SecondsSince(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -384,8 +329,8 @@ class TargetRunner : public StepRunner {
     return s;
   }
 
-  // host: runs the target, copies the features into the message.
-  absl::StatusOr<uint32_t> ForwardToHost() {
+  // host: runs the target into `features` on the host.
+  absl::Status ForwardToHost(at::Tensor* features) {
     const int64_t t = static_cast<int64_t>(scratch_.input_ids.size());
     at::Tensor out;
     try {
@@ -396,7 +341,15 @@ class TargetRunner : public StepRunner {
           absl::StrCat("allocating target features: ", e.what_without_backtrace()));
     }
     if (absl::Status s = ForwardBatch(out); !s.ok()) return s;
-    const at::Tensor features = out.to(c10::Device(c10::DeviceType::CPU)).contiguous();
+    *features = out.to(c10::Device(c10::DeviceType::CPU)).contiguous();
+    return absl::OkStatus();
+  }
+
+  // host, a tensor-parallel rank other than 0: the CRC-32 of the message rank 0 sends (which
+  // the coordinator compares), from the same forward.
+  absl::StatusOr<uint32_t> HostMessageCrc() {
+    at::Tensor features;
+    if (absl::Status s = ForwardToHost(&features); !s.ok()) return s;
     return transport::EncodeFeatureMessage(scratch_, features.data_ptr(), target_->feature_dim(),
                                            ftype_, &message_);
   }
@@ -417,38 +370,18 @@ class TargetRunner : public StepRunner {
   }
 
   // cuda_ipc, nccl: runs the target straight into the device buffer the next message names
-  // (cuda_ipc: the ring slot's; nccl: the channel's, sent device to device after the forward).
-  absl::StatusOr<uint32_t> ForwardInto(void* buffer) {
+  // (the channel checksums and publishes it in Send).
+  absl::Status ForwardInto(void* buffer) {
     const int64_t t = static_cast<int64_t>(scratch_.input_ids.size());
     const at::Tensor features =
         at::from_blob(buffer, {t, target_->feature_dim()},
                       at::TensorOptions().dtype(target_->dtype()).device(target_->device()));
-    if (absl::Status s = ForwardBatch(features); !s.ok()) return s;
-    transport::DeviceFeatureRef ref;  // nccl: no handle, the features follow the message
-    // Waits for the forward (the value travels in the message).
-    absl::StatusOr<transport::FeatureChecksum> sum =
-        checksummer_->Compute(features.data_ptr(), features.nbytes());
-    if (!sum.ok()) return sum.status();
-    ref.checksum_sum = sum->sum;
-    ref.checksum_weighted = sum->weighted;
-    if (static_cast<int64_t>(sent_) == corrupt_message_) {
-      const at::Tensor bytes = features.view(at::kByte).view({-1});
-      bytes.narrow(0, bytes.numel() / 2, 1).bitwise_xor_(1);
-    }
-    if (ctx_.transport == "cuda_ipc") {
-      // Published only once written: the drafter reads the slot as soon as the message arrives.
-      // (nccl's transfer waits for the forward on the device.)
-      if (absl::Status s = transport::SynchronizeDevice(ctx_.gpu); !s.ok()) return s;
-      ref.ipc_handle = slots_->handle(static_cast<uint32_t>(sent_ % slots_->size()));
-    }
-    return transport::EncodeFeatureMessageRef(scratch_, target_->feature_dim(), ftype_, ref,
-                                              &message_);
+    return ForwardBatch(features);
   }
 
   void Abort() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (ring_) ring_->Abort();
-    if (nccl_) nccl_->Abort();
+    if (sender_) sender_->Abort();
     if (tp_comm_) tp_comm_->Abort();
   }
 
@@ -458,16 +391,12 @@ class TargetRunner : public StepRunner {
   std::unique_ptr<data::RunData> data_;
   transport::FeatureDType ftype_ = transport::FeatureDType::kFloat32;
   std::mutex mu_;
-  std::unique_ptr<transport::ShmRing> ring_;
-  std::unique_ptr<transport::CudaIpcSlots> slots_;    // cuda_ipc only
-  std::unique_ptr<transport::NcclChannel> nccl_;      // nccl only
+  transport::Transport transport_ = transport::Transport::kHost;
+  std::unique_ptr<transport::FeatureSender> sender_;  // tensor-parallel rank 0 only
   std::unique_ptr<transport::Communicator> tp_comm_;  // the tensor-parallel group (tp_world > 1)
   int64_t step_splits_ = 0;                           // this step's out-of-memory splits
   int64_t token_budget_ = 0;                          // batching.token_budget (echoed)
   int64_t inject_oom_above_ = 0;                      // test hook (test_hooks.h)
-  int64_t corrupt_message_ = -1;                      // test hook (test_hooks.h)
-  std::unique_ptr<transport::DeviceChecksummer> checksummer_;  // cuda_ipc, nccl (rank 0)
-  uint64_t sent_ = 0;  // messages sent (= ring slot counter)
   batching::PackedBatch scratch_;
   std::vector<uint8_t> message_;
 };

@@ -337,9 +337,9 @@ TEST_F(MemoryGpu, TheDrafterRunsOutOfMemoryForRealAndTrainsTheHalves) {
   const Geometry full{16384, 2048, 2}, half{8192, 1024, 2};
   const std::string full_yaml = Yaml("full", full, "auto", 2);
   const Measured f = MeasureRun("full", full_yaml, 0);
-  const int64_t gap = PlannedPeak(WriteRunYaml("full-plan.yaml", full_yaml), "drafter") -
-                      PlannedPeak(WriteRunYaml("half-plan.yaml", Yaml("half", half, "auto", 2)),
-                                  "drafter");
+  const int64_t gap =
+      PlannedPeak(WriteRunYaml("full-plan.yaml", full_yaml), "drafter") -
+      PlannedPeak(WriteRunYaml("half-plan.yaml", Yaml("half", half, "auto", 2)), "drafter");
   ASSERT_GT(gap, 0);
   // Everything the full run needed, less the drafter's own reservation, plus an allocator peak
   // halfway between the full micro-batches' and the halves'.
@@ -378,9 +378,9 @@ TEST_F(MemoryGpu, TheTargetRunsOutOfMemoryForRealAndForwardsTheHalves) {
   const Geometry full{32768, 16, 1, "none", "[33]"}, half{16384, 8, 1, "none", "[33]"};
   const std::string full_yaml = Yaml("full", full, "host", 1);
   const Measured f = MeasureRun("full", full_yaml, -1);
-  const int64_t gap = PlannedPeak(WriteRunYaml("full-plan.yaml", full_yaml), "target") -
-                      PlannedPeak(WriteRunYaml("half-plan.yaml", Yaml("half", half, "host", 1)),
-                                  "target");
+  const int64_t gap =
+      PlannedPeak(WriteRunYaml("full-plan.yaml", full_yaml), "target") -
+      PlannedPeak(WriteRunYaml("half-plan.yaml", Yaml("half", half, "host", 1)), "target");
   ASSERT_GT(gap, 0);
   const int64_t leave = f.need - f.reserved.at("t") + f.peak.at("t") - gap / 2;
   FreshWorkers("oom", -1);
