@@ -33,7 +33,10 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_batch ", options.max_batch, " must be >= 0 (0: every prompt at once)"));
   }
-  const SamplingOptions& s = options.sampling;
+  return ValidateSampling(options.sampling);
+}
+
+absl::Status ValidateSampling(const SamplingOptions& s) {
   if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) {
     return absl::InvalidArgumentError(
         absl::StrCat("temperature ", s.temperature, " must be finite and >= 0"));
@@ -47,6 +50,25 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
   return absl::OkStatus();
 }
 
+at::Tensor SamplingProbabilities(const at::Tensor& logits, const SamplingOptions& options) {
+  at::Tensor l = logits.to(at::kFloat) / options.temperature;  // [N, V]
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (options.top_k > 0 && options.top_k < l.size(1)) {
+    // Ties with the k-th value stay.
+    at::Tensor kth = std::get<0>(at::topk(l, options.top_k, 1)).narrow(1, options.top_k - 1, 1);
+    l = l.masked_fill(l < kth, neg_inf);
+  }
+  if (options.top_p < 1) {
+    auto [sorted, order] = at::sort(l, 1, /*descending=*/true);
+    at::Tensor probs = at::softmax(sorted, 1);
+    // Drop a token when the tokens before it already reach top_p (the first is always kept).
+    at::Tensor drop_sorted = (at::cumsum(probs, 1) - probs) >= options.top_p;
+    at::Tensor drop = at::zeros_like(drop_sorted).scatter(1, order, drop_sorted);
+    l = l.masked_fill(drop, neg_inf);
+  }
+  return at::softmax(l, 1);
+}
+
 std::vector<int64_t> PickTokens(const at::Tensor& logits, const SamplingOptions& options,
                                 at::Generator& generator) {
   c10::InferenceMode inference;
@@ -56,22 +78,8 @@ std::vector<int64_t> PickTokens(const at::Tensor& logits, const SamplingOptions&
     // the N ids travel to the host.
     picked = at::argmax(logits, 1).to(at::kCPU).contiguous();
   } else {
-    at::Tensor l = logits.to(at::kCPU, at::kFloat).contiguous();  // [N, V]
-    l = l / options.temperature;
-    const double neg_inf = -std::numeric_limits<double>::infinity();
-    if (options.top_k > 0 && options.top_k < l.size(1)) {
-      at::Tensor kth = std::get<0>(at::topk(l, options.top_k, 1)).narrow(1, options.top_k - 1, 1);
-      l = l.masked_fill(l < kth, neg_inf);
-    }
-    if (options.top_p < 1) {
-      auto [sorted, order] = at::sort(l, 1, /*descending=*/true);
-      at::Tensor probs = at::softmax(sorted, 1);
-      // Drop a token when the tokens before it already reach top_p (the first is always kept).
-      at::Tensor drop_sorted = (at::cumsum(probs, 1) - probs) >= options.top_p;
-      at::Tensor drop = at::zeros_like(drop_sorted).scatter(1, order, drop_sorted);
-      l = l.masked_fill(drop, neg_inf);
-    }
-    picked = at::multinomial(at::softmax(l, 1), 1, /*replacement=*/false, generator).squeeze(1);
+    const at::Tensor probs = SamplingProbabilities(logits.to(at::kCPU).contiguous(), options);
+    picked = at::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(1);
   }
   const int64_t* p = picked.data_ptr<int64_t>();
   return std::vector<int64_t>(p, p + picked.numel());

@@ -41,6 +41,13 @@ struct Generation {
 
 // INVALID_ARGUMENT naming the field when the options cannot be used.
 absl::Status ValidateGenerateOptions(const GenerateOptions& options);
+// The sampling part of it: temperature finite and >= 0, top_k >= 0, top_p in (0, 1].
+absl::Status ValidateSampling(const SamplingOptions& sampling);
+
+// [N, V] float32 probabilities, on the logits' device, that sampling draws each row's token from
+// (temperature > 0): softmax(logits / temperature) over the top_k most likely tokens, then over the
+// smallest set of most likely tokens whose probability reaches top_p (the first always kept).
+at::Tensor SamplingProbabilities(const at::Tensor& logits, const SamplingOptions& options);
 
 // The next token of each row of `logits` [N, V] fp32 (any device): argmax when greedy, else a
 // sample after temperature, top-k and top-p, drawn from `generator` (a CPU generator).

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <set>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "common/base/status.h"
 #include "common/drafter/drafter_checkpoint.h"
 #include "common/drafter/drafter_model.h"
+#include "common/nn/generate.h"
 #include "common/nn/target_model.h"
 
 namespace dflash::spec {
@@ -71,9 +73,16 @@ bool Emit(const std::vector<int64_t>& tokens, const SpecDecodeOptions& options,
   return false;
 }
 
-// The drafter's proposals (slots 1..B-1) for each active sequence, one batched forward.
-absl::StatusOr<std::vector<std::vector<int64_t>>> Draft(
-    const drafter::DrafterModel& drafter, const std::vector<const DraftContext*>& active) {
+using Drafts = DraftBlocks;
+// A proposer with the decoding's sampler (null when greedy).
+using DraftFn =
+    std::function<absl::StatusOr<Drafts>(const std::vector<const DraftContext*>&, Sampler*)>;
+
+// The drafter's proposals (slots 1..B-1) for each active sequence, one batched forward: its argmax
+// (greedy; `sampler` null), or drawn from its sampling distribution q.
+absl::StatusOr<Drafts> Draft(const drafter::DrafterModel& drafter,
+                             const std::vector<const DraftContext*>& active,
+                             const SamplingOptions& sampling, Sampler* sampler) {
   const int64_t b = drafter.config().block_size;
   std::vector<at::Tensor> features;
   std::vector<int64_t> ids, positions, anchors, lengths;
@@ -104,13 +113,29 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Draft(
   at::NoGradGuard no_grad;
   ASSIGN_OR_RETURN(at::Tensor hidden, drafter.Forward(batch));
   ASSIGN_OR_RETURN(at::Tensor logits, drafter.Logits(hidden));
-  const std::vector<int64_t> picks = Argmax(logits);  // [n * B]
-  std::vector<std::vector<int64_t>> proposals;
-  for (size_t j = 0; j < active.size(); ++j) {
-    proposals.emplace_back(picks.begin() + j * b + 1, picks.begin() + (j + 1) * b);
+  Drafts out;
+  std::vector<int64_t> picks;  // [n * (B-1)]
+  if (sampler == nullptr) {
+    const std::vector<int64_t> all = Argmax(logits);  // [n * B]
+    for (size_t j = 0; j < active.size(); ++j) {
+      picks.insert(picks.end(), all.begin() + j * b + 1, all.begin() + (j + 1) * b);
+    }
+  } else {
+    const int64_t n = static_cast<int64_t>(active.size()), v = logits.size(1);
+    const at::Tensor slots = logits.view({n, b, v}).narrow(1, 1, b - 1).reshape({-1, v});
+    out.q = nn::SamplingProbabilities(slots, sampling).view({n, b - 1, v});
+    picks = sampler->Sample(out.q.view({-1, v}));
   }
-  return proposals;
+  for (size_t j = 0; j < active.size(); ++j) {
+    out.tokens.emplace_back(picks.begin() + j * (b - 1), picks.begin() + (j + 1) * (b - 1));
+  }
+  return out;
 }
+
+absl::StatusOr<SpecDecodeResult> Generate(const nn::TargetModel& target, int64_t b,
+                                          const DraftFn& draft,
+                                          const std::vector<std::vector<int64_t>>& prompts,
+                                          const SpecDecodeOptions& options);
 
 }  // namespace
 
@@ -171,8 +196,11 @@ void AcceptanceStats::Add(const AcceptanceStats& other) {
 }
 
 Proposer DrafterProposer(const drafter::DrafterModel& drafter) {
-  return
-      [&drafter](const std::vector<const DraftContext*>& active) { return Draft(drafter, active); };
+  return [&drafter](const std::vector<const DraftContext*>& active)
+             -> absl::StatusOr<std::vector<std::vector<int64_t>>> {
+    ASSIGN_OR_RETURN(Drafts d, Draft(drafter, active, SamplingOptions{}, nullptr));
+    return std::move(d.tokens);
+  };
 }
 
 absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> LoadExportedDrafter(
@@ -192,14 +220,50 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
     const nn::TargetModel& target, const drafter::DrafterModel& drafter,
     const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options) {
   RETURN_IF_ERROR(CheckPair(target, drafter));
-  return SpeculativeGenerate(target, drafter.config().block_size, DrafterProposer(drafter), prompts,
-                             options);
+  const SamplingOptions sampling = options.sampling;
+  return Generate(
+      target, drafter.config().block_size,
+      [&drafter, sampling](const std::vector<const DraftContext*>& active, Sampler* sampler) {
+        return Draft(drafter, active, sampling, sampler);
+      },
+      prompts, options);
 }
 
 absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
     const nn::TargetModel& target, int64_t b, const Proposer& proposer,
     const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options) {
+  return Generate(
+      target, b,
+      [&proposer](const std::vector<const DraftContext*>& active,
+                  Sampler*) -> absl::StatusOr<Drafts> {
+        ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> tokens, proposer(active));
+        return Drafts{std::move(tokens), at::Tensor()};
+      },
+      prompts, options);
+}
+
+absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
+    const nn::TargetModel& target, int64_t b, const SamplingProposer& proposer,
+    const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options) {
+  return Generate(
+      target, b,
+      [&proposer](const std::vector<const DraftContext*>& active, Sampler*) {
+        return proposer(active);
+      },
+      prompts, options);
+}
+
+namespace {
+
+absl::StatusOr<SpecDecodeResult> Generate(const nn::TargetModel& target, int64_t b,
+                                          const DraftFn& draft,
+                                          const std::vector<std::vector<int64_t>>& prompts,
+                                          const SpecDecodeOptions& options) {
   if (b < 2) return absl::InvalidArgumentError(absl::StrCat("block size ", b, " must be >= 2"));
+  RETURN_IF_ERROR(nn::ValidateSampling(options.sampling));
+  const bool sampled = options.sampling.temperature > 0;
+  std::unique_ptr<Sampler> sampler;
+  if (sampled) sampler = std::make_unique<Sampler>(options.sampling, target.device());
   if (options.max_new_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_new_tokens ", options.max_new_tokens, " must be at least 1"));
@@ -241,7 +305,9 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
         target.Logits(pre.hidden.index_select(
             0,
             at::tensor(last_rows, at::TensorOptions().dtype(at::kLong)).to(pre.hidden.device()))));
-    const std::vector<int64_t> first = Argmax(first_logits);
+    const std::vector<int64_t> first =
+        sampled ? sampler->Sample(nn::SamplingProbabilities(first_logits, options.sampling))
+                : Argmax(first_logits);
     for (int64_t i = 0; i < n; ++i) {
       seqs[i].tokens = prompts[i];
       seqs[i].tokens.push_back(first[i]);
@@ -264,7 +330,8 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
       }
       if (active.empty()) break;
       auto t0 = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> proposals, proposer(contexts));
+      ASSIGN_OR_RETURN(Drafts drafts, draft(contexts, sampler.get()));
+      const std::vector<std::vector<int64_t>>& proposals = drafts.tokens;
       ++result.drafter_forwards;
       auto t1 = std::chrono::steady_clock::now();
       result.draft_seconds += std::chrono::duration<double>(t1 - t0).count();
@@ -293,15 +360,37 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
       ASSIGN_OR_RETURN(nn::ExtendOutput verify, target.Extend(ids, blocks, cache.get(), true));
       ++result.target_forwards;
       ASSIGN_OR_RETURN(at::Tensor logits, target.Logits(verify.hidden));
-      const std::vector<int64_t> greedy = Argmax(logits);  // [rows]
+      // Per block: the proposals kept, then the target's next token.
+      std::vector<int64_t> kept(active.size());
+      std::vector<std::vector<int64_t>> outs(active.size());
+      if (sampled) {
+        std::vector<SampledBlock> sb;
+        for (size_t j = 0; j < active.size(); ++j) {
+          sb.push_back({offsets[j], active[j]->block_length, &proposals[j],
+                        drafts.q.defined() ? static_cast<int64_t>(j) : -1});
+        }
+        const std::vector<SampledVerdict> verdicts = AcceptSampled(
+            nn::SamplingProbabilities(logits, options.sampling), drafts.q, sb, sampler.get());
+        for (size_t j = 0; j < active.size(); ++j) {
+          kept[j] = verdicts[j].accepted;
+          outs[j].assign(proposals[j].begin(), proposals[j].begin() + kept[j]);
+          outs[j].push_back(verdicts[j].next);
+        }
+      } else {
+        const std::vector<int64_t> greedy = Argmax(logits);  // [rows]
+        for (size_t j = 0; j < active.size(); ++j) {
+          const int64_t* g = greedy.data() + offsets[j];
+          int64_t k = 0;  // proposals accepted: proposal k+1 (slot k+1) must equal g[k]
+          while (k < active[j]->block_length - 1 && proposals[j][k] == g[k]) ++k;
+          kept[j] = k;
+          outs[j].assign(g, g + k + 1);  // accepted proposals, then the bonus
+        }
+      }
       result.verify_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       for (size_t j = 0; j < active.size(); ++j) {
         Sequence* s = active[j];
-        const int64_t* g = greedy.data() + offsets[j];
-        const int64_t len = s->block_length;
-        int64_t k = 0;  // proposals accepted: proposal k+1 (slot k+1) must equal g[k]
-        while (k < len - 1 && proposals[j][k] == g[k]) ++k;
+        const int64_t k = kept[j];
         ++result.stats.verifications;
         result.stats.accepted += k;
         for (int64_t i = 1; i <= k; ++i) ++result.stats.accepted_at[i];
@@ -315,7 +404,7 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
         const int64_t kept = static_cast<int64_t>(s->tokens.size()) + k;
         RETURN_IF_ERROR(cache->Truncate(ids[j], kept));
         s->features.push_back(verify.features.narrow(0, offsets[j], k + 1));
-        const std::vector<int64_t> out(g, g + k + 1);  // accepted proposals, then the bonus
+        const std::vector<int64_t>& out = outs[j];
         s->tokens.insert(s->tokens.end(), out.begin(), out.end());
         const size_t before = s->emitted.size();
         s->done = Emit(out, options, stops, s);
@@ -343,5 +432,7 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
   }
   return result;
 }
+
+}  // namespace
 
 }  // namespace dflash::spec

@@ -1,4 +1,4 @@
-// Speculative decoding with a DFlash drafter, exactly as served (method.md §1), greedy: the target
+// Speculative decoding with a DFlash drafter, exactly as served (method.md §1). Greedy: the target
 // prefills each prompt and emits its first token; then, per verification, the drafter sees the
 // target's features of every position strictly before the block and the block [last accepted
 // token, MASK x (B-1)] and proposes B-1 tokens in one forward; the target runs the block in one
@@ -8,6 +8,10 @@
 // Near the token limit the block shrinks to 1 + the tokens still to emit (its drafted slots see
 // only the block's own slots), as the reference inference code (dflash_generate) does, so that
 // both draft, verify and emit the same tokens step for step.
+// Sampled (SpecDecodeOptions::sampling, sampling.h): the first token and every later one are drawn
+// from the target's sampling distribution p; the drafter draws its proposals from its own q (the
+// same temperature, top-k and top-p over its logits) and the lossless acceptance rule keeps a
+// prefix of them and draws the next token, so that the output is distributed as plain sampling.
 //
 // LibTorch is a PRIVATE dependency of dflash_spec: a target that includes this header links
 // ${TORCH_LIBRARIES} itself and must not also include generated protobuf headers.
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/spec/sampling.h"
 
 namespace dflash::drafter {
 class DrafterModel;
@@ -35,6 +40,7 @@ namespace dflash::spec {
 struct SpecDecodeOptions {
   int64_t max_new_tokens = 256;
   std::vector<int64_t> stop_token_ids;  // a sequence ends after emitting one
+  SamplingOptions sampling;             // greedy by default
 };
 
 // Acceptance statistics of a set of verifications (summable across calls and workers).
@@ -107,9 +113,21 @@ struct DraftContext {
   int64_t block_length = 0;
 };
 
-// Proposals for slots 1..B-1 of the block of each given sequence (B-1 token ids each).
+// Proposals for slots 1..B-1 of the block of each given sequence (B-1 token ids each). In sampled
+// decoding a Proposer's proposals are certain (sampling.h): only the drafter's own proposer
+// (SpeculativeGenerate with a DrafterModel) draws them from a distribution.
 using Proposer = std::function<absl::StatusOr<std::vector<std::vector<int64_t>>>(
     const std::vector<const DraftContext*>&)>;
+
+// Proposals with the distribution each was drawn from, for sampled decoding: q [sequences, B-1,
+// V] probabilities on the target's device (each row sums to 1 over the vocabulary); undefined:
+// the proposals are certain (sampling.h).
+struct DraftBlocks {
+  std::vector<std::vector<int64_t>> tokens;
+  at::Tensor q;
+};
+using SamplingProposer =
+    std::function<absl::StatusOr<DraftBlocks>(const std::vector<const DraftContext*>&)>;
 
 // The DFlash drafter as a proposer: one batched forward (method.md §1; no gradient).
 Proposer DrafterProposer(const drafter::DrafterModel& drafter);
@@ -126,12 +144,17 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
     const nn::TargetModel& target, int64_t block_size, const Proposer& proposer,
     const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options);
 
-// Decodes every prompt (non-empty, ids in the vocabulary) greedily with `target` (loaded with
-// options.full) verifying `drafter`'s blocks. The drafter must match the target: its
-// target_layer_ids are the target's feature layers, its hidden size and vocabulary the target's
-// (FAILED_PRECONDITION naming the difference). The acceptance of a verification counts every
-// accepted proposal, also those past a stop token (the drafter's quality, not the request's
-// length); emitted tokens stop there.
+// The same with a proposer that draws its proposals from distributions it gives (tests).
+absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
+    const nn::TargetModel& target, int64_t block_size, const SamplingProposer& proposer,
+    const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options);
+
+// Decodes every prompt (non-empty, ids in the vocabulary) with `target` (loaded with
+// options.full) verifying `drafter`'s blocks, greedily or sampled (options.sampling). The drafter
+// must match the target: its target_layer_ids are the target's feature layers, its hidden size and
+// vocabulary the target's (FAILED_PRECONDITION naming the difference). The acceptance of a
+// verification counts every accepted proposal, also those past a stop token (the drafter's quality,
+// not the request's length); emitted tokens stop there.
 absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
     const nn::TargetModel& target, const drafter::DrafterModel& drafter,
     const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options);
