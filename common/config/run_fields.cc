@@ -342,6 +342,10 @@ std::vector<RunField> MakeFields() {
       {"eval", "max_new_tokens", false, false, DFLASH_AT(s.eval.max_new_tokens),
        IntRange(1, 32768)},
       {"eval", "max_prompts", false, false, DFLASH_AT(s.eval.max_prompts), IntRange(1, 100000)},
+      {"eval", "temperature", false, false, DFLASH_AT(s.eval.temperature), Range(0.0, 100.0)},
+      {"eval", "top_p", false, false, DFLASH_AT(s.eval.top_p), Range(0.0, 1.0, true)},
+      {"eval", "top_k", false, false, DFLASH_AT(s.eval.top_k), IntRange(0, 1 << 30)},
+      {"eval", "seed", false, false, DFLASH_AT(s.eval.seed), IntMin(0)},
   };
 }
 

@@ -84,6 +84,12 @@ struct EvalSpec {
   std::string prompts;
   int64_t max_new_tokens = 256;
   int64_t max_prompts = 64;  // prompts decoded per evaluation
+  // Decoding of every evaluation (docs/method.md §1.1): temperature 0 is greedy; above it, sampled
+  // with top_p (1: off), top_k (0: off) and seed.
+  double temperature = 0;
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  int64_t seed = 0;
 };
 
 struct RunSpec {

@@ -67,6 +67,10 @@ v1::EvalResult ToEvalResult(const v1::EvaluateResponse& resp, const std::string&
     r.add_acceptance_by_position(k == 0 ? 1.0 : (v > 0 ? resp.accepted_at(k) / v : 0.0));
   }
   r.set_tau_pooled(v > 0 ? static_cast<double>(resp.emitted()) / v : 0.0);
+  r.set_temperature(resp.temperature());
+  r.set_top_p(resp.top_p());
+  r.set_top_k(resp.top_k());
+  r.set_seed(resp.seed());
   r.set_tau_prompt_mean(resp.prompts_verified() > 0
                             ? resp.prompt_tau_sum() / static_cast<double>(resp.prompts_verified())
                             : 0.0);

@@ -295,6 +295,11 @@ std::string Absolute(const std::string& p) {
 int Commands::Eval(const EvalArgs& args) {
   std::optional<config::RunSpec> spec = SpecFor(args.run_yaml, args.target, args.prompts, "eval");
   if (!spec) return kInvalidConfig;
+  // The coordinator checks them again as eval.* of the run.yaml it is sent.
+  if (args.temperature) spec->eval.temperature = *args.temperature;
+  if (args.top_p) spec->eval.top_p = *args.top_p;
+  if (args.top_k) spec->eval.top_k = *args.top_k;
+  if (args.seed) spec->eval.seed = *args.seed;
   auto absolute = [](const std::string& p) { return Absolute(p); };
   v1::EvaluateDrafterRequest req;
   req.set_run_yaml(config::EmitRunSpec(*spec));

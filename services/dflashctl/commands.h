@@ -4,6 +4,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dflash/v1/coordinator.grpc.pb.h"
@@ -37,6 +38,9 @@ struct EvalArgs {
   std::string prompts;   // overrides eval.prompts
   int64_t max_new_tokens = 0, max_prompts = 0;  // 0 = eval.* of the run.yaml (or its default)
   int64_t batch_size = 0;                       // prompts decoded together; 0 = all
+  // Override eval.temperature, eval.top_p, eval.top_k, eval.seed of the run.yaml when given.
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> top_k, seed;
 };
 
 struct RegenArgs {

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include "common/base/file_mode.h"
 #include "common/rpc/tls.h"
@@ -71,6 +72,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{32768}));
   eval->add_option("--max_prompts", ea.max_prompts, "prompts decoded")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  eval->add_option("--temperature", ea.temperature,
+                   "sampled speculative decoding above 0 (default: eval.temperature, 0: greedy)")
+      ->check(CLI::Range(0.0, 100.0));
+  eval->add_option("--top_p", ea.top_p, "nucleus sampling, in (0, 1] (default: eval.top_p, 1)")
+      ->check(CLI::Range(0.0, 1.0));
+  eval->add_option("--top_k", ea.top_k, "sample among the k most likely (default: eval.top_k, 0)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  eval->add_option("--seed", ea.seed, "sampling seed (default: eval.seed, 0)")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   eval->add_option("--batch_size", ea.batch_size, "prompts decoded together (default: all)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
 

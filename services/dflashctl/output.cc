@@ -168,6 +168,13 @@ std::string EvalTable(const v1::EvalResult& r) {
   out << "drafter    " << r.drafter_dir() << " (block size " << r.block_size() << ")\n";
   if (r.step() > 0) out << "step       " << r.step() << "\n";
   out << "worker     " << r.worker() << "\n";
+  const bool sampled = r.temperature() > 0;
+  out << "decoding   "
+      << (sampled ? absl::StrFormat("sampled: temperature %g, top_p %g, top_k %d, seed %d",
+                                    r.temperature(), r.top_p(), static_cast<long long>(r.top_k()),
+                                    static_cast<long long>(r.seed()))
+                  : std::string("greedy"))
+      << "\n";
   out << "prompts    " << r.prompts() << ", " << r.new_tokens() << " new tokens in "
       << absl::StrFormat("%.2f s (%.1f tokens/s; loading %.2f s)", r.seconds(),
                          r.tokens_per_second(), r.load_seconds())
@@ -190,10 +197,13 @@ std::string EvalTable(const v1::EvalResult& r) {
   }
   if (r.baseline_tokens_per_second() > 0) {
     out << "baseline   " << absl::StrFormat("%.1f", r.baseline_tokens_per_second())
-        << " tokens/s by plain greedy decoding of the same prompts: speed-up "
+        << " tokens/s by plain " << (sampled ? "sampled" : "greedy")
+        << " decoding of the same prompts: speed-up "
         << absl::StrFormat("%.2fx", r.tokens_per_second() / r.baseline_tokens_per_second()) << "\n";
-    out << "identical  " << r.baseline_identical_prompts() << " of " << r.prompts()
-        << " prompts decoded token for token alike by both\n";
+    if (!sampled) {
+      out << "identical  " << r.baseline_identical_prompts() << " of " << r.prompts()
+          << " prompts decoded token for token alike by both\n";
+    }
   }
   out << "accepted   position: share of verifications that accepted it\n";
   for (int k = 1; k < r.acceptance_by_position_size(); ++k) {

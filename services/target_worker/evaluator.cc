@@ -81,6 +81,16 @@ class TargetEvaluator : public Evaluator {
     spec::SpecDecodeOptions decode;
     decode.max_new_tokens = work.max_new_tokens;
     decode.stop_token_ids = work.stop_token_ids;
+    // Greedy, or sampled speculative decoding (docs/method.md §1.1), as eval.* of the run says.
+    decode.sampling.temperature = work.spec.eval.temperature;
+    decode.sampling.top_p = work.spec.eval.top_p;
+    decode.sampling.top_k = work.spec.eval.top_k;
+    decode.sampling.seed = static_cast<uint64_t>(work.spec.eval.seed);
+    const bool sampled = decode.sampling.temperature > 0;
+    report.temperature = decode.sampling.temperature;
+    report.top_p = decode.sampling.top_p;
+    report.top_k = decode.sampling.top_k;
+    report.seed = work.spec.eval.seed;
     const size_t batch =
         work.batch_size > 0 ? static_cast<size_t>(work.batch_size) : work.prompts.size();
     spec::AcceptanceStats stats;
@@ -108,10 +118,12 @@ class TargetEvaluator : public Evaluator {
     }
     report.seconds = SecondsSince(start);
     if (work.measure_baseline) {
-      // Plain greedy decoding of the same prompts in the same batches, to the same lengths.
+      // Plain decoding of the same prompts in the same batches, to the same lengths, greedy or
+      // sampled alike (sampled outputs are not compared token for token: other draws).
       nn::GenerateOptions plain;
       plain.max_new_tokens = work.max_new_tokens;
       plain.stop_token_ids = work.stop_token_ids;
+      plain.sampling = decode.sampling;
       const auto base_start = std::chrono::steady_clock::now();
       for (size_t first = 0; first < work.prompts.size(); first += batch) {
         const size_t last = std::min(work.prompts.size(), first + batch);
@@ -121,7 +133,7 @@ class TargetEvaluator : public Evaluator {
         if (!g.ok()) return g.status();
         for (size_t i = 0; i < g->size(); ++i) {
           report.baseline_tokens += (*g)[i].tokens.size();
-          if ((*g)[i].tokens == outputs[first + i]) ++report.baseline_identical;
+          if (!sampled && (*g)[i].tokens == outputs[first + i]) ++report.baseline_identical;
         }
       }
       report.baseline_seconds = SecondsSince(base_start);
@@ -144,7 +156,8 @@ class TargetEvaluator : public Evaluator {
         << " prompts, " << report.new_tokens << " tokens in " << report.seconds << " s (load "
         << report.load_seconds << " s); " << drafter_forwards << " drafter forwards "
         << draft_seconds << " s, verifications " << verify_seconds << " s, the rest "
-        << report.seconds - draft_seconds - verify_seconds << " s; plain greedy "
+        << report.seconds - draft_seconds - verify_seconds << " s; plain "
+        << (sampled ? "sampled " : "greedy ")
         << (work.measure_baseline
                 ? absl::StrCat(report.baseline_tokens, " tokens in ", report.baseline_seconds,
                                " s, ", report.baseline_identical, " of ", report.prompts,

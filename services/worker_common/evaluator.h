@@ -46,6 +46,8 @@ struct EvalReport {
   int64_t baseline_tokens = 0;
   int64_t baseline_identical = 0;  // prompts decoded alike by both (measure_baseline)
   std::vector<EvalContextCounts> by_context;
+  double temperature = 0, top_p = 1;  // the decoding applied (0: greedy)
+  int64_t top_k = 0, seed = 0;
 };
 
 struct GenerateWork {

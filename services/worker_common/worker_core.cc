@@ -81,6 +81,10 @@ absl::StatusOr<v1::EvaluateResponse> WorkerCore::Evaluate(const v1::EvaluateRequ
   resp.set_baseline_seconds(r.baseline_seconds);
   resp.set_baseline_tokens(r.baseline_tokens);
   resp.set_baseline_identical(r.baseline_identical);
+  resp.set_temperature(r.temperature);
+  resp.set_top_p(r.top_p);
+  resp.set_top_k(r.top_k);
+  resp.set_seed(r.seed);
   return resp;
 }
 

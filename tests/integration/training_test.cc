@@ -147,6 +147,45 @@ TEST_F(TrainingCluster, TrainsExportsAndResumesAKilledDrafterOnTheSameLossCurve)
   EXPECT_THAT(table.out, HasSubstr("prompts    2, "));
   EXPECT_THAT(table.out, HasSubstr("identical  2 of 2 prompts"));
   EXPECT_THAT(table.out, HasSubstr("context    0-1023 tokens"));
+  EXPECT_THAT(table.out, HasSubstr("decoding   greedy"));
+  // Sampled speculative decoding (docs/method.md §1.1): the same seed twice gives the same
+  // output, so the same acceptance; the decoding is reported; nothing is compared token for
+  // token with plain sampling (other draws).
+  const std::vector<std::string> sampled = {"eval",
+                                            "--target",
+                                            "builtin:tiny-qwen3",
+                                            "--prompts",
+                                            "builtin:tiny-chat",
+                                            "--drafter",
+                                            dir_ + "/drafter",
+                                            "--max_prompts",
+                                            "3",
+                                            "--max_new_tokens",
+                                            "16",
+                                            "--temperature",
+                                            "0.8",
+                                            "--top_k",
+                                            "20",
+                                            "--seed",
+                                            "5",
+                                            "-o",
+                                            "json"};
+  CtlResult s1 = RunCtl(address_, sampled), s2 = RunCtl(address_, sampled);
+  ASSERT_EQ(s1.exit_code, 0) << s1.err;
+  ASSERT_EQ(s2.exit_code, 0) << s2.err;
+  const json j1 = json::parse(s1.out), j2 = json::parse(s2.out);
+  EXPECT_DOUBLE_EQ(j1["temperature"].get<double>(), 0.8) << s1.out;
+  EXPECT_EQ(j1["top_k"], "20");
+  EXPECT_EQ(j1["seed"], "5");
+  EXPECT_EQ(j1["verifications"], j2["verifications"]);
+  EXPECT_DOUBLE_EQ(j1["tau"].get<double>(), j2["tau"].get<double>());
+  EXPECT_FALSE(j1.contains("baseline_identical_prompts") && j1["baseline_identical_prompts"] != "0")
+      << s1.out;
+  // A temperature below zero never reaches a worker.
+  CtlResult negative =
+      RunCtl(address_, {"eval", run_yaml, "--drafter", dir_ + "/drafter", "--temperature", "-1"});
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_THAT(negative.err + negative.out, HasSubstr("--temperature"));
   // Chat prompts without answers (rendered with the generation prompt; the built-in target's
   // tokenizer needs data.chat_template chatml named).
   const std::string chat_prompts = dir_ + "/chat-prompts.jsonl";
