@@ -368,6 +368,7 @@ absl::Status Coordinator::Regenerate(
   }
   v1::RegenerateRequest absolute = req;
   absolute.set_output(out.string());
+  if (req.generation_config()) RETURN_IF_ERROR(coordinator::UseGenerationConfig(spec, &absolute));
   return coordinator::Regenerate(spec, absolute, IdleTargets(), workers_, progress);
 }
 

@@ -26,6 +26,7 @@
 #include "common/data/chat_template.h"
 #include "common/data/records.h"
 #include "common/data/run_data.h"
+#include "common/model/generation_config.h"
 #include "common/plan/memory_plan.h"
 #include "services/coordinator/evaluation.h"
 
@@ -375,6 +376,34 @@ absl::Status WriteChunk(Input* input, size_t first, size_t last,
 
 }  // namespace
 
+absl::Status UseGenerationConfig(const config::RunSpec& spec, v1::RegenerateRequest* req) {
+  if (req->temperature() != 0 || (req->top_p() != 0 && req->top_p() != 1) || req->top_k() != 0) {
+    return absl::InvalidArgumentError(
+        "--generation_config samples as the target's generation_config.json says: give it "
+        "without --temperature, --top_p and --top_k");
+  }
+  if (absl::StartsWith(spec.target.path, "builtin:")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--generation_config: target.path ", spec.target.path,
+        " is a built-in model, with no generation_config.json (give --temperature instead)"));
+  }
+  ASSIGN_OR_RETURN(model::GenerationDefaults g, model::ReadGenerationConfig(spec.target.path));
+  if (g.do_sample && g.temperature > 0) {
+    req->set_temperature(g.temperature);
+    req->set_top_p(g.top_p);
+    req->set_top_k(g.top_k);
+  }
+  LOG(INFO) << "regen: " << g.path << " says " << DecodingText(*req);
+  return absl::OkStatus();
+}
+
+std::string DecodingText(const v1::RegenerateRequest& req) {
+  if (req.temperature() <= 0) return "greedy";
+  return absl::StrCat("sampled: temperature ", req.temperature(), ", top_p ",
+                      req.top_p() > 0 ? req.top_p() : 1.0, ", top_k ", req.top_k(), ", seed ",
+                      req.seed());
+}
+
 absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest& req,
                         const std::vector<v1::WorkerInfo>& workers, WorkerControl* control,
                         const std::function<bool(const v1::RegenerateProgress&)>& progress) {
@@ -403,6 +432,8 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
   p.set_records_done(p.resumed_from());
   p.set_workers(static_cast<int64_t>(workers.size()));
   p.set_output(out_path.string());
+  p.set_decoding(absl::StrCat(
+      DecodingText(req), req.generation_config() ? " (the target's generation_config.json)" : ""));
   const std::string yaml = config::EmitRunSpec(spec);
   // Records written per chunk: one call per worker.
   const size_t chunk =

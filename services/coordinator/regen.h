@@ -31,6 +31,15 @@
 
 namespace dflash::coordinator {
 
+// --generation_config: sets the request's sampling from the target checkpoint's
+// generation_config.json (greedy when its do_sample is false). INVALID_ARGUMENT when the request
+// also names temperature, top_p or top_k; FAILED_PRECONDITION for a built-in target; the file's
+// errors (model/generation_config.h).
+absl::Status UseGenerationConfig(const config::RunSpec& spec, v1::RegenerateRequest* req);
+
+// How `req` generates: "greedy", or "sampled: temperature T, top_p P, top_k K, seed S".
+std::string DecodingText(const v1::RegenerateRequest& req);
+
 // `spec` is the parsed run.yaml with data.train the input. `progress` is called after every chunk
 // and at the end (done set); returning false stops (CANCELLED; the partial output is kept).
 absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest& req,

@@ -334,6 +334,7 @@ int Commands::Regen(const RegenArgs& args) {
   req.set_top_k(args.top_k);
   req.set_seed(args.seed);
   req.set_batch_size(args.batch_size);
+  req.set_generation_config(args.generation_config);
   grpc::ClientContext ctx;
   GlobalOptions long_opts = opts_;  // the stream lasts as long as the regeneration
   long_opts.timeout_ms = std::max<int64_t>(opts_.timeout_ms, int64_t{7} * 24 * 3600 * 1000);
@@ -342,9 +343,14 @@ int Commands::Regen(const RegenArgs& args) {
   v1::RegenerateProgress p, read;  // p: the last message (a failed Read may clear its argument)
   const bool tty = isatty(fileno(stderr)) == 1;
   int last_decile = -1;
+  bool said_decoding = false;
   while (reader->Read(&read)) {
     p = read;
     if (opts_.json) continue;
+    if (!said_decoding && !p.decoding().empty()) {
+      std::cerr << "regen  decoding: " << p.decoding() << "\n";
+      said_decoding = true;
+    }
     const double rate = p.seconds() > 0 ? p.tokens_generated() / p.seconds() : 0;
     const int64_t left = p.records_total() - p.records_done();
     const int64_t fresh = p.records_done() - p.resumed_from();

@@ -49,6 +49,7 @@ struct RegenArgs {
   int64_t max_new_tokens = 0, max_records = 0, top_k = 0, batch_size = 0;
   double temperature = 0, top_p = 0;
   uint64_t seed = 0;
+  bool generation_config = false;  // sample as the target's generation_config.json says
 };
 
 class Commands {

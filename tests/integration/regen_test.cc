@@ -68,6 +68,13 @@ TEST_F(TrainingCluster, RegeneratesAnswersResumablyAndTheOutputTrains) {
   EXPECT_NE(too_long.exit_code, 0) << too_long.out;
   EXPECT_THAT(too_long.err, HasSubstr("builtin:tiny-chat document 0, turn 1: "));
   EXPECT_THAT(too_long.err, HasSubstr("exceed the target's max_position_embeddings 4096"));
+  // --generation_config needs a checkpoint's generation_config.json: the built-in target has none.
+  CtlResult own =
+      RunCtl(address_, {"regen", run_yaml, "--out", dir_ + "/own.jsonl", "--generation_config"});
+  EXPECT_NE(own.exit_code, 0) << own.out;
+  EXPECT_THAT(own.err, HasSubstr("--generation_config: target.path builtin:tiny-qwen3 is a "
+                                 "built-in model"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/own.jsonl.partial"));
   const std::string out = dir_ + "/regen.jsonl";
   CtlResult r = RunCtl(address_, {"-o", "json", "regen", run_yaml, "--out", out, "--max_records",
                                   "12", "--batch_size", "5"});

@@ -1,0 +1,90 @@
+// A checkpoint's generation_config.json (common/model/generation_config.h) and regen's
+// --generation_config (services/coordinator/regen.h UseGenerationConfig): the sampling settings
+// read as transformers defines them, errors naming the file and key, and the request refused when
+// it also names settings of its own or the target is built in.
+#include "common/model/generation_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "services/coordinator/regen.h"
+
+namespace dflash {
+namespace {
+
+std::string Dir(const std::string& json) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("dflash-genconf-" + std::to_string(getpid()) + "-" +
+                            std::to_string(std::hash<std::string>{}(json))))
+                              .string();
+  std::filesystem::create_directories(dir);
+  if (!json.empty()) std::ofstream(dir + "/generation_config.json") << json;
+  return dir;
+}
+
+TEST(GenerationConfigTest, ReadsTheSamplingSettingsWithTransformersDefaults) {
+  auto sampled = model::ReadGenerationConfig(
+      Dir(R"({"do_sample": true, "temperature": 0.6, "top_p": 0.95, "eos_token_id": [1, 2]})"));
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  EXPECT_TRUE(sampled->do_sample);
+  EXPECT_DOUBLE_EQ(sampled->temperature, 0.6);
+  EXPECT_DOUBLE_EQ(sampled->top_p, 0.95);
+  EXPECT_EQ(sampled->top_k, 50);  // transformers' default where the file is silent
+  // SmolLM2-135M-Instruct's: token ids only, so greedy.
+  auto silent = model::ReadGenerationConfig(Dir(R"({"bos_token_id": 1, "eos_token_id": 2})"));
+  ASSERT_TRUE(silent.ok());
+  EXPECT_FALSE(silent->do_sample);
+}
+
+TEST(GenerationConfigTest, ErrorsNameTheFileAndTheKey) {
+  const std::string none = Dir("");
+  EXPECT_EQ(model::ReadGenerationConfig(none).status().code(), absl::StatusCode::kNotFound);
+  const struct {
+    const char* json;
+    const char* says;
+  } bad[] = {{R"({"do_sample": "yes"})", "do_sample: not true or false"},
+             {R"({"temperature": -1})", "temperature: below 0"},
+             {R"({"top_p": 0})", "top_p: outside (0, 1]"},
+             {R"({"top_k": 2.5})", "top_k: not an integer"},
+             {"[1, 2]", "not a JSON object"},
+             {"{not json", "not a JSON object"}};
+  for (const auto& b : bad) {
+    const absl::Status s = model::ReadGenerationConfig(Dir(b.json)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.json;
+    EXPECT_NE(s.message().find("generation_config.json: "), std::string::npos) << s;
+    EXPECT_NE(s.message().find(b.says), std::string::npos) << s;
+  }
+}
+
+TEST(GenerationConfigTest, RegenTakesItsSamplingFromTheTargetsFile) {
+  config::RunSpec spec;
+  spec.target.path = Dir(R"({"do_sample": true, "temperature": 0.7, "top_k": 20})");
+  v1::RegenerateRequest req;
+  req.set_generation_config(true);
+  req.set_seed(9);
+  ASSERT_TRUE(coordinator::UseGenerationConfig(spec, &req).ok());
+  EXPECT_DOUBLE_EQ(req.temperature(), 0.7);
+  EXPECT_EQ(req.top_k(), 20);
+  EXPECT_EQ(coordinator::DecodingText(req), "sampled: temperature 0.7, top_p 1, top_k 20, seed 9");
+  // do_sample false: greedy, whatever the temperature says.
+  spec.target.path = Dir(R"({"do_sample": false, "temperature": 0.7})");
+  v1::RegenerateRequest greedy;
+  ASSERT_TRUE(coordinator::UseGenerationConfig(spec, &greedy).ok());
+  EXPECT_EQ(coordinator::DecodingText(greedy), "greedy");
+  // Settings of its own beside it, or a built-in target: refused.
+  v1::RegenerateRequest both;
+  both.set_temperature(0.5);
+  EXPECT_EQ(coordinator::UseGenerationConfig(spec, &both).code(),
+            absl::StatusCode::kInvalidArgument);
+  spec.target.path = "builtin:tiny-qwen3";
+  const absl::Status builtin = coordinator::UseGenerationConfig(spec, &greedy);
+  EXPECT_EQ(builtin.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(builtin.message().find("built-in model"), std::string::npos) << builtin;
+}
+
+}  // namespace
+}  // namespace dflash
