@@ -5,7 +5,7 @@
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/rand.h>
-#include <ATen/ops/stack.h>
+#include <ATen/ops/scatter.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/where.h>
 
@@ -66,7 +66,13 @@ std::vector<SampledVerdict> AcceptSampled(const at::Tensor& p, const at::Tensor&
     std::copy(kept.data_ptr<uint8_t>(), kept.data_ptr<uint8_t>() + kept.numel(), keep.begin());
   }
   std::vector<SampledVerdict> verdicts(blocks.size());
-  std::vector<at::Tensor> next, fallback;
+  if (blocks.empty()) return verdicts;
+  // Per block, on the host: proposals kept (k), the row of p that draws the next token, and for a
+  // rejection the row of q or the proposal to take out of p. Then a fixed number of batched
+  // operations for every block at once (no per-block device work: thousands of sequences decode
+  // together).
+  std::vector<int64_t> next_rows, q_next, rejected_token;
+  std::vector<uint8_t> bonus, with_q;
   size_t first = 0;  // the block's first entry in `keep`
   for (size_t j = 0; j < blocks.size(); ++j) {
     const SampledBlock& b = blocks[j];
@@ -74,22 +80,33 @@ std::vector<SampledVerdict> AcceptSampled(const at::Tensor& p, const at::Tensor&
     while (k + 1 < b.length && keep[first + k] != 0) ++k;
     first += static_cast<size_t>(std::max<int64_t>(b.length - 1, 0));
     verdicts[j].accepted = k;
-    const at::Tensor pk = p[b.first_row + k];
-    fallback.push_back(pk);
-    if (k + 1 == b.length) {
-      next.push_back(pk);  // every proposal kept: the bonus, from p
-    } else if (b.q_index >= 0 && q.defined()) {
-      next.push_back((pk - q[b.q_index][k]).clamp_min(0));
-    } else {
-      next.push_back(
-          pk.clone().index_fill_(0, at::tensor({(*b.proposals)[k]}, ids).to(p.device()), 0.0));
-    }
+    next_rows.push_back(b.first_row + k);
+    const bool all_kept = k + 1 >= b.length;
+    bonus.push_back(all_kept ? 1 : 0);
+    with_q.push_back(!all_kept && b.q_index >= 0 && q.defined() ? 1 : 0);
+    q_next.push_back(with_q.back() != 0 ? b.q_index * q.size(1) + k : 0);
+    rejected_token.push_back(all_kept ? 0 : (*b.proposals)[k]);
   }
-  if (blocks.empty()) return verdicts;
+  const auto on_device = [&](const std::vector<int64_t>& v) {
+    return at::tensor(v, ids).to(p.device());
+  };
+  const auto mask = [&](const std::vector<uint8_t>& v) {
+    return at::tensor(std::vector<int64_t>(v.begin(), v.end()), ids)
+        .to(p.device())
+        .ne(0)
+        .unsqueeze(1);
+  };
+  const at::Tensor pk = p.index_select(0, on_device(next_rows));  // [blocks, V]
+  // A rejection without q: p without the proposal (q a point mass on it).
+  at::Tensor residual = pk.scatter(1, on_device(rejected_token).unsqueeze(1), 0.0);
+  if (q.defined()) {
+    const at::Tensor qk = q.reshape({-1, v}).index_select(0, on_device(q_next));
+    residual = at::where(mask(with_q), (pk - qk).clamp_min(0), residual);
+  }
+  // Every proposal kept: the bonus token, from p.
+  residual = at::where(mask(bonus), pk, residual);
   // A residual with no mass left (p equal to q, where nothing is ever rejected) falls back to p.
-  at::Tensor residual = at::stack(next, 0);
-  const at::Tensor has_mass = residual.sum(1).gt(0).unsqueeze(1);
-  residual = at::where(has_mass, residual, at::stack(fallback, 0));
+  residual = at::where(residual.sum(1).gt(0).unsqueeze(1), residual, pk);
   const std::vector<int64_t> drawn = sampler->Sample(residual);
   for (size_t j = 0; j < blocks.size(); ++j) verdicts[j].next = drawn[j];
   return verdicts;

@@ -12,6 +12,7 @@
 // distributions apart.
 #include "common/spec/sampling.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
@@ -54,6 +55,14 @@ std::unique_ptr<drafter::DrafterModel> Drafter(const nn::TargetModel& target, in
   return d.ok() ? std::move(*d) : nullptr;
 }
 
+// One intra-op thread: the decodes here are thousands of small operations on a tiny model, and
+// ctest -j2 runs two such processes on CI's 2 cores; with two threads each the overlapping-q
+// test went from 13 s alone to over 300 s there.
+class SamplingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { at::set_num_threads(1); }
+};
+
 SamplingOptions Sampled(double temperature, int64_t top_k, uint64_t seed = 7) {
   SamplingOptions o;
   o.temperature = temperature;
@@ -62,7 +71,7 @@ SamplingOptions Sampled(double temperature, int64_t top_k, uint64_t seed = 7) {
   return o;
 }
 
-TEST(SamplingTest, TheDistributionKeepsTopKThenTopP) {
+TEST_F(SamplingTest, TheDistributionKeepsTopKThenTopP) {
   // Probabilities at temperature 1: 0.4, 0.3, 0.2, 0.1 (as logits: their logs).
   const at::Tensor logits =
       at::tensor(std::vector<float>{0.4f, 0.3f, 0.2f, 0.1f}).log().unsqueeze(0);
@@ -183,7 +192,7 @@ Draws Decode(const nn::TargetModel& target, const drafter::DrafterModel* drafter
 const std::vector<int64_t> kPrompt = {20, 31, 99, 400, 17};
 constexpr int64_t kDraws = 6000;
 
-TEST(SamplingTest, SpeculativeSamplingWithAnOverlappingQIsDistributedAsPlainSampling) {
+TEST_F(SamplingTest, SpeculativeSamplingWithAnOverlappingQIsDistributedAsPlainSampling) {
   auto target = Target();
   ASSERT_TRUE(target);
   const SamplingOptions o = Sampled(2.0, 4);
@@ -227,7 +236,7 @@ TEST(SamplingTest, SpeculativeSamplingWithAnOverlappingQIsDistributedAsPlainSamp
   EXPECT_GT(other, 4 * Bound(df));
 }
 
-TEST(SamplingTest, SpeculativeSamplingWithTheDraftersQIsDistributedAsPlainSampling) {
+TEST_F(SamplingTest, SpeculativeSamplingWithTheDraftersQIsDistributedAsPlainSampling) {
   auto target = Target();
   auto drafter = Drafter(*target, 4);
   ASSERT_TRUE(target && drafter);
@@ -243,7 +252,7 @@ TEST(SamplingTest, SpeculativeSamplingWithTheDraftersQIsDistributedAsPlainSampli
   EXPECT_LT(stat, Bound(df));
 }
 
-TEST(SamplingTest, SpeculativeSamplingWithCertainProposalsIsDistributedAsPlainSampling) {
+TEST_F(SamplingTest, SpeculativeSamplingWithCertainProposalsIsDistributedAsPlainSampling) {
   auto target = Target();
   ASSERT_TRUE(target);
   // Always the same proposals (some right, mostly wrong): kept with probability p(x).
@@ -261,7 +270,7 @@ TEST(SamplingTest, SpeculativeSamplingWithCertainProposalsIsDistributedAsPlainSa
   EXPECT_LT(stat, Bound(df));
 }
 
-TEST(SamplingTest, OneSeedGivesOneOutputAndAnotherSeedAnother) {
+TEST_F(SamplingTest, OneSeedGivesOneOutputAndAnotherSeedAnother) {
   auto target = Target();
   auto drafter = Drafter(*target, 4);
   ASSERT_TRUE(target && drafter);
