@@ -10,23 +10,37 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "services/coordinator/regen.h"
 
 namespace dflash {
 namespace {
 
-std::string Dir(const std::string& json) {
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("dflash-genconf-" + std::to_string(getpid()) + "-" +
-                            std::to_string(std::hash<std::string>{}(json))))
-                              .string();
-  std::filesystem::create_directories(dir);
-  if (!json.empty()) std::ofstream(dir + "/generation_config.json") << json;
-  return dir;
-}
+// Each test writes its files into directories it removes when it ends.
+class GenerationConfigTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const std::string& dir : dirs_) std::filesystem::remove_all(dir);
+  }
 
-TEST(GenerationConfigTest, ReadsTheSamplingSettingsWithTransformersDefaults) {
+  std::string Dir(const std::string& json) {
+    const std::string dir =
+        (std::filesystem::temp_directory_path() /
+         ("dflash-genconf-" + std::to_string(getpid()) + "-" + std::to_string(dirs_.size())))
+            .string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    if (!json.empty()) std::ofstream(dir + "/generation_config.json") << json;
+    dirs_.push_back(dir);
+    return dir;
+  }
+
+ private:
+  std::vector<std::string> dirs_;
+};
+
+TEST_F(GenerationConfigTest, ReadsTheSamplingSettingsWithTransformersDefaults) {
   auto sampled = model::ReadGenerationConfig(
       Dir(R"({"do_sample": true, "temperature": 0.6, "top_p": 0.95, "eos_token_id": [1, 2]})"));
   ASSERT_TRUE(sampled.ok()) << sampled.status();
@@ -40,7 +54,7 @@ TEST(GenerationConfigTest, ReadsTheSamplingSettingsWithTransformersDefaults) {
   EXPECT_FALSE(silent->do_sample);
 }
 
-TEST(GenerationConfigTest, ErrorsNameTheFileAndTheKey) {
+TEST_F(GenerationConfigTest, ErrorsNameTheFileAndTheKey) {
   const std::string none = Dir("");
   EXPECT_EQ(model::ReadGenerationConfig(none).status().code(), absl::StatusCode::kNotFound);
   const struct {
@@ -60,7 +74,7 @@ TEST(GenerationConfigTest, ErrorsNameTheFileAndTheKey) {
   }
 }
 
-TEST(GenerationConfigTest, RegenTakesItsSamplingFromTheTargetsFile) {
+TEST_F(GenerationConfigTest, RegenTakesItsSamplingFromTheTargetsFile) {
   config::RunSpec spec;
   spec.target.path = Dir(R"({"do_sample": true, "temperature": 0.7, "top_k": 20})");
   v1::RegenerateRequest req;
