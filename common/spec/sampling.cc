@@ -72,8 +72,8 @@ std::vector<SampledVerdict> AcceptSampled(const at::Tensor& p, const at::Tensor&
   // operations for every block at once (no per-block device work: thousands of sequences decode
   // together).
   std::vector<int64_t> next_rows, q_next, rejected_token;
-  std::vector<uint8_t> bonus, with_q;
-  size_t first = 0;  // the block's first entry in `keep`
+  std::vector<int64_t> bonus, with_q;  // 1 or 0 per block
+  size_t first = 0;                    // the block's first entry in `keep`
   for (size_t j = 0; j < blocks.size(); ++j) {
     const SampledBlock& b = blocks[j];
     int64_t k = 0;
@@ -90,12 +90,7 @@ std::vector<SampledVerdict> AcceptSampled(const at::Tensor& p, const at::Tensor&
   const auto on_device = [&](const std::vector<int64_t>& v) {
     return at::tensor(v, ids).to(p.device());
   };
-  const auto mask = [&](const std::vector<uint8_t>& v) {
-    return at::tensor(std::vector<int64_t>(v.begin(), v.end()), ids)
-        .to(p.device())
-        .ne(0)
-        .unsqueeze(1);
-  };
+  const auto mask = [&](const std::vector<int64_t>& v) { return on_device(v).ne(0).unsqueeze(1); };
   const at::Tensor pk = p.index_select(0, on_device(next_rows));  // [blocks, V]
   // A rejection without q: p without the proposal (q a point mass on it).
   at::Tensor residual = pk.scatter(1, on_device(rejected_token).unsqueeze(1), 0.0);

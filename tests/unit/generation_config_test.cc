@@ -5,39 +5,30 @@
 #include "common/model/generation_config.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
-#include <vector>
 
 #include "services/coordinator/regen.h"
+#include "tests/data/test_files.h"
 
 namespace dflash {
 namespace {
 
-// Each test writes its files into directories it removes when it ends.
 class GenerationConfigTest : public ::testing::Test {
  protected:
-  void TearDown() override {
-    for (const std::string& dir : dirs_) std::filesystem::remove_all(dir);
-  }
-
+  // A checkpoint directory in the test's scratch directory (removed when the test ends) with
+  // `json` as its generation_config.json, or without one when `json` is empty.
   std::string Dir(const std::string& json) {
-    const std::string dir =
-        (std::filesystem::temp_directory_path() /
-         ("dflash-genconf-" + std::to_string(getpid()) + "-" + std::to_string(dirs_.size())))
-            .string();
-    std::filesystem::remove_all(dir);
+    const std::filesystem::path dir = scratch_ / ("checkpoint-" + std::to_string(++count_));
     std::filesystem::create_directories(dir);
-    if (!json.empty()) std::ofstream(dir + "/generation_config.json") << json;
-    dirs_.push_back(dir);
-    return dir;
+    if (!json.empty()) data::testing::WriteFile(dir / "generation_config.json", json);
+    return dir.string();
   }
 
  private:
-  std::vector<std::string> dirs_;
+  data::testing::TempDir scratch_;
+  int count_ = 0;
 };
 
 TEST_F(GenerationConfigTest, ReadsTheSamplingSettingsWithTransformersDefaults) {
