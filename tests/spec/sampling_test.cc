@@ -10,10 +10,16 @@
 // its forward over thousands of sequences is slow on the CPU). The same statistic against the
 // distribution at another temperature is far above the bound: the test tells such close
 // distributions apart.
+//
+// Built twice: sampling_test on the CPU (label unit) and, with DFLASH_SAMPLING_ON_CUDA,
+// sampling_gpu_test with the target, the drafter, q and the sampler's generator on CUDA device 0
+// (label gpu; skipped without a device).
 #include "common/spec/sampling.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
+#include <c10/core/Device.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,10 +38,17 @@
 namespace dflash::spec {
 namespace {
 
+#ifdef DFLASH_SAMPLING_ON_CUDA
+const c10::Device kDevice(c10::DeviceType::CUDA, 0);
+#else
+const c10::Device kDevice(c10::DeviceType::CPU);
+#endif
+
 std::unique_ptr<nn::TargetModel> Target() {
   nn::TargetModelOptions options;
   options.dtype = at::kFloat;
   options.full = true;
+  options.device = kDevice;
   auto target = nn::BuiltinTarget("tiny-qwen3", options);
   EXPECT_TRUE(target.ok()) << target.status();
   return target.ok() ? std::move(*target) : nullptr;
@@ -50,6 +63,7 @@ std::unique_ptr<drafter::DrafterModel> Drafter(const nn::TargetModel& target, in
   config.target_layer_ids = target.layer_ids();
   drafter::DrafterOptions options;
   options.seed = 5;
+  options.device = kDevice;
   auto d = drafter::DrafterModel::Create(config, options, target.embed_tokens(), target.lm_head());
   EXPECT_TRUE(d.ok()) << d.status();
   return d.ok() ? std::move(*d) : nullptr;
@@ -61,6 +75,11 @@ std::unique_ptr<drafter::DrafterModel> Drafter(const nn::TargetModel& target, in
 class SamplingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { at::set_num_threads(1); }
+  void SetUp() override {
+    if (kDevice.is_cuda() && at::getNumGPUs() == 0) {
+      GTEST_SKIP() << "no CUDA device on this machine";
+    }
+  }
 };
 
 SamplingOptions Sampled(double temperature, int64_t top_k, uint64_t seed = 7) {
@@ -74,7 +93,7 @@ SamplingOptions Sampled(double temperature, int64_t top_k, uint64_t seed = 7) {
 TEST_F(SamplingTest, TheDistributionKeepsTopKThenTopP) {
   // Probabilities at temperature 1: 0.4, 0.3, 0.2, 0.1 (as logits: their logs).
   const at::Tensor logits =
-      at::tensor(std::vector<float>{0.4f, 0.3f, 0.2f, 0.1f}).log().unsqueeze(0);
+      at::tensor(std::vector<float>{0.4f, 0.3f, 0.2f, 0.1f}).log().unsqueeze(0).to(kDevice);
   SamplingOptions o = Sampled(1, 0);
   at::Tensor p = nn::SamplingProbabilities(logits, o);
   EXPECT_NEAR(p[0][1].item<float>(), 0.3f, 1e-6);
@@ -112,7 +131,7 @@ std::map<Triple, double> ExactFirstThree(const nn::TargetModel& target,
     EXPECT_TRUE(out.ok()) << out.status();
     auto logits = target.Logits(out->hidden.narrow(0, out->hidden.size(0) - 1, 1));
     EXPECT_TRUE(logits.ok());
-    const at::Tensor p = nn::SamplingProbabilities(*logits, o).view({-1}).contiguous();
+    const at::Tensor p = nn::SamplingProbabilities(*logits, o).view({-1}).to(at::kCPU).contiguous();
     std::map<int64_t, double> support;
     for (int64_t t = 0; t < p.numel(); ++t) {
       if (p[t].item<float>() > 0) support[t] = p[t].item<float>();
@@ -214,7 +233,7 @@ TEST_F(SamplingTest, SpeculativeSamplingWithAnOverlappingQIsDistributedAsPlainSa
       d.tokens.emplace_back();
       for (int i = 0; i < 3; ++i) d.tokens.back().push_back(support[rng() % support.size()]);
     }
-    d.q = at::tensor(uniform).view({1, 1, v}).expand({n, 3, v}).contiguous();
+    d.q = at::tensor(uniform).view({1, 1, v}).expand({n, 3, v}).contiguous().to(kDevice);
     return absl::StatusOr<DraftBlocks>(std::move(d));
   };
   const Draws r = Decode(*target, nullptr, nullptr, &overlapping, kPrompt, kDraws, o);
