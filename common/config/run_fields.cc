@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/yaml_reader.h"
+#include "common/transport/transport.h"
 
 namespace dflash::config {
 namespace {
@@ -258,6 +259,13 @@ FieldRule OneOf(std::vector<std::string> choices) {
   return r;
 }
 
+// placement.transport: auto, or a transport's name (common/transport/transport.h).
+std::vector<std::string> TransportChoices() {
+  std::vector<std::string> choices = transport::TransportNames();
+  choices.insert(choices.begin(), "auto");
+  return choices;
+}
+
 FieldRule Custom(void (*check)(const RunSpecOptions&, RunSpec*, ConfigErrors*)) {
   FieldRule r;
   r.kind = FieldRule::kCustom;
@@ -330,7 +338,7 @@ std::vector<RunField> MakeFields() {
 
       {"placement", "pairs", false, false, DFLASH_AT(s.placement.pairs), IntRange(1, 1024), D},
       {"placement", "transport", false, false, DFLASH_AT(s.placement.transport),
-       OneOf({"auto", "nccl", "cuda_ipc", "host"}), T0 | D},
+       OneOf(TransportChoices()), T0 | D},
       {"placement", "target_parallel", false, false, DFLASH_AT(s.placement.target_parallel),
        Custom(CheckTargetParallel)},
 

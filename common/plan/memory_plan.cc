@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/model/builtin_config.h"
+#include "common/transport/transport.h"
 #include "nlohmann/json.hpp"
 
 namespace dflash::plan {
@@ -212,13 +213,15 @@ struct Unit {
 }  // namespace
 
 absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::TransformerConfig& target,
-                                const std::string& transport) {
+                                transport::Transport transport) {
   absl::StatusOr<std::vector<int64_t>> ids = run::RunLayerIds(spec, target);
   if (!ids.ok()) return ids.status();
   RunPlan plan;
   plan.token_budget = spec.batching.token_budget;
   plan.max_anchors = spec.batching.max_anchors;
-  plan.transport = transport == "auto" ? "cuda_ipc" : transport;
+  plan.transport = transport;
+  const transport::FeatureBuffers buffers = transport::BuffersOf(transport);
+  const std::string name = transport::TransportName(transport);
   const Shape s = ShapeOf(target);
   const int64_t db = DtypeBytes(spec.target.dtype);
   const int64_t k = static_cast<int64_t>(ids->size());
@@ -286,9 +289,10 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   }
   int64_t slots = 0;
   std::string slots_what;
-  if (plan.transport == "cuda_ipc" || plan.transport == "nccl") {
-    slots = 2 * features;
-    slots_what = absl::StrCat(plan.transport, ": 2 slots of ", t, " x ", k * s.h, " features");
+  if (buffers.target_device_slots > 0) {
+    slots = buffers.target_device_slots * features;
+    slots_what = absl::StrCat(name, ": ", buffers.target_device_slots, " slots of ", t, " x ",
+                              k * s.h, " features");
   }
   Finish(&tw, {forward}, slots, slots_what);
 
@@ -323,11 +327,11 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
                            db < 4 ? absl::StrCat(spec.target.dtype, ", one layer's MLP at a time")
                                   : std::string("none (fp32 compute)"),
                            db < 4 ? 3 * s.h * s.inter * db : 0);
-  const size_t feats =
-      Add(&dw, "features",
-          plan.transport == "host" ? absl::StrCat(t, " x ", k * s.h, ", copied to the device")
-                                   : absl::StrCat("none: read in place (", plan.transport, ")"),
-          plan.transport == "host" ? features : 0);
+  const size_t feats = Add(&dw, "features",
+                           buffers.drafter_device_copies > 0
+                               ? absl::StrCat(t, " x ", k * s.h, ", copied to the device")
+                               : absl::StrCat("none: read in place (", name, ")"),
+                           buffers.drafter_device_copies * features);
   const int64_t mlp_row = 2 * s.inter * db;  // gate and up
   const int64_t row = (4 * s.h + 3 * s.q + 3 * s.kv) * db + mlp_row + 2 * s.h * 4;
   const int64_t ctx = 3 * s.kv * db;
@@ -370,13 +374,14 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
           kLossChunkRows * s.vocab * 4);
   AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk});
   AddPhase(&dw, "end of the backward", {master, adam, grads, frozen, casts, feats, last_layer});
-  Finish(&dw, {acts, last_layer, feats}, plan.transport == "nccl" ? 2 * features : 0,
-         absl::StrCat("nccl: 2 receive buffers of ", t, " x ", k * s.h, " features"));
+  Finish(&dw, {acts, last_layer, feats}, buffers.drafter_receive_buffers * features,
+         absl::StrCat(name, ": ", buffers.drafter_receive_buffers, " receive buffers of ", t, " x ",
+                      k * s.h, " features"));
   return plan;
 }
 
 absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConfig& target,
-                       const std::string& transport, const std::string& role,
+                       transport::Transport transport, const std::string& role,
                        const std::string& worker, int64_t capacity_bytes) {
   if (capacity_bytes <= 0) return absl::OkStatus();
   absl::StatusOr<RunPlan> plan = PlanRun(spec, target, transport);
@@ -460,11 +465,11 @@ absl::Status CheckSharedGpuFits(const config::RunSpec& spec, const model::Transf
                                 const std::string& gpu, int64_t capacity_bytes) {
   if (capacity_bytes <= 0) return absl::OkStatus();
   const auto need = [&](const config::RunSpec& s) -> absl::StatusOr<int64_t> {
-    absl::StatusOr<RunPlan> p = PlanRun(s, target, "cuda_ipc");
+    absl::StatusOr<RunPlan> p = PlanRun(s, target, transport::Transport::kCudaIpc);
     if (!p.ok()) return p.status();
     return p->target.device_bytes + p->drafter.device_bytes;
   };
-  absl::StatusOr<RunPlan> plan = PlanRun(spec, target, "cuda_ipc");
+  absl::StatusOr<RunPlan> plan = PlanRun(spec, target, transport::Transport::kCudaIpc);
   if (!plan.ok()) return plan.status();
   const int64_t total = plan->target.device_bytes + plan->drafter.device_bytes;
   if (total <= capacity_bytes) return absl::OkStatus();
@@ -492,7 +497,8 @@ std::string PlanTable(const RunPlan& plan, int64_t target_capacity, int64_t draf
   const bool small = std::max(plan.target.allocator_peak, plan.drafter.allocator_peak) < kGiB;
   const Unit u = small ? Unit{"MiB", 1024.0 * 1024.0} : Unit{"GiB", kGiB};
   std::string out = absl::StrCat("memory plan: ", plan.token_budget, " tokens, ", plan.max_anchors,
-                                 " anchors, transport ", plan.transport, " (", u.name, ")\n");
+                                 " anchors, transport ", transport::TransportName(plan.transport),
+                                 " (", u.name, ")\n");
   for (const auto& [w, cap] : {std::make_pair(&plan.target, target_capacity),
                                std::make_pair(&plan.drafter, drafter_capacity)}) {
     absl::StrAppend(&out, "\n", w->role, " worker\n");
@@ -527,7 +533,7 @@ std::string PlanJson(const RunPlan& plan, int64_t target_capacity, int64_t draft
   nlohmann::json j;
   j["token_budget"] = plan.token_budget;
   j["max_anchors"] = plan.max_anchors;
-  j["transport"] = plan.transport;
+  j["transport"] = transport::TransportName(plan.transport);
   for (const auto& [w, cap] : {std::make_pair(&plan.target, target_capacity),
                                std::make_pair(&plan.drafter, drafter_capacity)}) {
     nlohmann::json jw;

@@ -20,6 +20,7 @@
 #include "common/model/hf_config.h"
 #include "common/model/mask_token.h"
 #include "common/run/resolve.h"
+#include "common/transport/transport.h"
 
 namespace dflash::plan {
 
@@ -52,21 +53,21 @@ struct WorkerPlan {
 
 struct RunPlan {
   int64_t token_budget = 0, max_anchors = 0;
-  std::string transport;  // cuda_ipc | nccl | host
+  transport::Transport transport = transport::Transport::kCudaIpc;
   WorkerPlan target, drafter;
 };
 
-// The plan for one target/drafter pair on GPUs with features moving by `transport` (cuda_ipc,
-// nccl or host; "auto" plans cuda_ipc). The run spec must be validated.
+// The plan for one target/drafter pair on GPUs with features moving by `transport` (its buffers:
+// transport::BuffersOf). The run spec must be validated.
 absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::TransformerConfig& target,
-                                const std::string& transport);
+                                transport::Transport transport);
 
 // Whether each worker fits a GPU of `capacity_bytes` (0: unknown, not checked). Not fitting:
 // FAILED_PRECONDITION naming the worker, its predicted need, the dominant term, and the setting
 // that would make it fit (e.g. "batching.max_anchors 1024 -> 640"), found by planning again with
 // smaller values of the setting the dominant term depends on.
 absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConfig& target,
-                       const std::string& transport, const std::string& role,
+                       transport::Transport transport, const std::string& role,
                        const std::string& worker, int64_t capacity_bytes);
 
 // A target and a drafter on one GPU (cuda_ipc): their device totals together against it, with

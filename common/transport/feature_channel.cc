@@ -14,33 +14,6 @@
 
 namespace dflash::transport {
 
-absl::StatusOr<Transport> ParseTransport(std::string_view name) {
-  if (name == "host") return Transport::kHost;
-  if (name == "cuda_ipc") return Transport::kCudaIpc;
-  if (name == "nccl") return Transport::kNccl;
-  return absl::InvalidArgumentError(absl::StrCat("placement.transport: '",
-                                                 absl::string_view(name.data(), name.size()),
-                                                 "' is none of host, cuda_ipc, nccl"));
-}
-
-const char* TransportName(Transport transport) {
-  switch (transport) {
-    case Transport::kCudaIpc:
-      return "cuda_ipc";
-    case Transport::kNccl:
-      return "nccl";
-    default:
-      return "host";
-  }
-}
-
-absl::Status CheckTransportDevice(Transport transport, int gpu) {
-  if (!DeviceFeatures(transport) || gpu >= 0) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("placement.transport: ", TransportName(transport),
-                   " needs the target and drafter workers on GPUs; this worker runs on the CPU"));
-}
-
 namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {

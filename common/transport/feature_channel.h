@@ -14,15 +14,14 @@
 // and refuses them (DATA_LOSS) when they differ. Every wait ends at Options::timeout with
 // DEADLINE_EXCEEDED; Abort() from any thread ends every wait with ABORTED.
 //
-// Adding a transport: a value of Transport, its name in ParseTransport, and a sender and a
-// receiver in feature_channel.cc.
+// Adding a transport: a value of Transport and its row in transport.cc (name, placement rule,
+// buffers), and a sender and a receiver in feature_channel.cc.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,19 +29,9 @@
 #include "absl/time/time.h"
 #include "common/batching/packed_batch.h"
 #include "common/transport/feature_message.h"
+#include "common/transport/transport.h"
 
 namespace dflash::transport {
-
-enum class Transport { kHost, kCudaIpc, kNccl };
-
-// "host", "cuda_ipc", "nccl" (placement.transport once resolved: "auto" is the coordinator's to
-// resolve); INVALID_ARGUMENT naming placement.transport otherwise.
-absl::StatusOr<Transport> ParseTransport(std::string_view name);
-const char* TransportName(Transport transport);
-// Whether the features stay in device memory (cuda_ipc, nccl).
-inline bool DeviceFeatures(Transport transport) { return transport != Transport::kHost; }
-// FAILED_PRECONDITION when the transport needs a GPU and this worker has none (gpu < 0).
-absl::Status CheckTransportDevice(Transport transport, int gpu);
 
 struct FeatureChannelOptions {
   Transport transport = Transport::kHost;

@@ -187,7 +187,7 @@ absl::Status Coordinator::CheckFitsRegisteredGpus(const config::RunSpec& spec,
   // The memory plan against the largest registered GPU of each role (none: not checked here;
   // every placement is checked against its own GPUs).
   const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());
-  if (pt.transport == "cuda_ipc") {
+  if (transport::BuffersOf(pt.transport).pair_shares_gpu) {
     RETURN_IF_ERROR(plan::CheckSharedGpuFits(spec, target, pt.shared_gpu, pt.shared_capacity));
   }
   for (const auto& [role, worker, capacity] :
@@ -500,7 +500,8 @@ std::string Coordinator::FreeMemoryWait(const config::RunSpec& spec,
   if (!tc.ok()) return "";  // StartRun reports it
   std::vector<DeviceNeed> needs;
   for (size_t i = 0; i < pairs; ++i) {
-    absl::StatusOr<std::string> transport = ResolveTransport(spec, groups[i][0], drafters[i]);
+    absl::StatusOr<transport::Transport> transport =
+        ResolveTransport(spec, groups[i][0], drafters[i]);
     if (!transport.ok()) return "";
     absl::StatusOr<plan::RunPlan> p = plan::PlanRun(spec, *tc, *transport);
     if (!p.ok()) return "";

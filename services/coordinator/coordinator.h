@@ -22,6 +22,7 @@
 #include "common/config/run_spec.h"
 #include "common/metrics/catalogue.h"
 #include "common/model/hf_config.h"
+#include "common/transport/transport.h"
 #include "dflash/v1/common.pb.h"
 #include "dflash/v1/coordinator.pb.h"
 #include "dflash/v1/registry.pb.h"
@@ -173,11 +174,11 @@ class Coordinator {
   void PreparePair(const Placement& p, size_t i, const Training& t, Preparation* prep);
   static absl::Status CheckPairMemory(const Placement& p, size_t i, const Training& t,
                                       const model::TransformerConfig& tc,
-                                      const std::string& transport);
+                                      transport::Transport transport);
   static v1::PrepareRunRequest PrepareRequest(const Placement& p, size_t i, const Training& t,
-                                              const std::string& transport, const Preparation& prep,
-                                              int64_t tp_rank, int64_t tp_world,
-                                              const PairIds& ids);
+                                              transport::Transport transport,
+                                              const Preparation& prep, int64_t tp_rank,
+                                              int64_t tp_world, const PairIds& ids);
   // After the pairs' preparation: the run moves to running (its step thread started unless
   // inline_steps), back to queued (a worker unreachable) or to failed. True: it trains.
   bool ConcludeStart(const Placement& p, const std::shared_ptr<Training>& training,

@@ -13,11 +13,11 @@ namespace dflash::coordinator {
 
 absl::Status Coordinator::CheckPairMemory(const Placement& p, size_t i, const Training& t,
                                           const model::TransformerConfig& tc,
-                                          const std::string& transport) {
+                                          transport::Transport transport) {
   const auto& [target, drafter] = p.pairs[i];
   // The memory plan against this pair's own GPUs, before anything is loaded: both workers
   // together when they share one.
-  if (transport == "cuda_ipc") {
+  if (transport::BuffersOf(transport).pair_shares_gpu) {
     RETURN_IF_ERROR(plan::CheckSharedGpuFits(
         t.spec, tc, absl::StrCat("GPU ", target.device().index(), " of ", target.name()),
         static_cast<int64_t>(target.device().total_bytes())));
@@ -36,7 +36,7 @@ absl::Status Coordinator::CheckPairMemory(const Placement& p, size_t i, const Tr
 }
 
 v1::PrepareRunRequest Coordinator::PrepareRequest(const Placement& p, size_t i, const Training& t,
-                                                  const std::string& transport,
+                                                  transport::Transport transport,
                                                   const Preparation& prep, int64_t tp_rank,
                                                   int64_t tp_world, const PairIds& ids) {
   const bool is_drafter = tp_rank < 0;
@@ -50,7 +50,7 @@ v1::PrepareRunRequest Coordinator::PrepareRequest(const Placement& p, size_t i, 
   req.set_total_steps(t.total_steps);
   req.set_resume_checkpoint(t.resume_from);
   req.set_channel(absl::StrCat(prep.group_prefix, "-p", i));
-  req.set_transport(transport);
+  req.set_transport(transport::TransportName(transport));
   if (is_drafter) req.set_channel_descriptor(ids.channel_descriptor);
   req.set_run_dir(t.run_dir);
   if (is_drafter && p.pairs.size() > 1) {
@@ -70,7 +70,7 @@ v1::PrepareRunRequest Coordinator::PrepareRequest(const Placement& p, size_t i, 
 
 void Coordinator::PreparePair(const Placement& p, size_t i, const Training& t, Preparation* prep) {
   const auto& [target, drafter] = p.pairs[i];
-  absl::StatusOr<std::string> transport = ResolveTransport(t.spec, target, drafter);
+  absl::StatusOr<transport::Transport> transport = ResolveTransport(t.spec, target, drafter);
   absl::StatusOr<model::TransformerConfig> tc = run::RunTargetConfig(t.spec);
   if (!transport.ok() || !tc.ok()) {
     prep->status = transport.ok() ? tc.status() : transport.status();
@@ -87,9 +87,9 @@ void Coordinator::PreparePair(const Placement& p, size_t i, const Training& t, P
   }
   const std::vector<int64_t> layer_ids(t.resolved.target_layer_ids().begin(),
                                        t.resolved.target_layer_ids().end());
-  const std::map<std::string, std::string> expected =
-      ExpectedSettings(t.spec, layer_ids, t.resolved.mask_token_id(), *transport, t.total_steps,
-                       t.step, static_cast<int64_t>(p.pairs.size()));
+  const std::map<std::string, std::string> expected = ExpectedSettings(
+      t.spec, layer_ids, t.resolved.mask_token_id(), transport::TransportName(*transport),
+      t.total_steps, t.step, static_cast<int64_t>(p.pairs.size()));
   // Target first: it creates the pair's channel, which the drafter then opens; a
   // tensor-parallel group's rank 0 before its other ranks (it creates the group or its id).
   const std::vector<v1::WorkerInfo> extra =

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/status.h"
 
 namespace dflash::coordinator {
 
@@ -83,30 +84,23 @@ absl::Status CheckDrafterGroup(const WorkerPairs& pairs) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ResolveTransport(const config::RunSpec& spec,
-                                             const v1::WorkerInfo& target,
-                                             const v1::WorkerInfo& drafter) {
-  const bool gpus = target.device().kind() == "cuda" && drafter.device().kind() == "cuda";
-  const bool same_gpu = gpus && DeviceKey(target) == DeviceKey(drafter);
-  const bool same_host = HostOf(target.control_address()) == HostOf(drafter.control_address());
-  const std::string t = spec.placement.transport != "auto" ? spec.placement.transport
-                                                           : std::string(same_gpu ? "cuda_ipc"
-                                                                         : gpus   ? "nccl"
-                                                                                  : "host");
-  const auto refuse = [&](const std::string& why) {
+absl::StatusOr<transport::Transport> ResolveTransport(const config::RunSpec& spec,
+                                                      const v1::WorkerInfo& target,
+                                                      const v1::WorkerInfo& drafter) {
+  transport::PairLocation where;
+  where.both_gpus = target.device().kind() == "cuda" && drafter.device().kind() == "cuda";
+  where.same_gpu = where.both_gpus && DeviceKey(target) == DeviceKey(drafter);
+  where.same_host = HostOf(target.control_address()) == HostOf(drafter.control_address());
+  transport::Transport t = transport::AutoTransport(where);
+  if (spec.placement.transport != "auto") {
+    ASSIGN_OR_RETURN(t, transport::ParseTransport(spec.placement.transport));
+  }
+  const std::string problem = transport::PlacementProblem(t, where);
+  if (!problem.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("placement.transport: ", t, " ", why, "; target ", target.name(), " on ",
-                     DeviceKey(target), ", drafter ", drafter.name(), " on ", DeviceKey(drafter)));
-  };
-  if (t == "cuda_ipc" && !same_gpu) {
-    return refuse("needs the target and the drafter on the same GPU (nccl is for two GPUs)");
-  }
-  if (t == "nccl" && !gpus) return refuse("needs the target and the drafter on GPUs");
-  if (t == "nccl" && same_gpu) {
-    return refuse("needs two GPUs: NCCL refuses two ranks on one device (cuda_ipc is for one GPU)");
-  }
-  if (t == "host" && !same_host) {
-    return refuse("moves features through shared memory on one machine (nccl crosses machines)");
+        absl::StrCat("placement.transport: ", transport::TransportName(t), " ", problem,
+                     "; target ", target.name(), " on ", DeviceKey(target), ", drafter ",
+                     drafter.name(), " on ", DeviceKey(drafter)));
   }
   return t;
 }
@@ -136,10 +130,14 @@ PlanTargets PlanTargetsOf(const config::RunSpec& spec, const std::vector<v1::Wor
       }
     }
   }
-  p.transport = spec.placement.transport;
-  if (p.transport == "auto") {
-    const bool gpus = !p.target_worker.empty() && !p.drafter_worker.empty();
-    p.transport = shared_gpu ? "cuda_ipc" : gpus ? "nccl" : "host";
+  transport::PairLocation where;  // of the pair these two roles' workers would make
+  where.both_gpus = !p.target_worker.empty() && !p.drafter_worker.empty();
+  where.same_gpu = shared_gpu;
+  where.same_host = true;
+  p.transport = transport::AutoTransport(where);
+  if (spec.placement.transport != "auto") {
+    // Validated with the run.yaml (config::TransportChoices).
+    p.transport = transport::ParseTransport(spec.placement.transport).value_or(p.transport);
   }
   return p;
 }

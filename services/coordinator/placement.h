@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/config/run_spec.h"
+#include "common/transport/transport.h"
 #include "dflash/v1/common.pb.h"
 
 namespace dflash::coordinator {
@@ -36,9 +37,9 @@ absl::Status CheckDrafterGroup(const WorkerPairs& pairs);
 // otherwise (a CPU worker: features through shared memory on one machine). The choice, explicit or
 // resolved, is checked against the pair: cuda_ipc needs one GPU, nccl two (NCCL refuses two ranks
 // on one device), host one machine; FAILED_PRECONDITION naming placement.transport and the workers.
-absl::StatusOr<std::string> ResolveTransport(const config::RunSpec& spec,
-                                             const v1::WorkerInfo& target,
-                                             const v1::WorkerInfo& drafter);
+absl::StatusOr<transport::Transport> ResolveTransport(const config::RunSpec& spec,
+                                                      const v1::WorkerInfo& target,
+                                                      const v1::WorkerInfo& drafter);
 
 // Tensor-parallel target groups (placement.target_parallel = n) from idle target workers, in their
 // order: each group is n workers of one machine and one kind (CPU: a shared-memory group; GPU: n
@@ -58,7 +59,7 @@ std::string TargetCollective(const v1::WorkerInfo& target);
 struct PlanTargets {
   int64_t target_capacity = 0, drafter_capacity = 0;
   std::string target_worker, drafter_worker;
-  std::string transport;
+  transport::Transport transport = transport::Transport::kHost;
   int64_t shared_capacity = 0;  // the largest GPU a target and a drafter share (0: none)
   std::string shared_gpu;       // e.g. "GPU 0 of t0"
 };

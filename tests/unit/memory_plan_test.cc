@@ -25,6 +25,7 @@ using run::DescribeMaskToken;
 using run::RunMaskToken;
 using run::RunMaskTokenId;
 using run::RunTargetConfig;
+using transport::Transport;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -44,7 +45,7 @@ config::RunSpec Spec(int64_t tokens, int64_t anchors, int64_t layers,
   return *spec;
 }
 
-RunPlan Plan(const config::RunSpec& spec, const std::string& transport = "cuda_ipc") {
+RunPlan Plan(const config::RunSpec& spec, Transport transport = Transport::kCudaIpc) {
   absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
   EXPECT_TRUE(target.ok()) << target.status();
   absl::StatusOr<RunPlan> plan = PlanRun(spec, *target, transport);
@@ -69,7 +70,7 @@ TEST(MemoryPlanTest, ArithmeticOfTheQwen3_8BShape) {
   EXPECT_EQ(TermBytes(p.drafter, "compute casts of the weights"), int64_t{3} * 4096 * 12288 * 2);
   EXPECT_EQ(TermBytes(p.drafter, "frozen lm_head"), int64_t{151936} * 4096 * 2);
   EXPECT_EQ(TermBytes(p.drafter, "features"), 0);  // cuda_ipc: read in place
-  EXPECT_EQ(TermBytes(Plan(Spec(8192, 512, 5), "host").drafter, "features"),
+  EXPECT_EQ(TermBytes(Plan(Spec(8192, 512, 5), Transport::kHost).drafter, "features"),
             int64_t{8192} * 5 * 4096 * 2);
   // Layers 0..33 run (feature layers 1, 9, 17, 25, 33), each 192,946,432 parameters with q/k norms.
   EXPECT_EQ(TermBytes(p.target, "weights"),
@@ -80,6 +81,31 @@ TEST(MemoryPlanTest, ArithmeticOfTheQwen3_8BShape) {
   // Beyond the allocator: cuda_ipc's two slots on the target, slack and context on both.
   EXPECT_EQ(p.target.extra[0].bytes, int64_t{2} * 8192 * 5 * 4096 * 2);
   EXPECT_GT(p.drafter.device_bytes, p.drafter.allocator_peak);
+}
+
+// Each transport's feature buffers (transport::BuffersOf): host copies the features to the
+// drafter's device and keeps no device slots; nccl keeps two slots on the target's GPU and two
+// receive buffers on the drafter's; cuda_ipc's drafter reads the target's slots in place.
+TEST(MemoryPlanTest, EachTransportPlansItsFeatureBuffers) {
+  const int64_t features = int64_t{8192} * 5 * 4096 * 2;
+  const auto extra = [](const WorkerPlan& w, const std::string& name) {
+    for (const Term& t : w.extra) {
+      if (t.name == name) return t.bytes;
+    }
+    return int64_t{0};
+  };
+  const RunPlan host = Plan(Spec(8192, 512, 5), Transport::kHost);
+  EXPECT_EQ(extra(host.target, "transport buffers"), 0);
+  EXPECT_EQ(extra(host.drafter, "transport buffers"), 0);
+  EXPECT_EQ(TermBytes(host.drafter, "features"), features);
+  const RunPlan nccl = Plan(Spec(8192, 512, 5), Transport::kNccl);
+  EXPECT_EQ(extra(nccl.target, "transport buffers"), 2 * features);
+  EXPECT_EQ(extra(nccl.drafter, "transport buffers"), 2 * features);
+  EXPECT_EQ(TermBytes(nccl.drafter, "features"), 0);
+  const RunPlan ipc = Plan(Spec(8192, 512, 5), Transport::kCudaIpc);
+  EXPECT_EQ(extra(ipc.target, "transport buffers"), 2 * features);
+  EXPECT_EQ(extra(ipc.drafter, "transport buffers"), 0);
+  EXPECT_EQ(TermBytes(ipc.drafter, "features"), 0);
 }
 
 // placement.target_parallel 4: each target process holds a quarter of every layer it runs (and
@@ -232,7 +258,7 @@ TEST(MemoryPlanTest, ARunThatDoesNotFitNamesTheDominantTermAndASettingThatFits) 
   absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
   ASSERT_TRUE(target.ok());
   const int64_t gpu = static_cast<int64_t>(26 * kGiB);
-  const absl::Status s = CheckFits(spec, *target, "cuda_ipc", "drafter", "d0", gpu);
+  const absl::Status s = CheckFits(spec, *target, Transport::kCudaIpc, "drafter", "d0", gpu);
   ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("the drafter worker d0 needs"));
   EXPECT_THAT(s.message(), HasSubstr("the largest term is activations"));
@@ -242,16 +268,17 @@ TEST(MemoryPlanTest, ARunThatDoesNotFitNamesTheDominantTermAndASettingThatFits) 
   EXPECT_THAT(s.message(), HasSubstr("; or drafter.recompute: mlp fits with the same batches"));
   config::RunSpec recomputing = spec;
   recomputing.drafter.recompute = "mlp";
-  EXPECT_TRUE(CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
+  EXPECT_TRUE(CheckFits(recomputing, *target, Transport::kCudaIpc, "drafter", "d0", gpu).ok());
   // Already recomputing the MLP: the whole layers are offered where they fit and the MLP does not.
   const int64_t between = static_cast<int64_t>(23 * kGiB);
-  EXPECT_FALSE(CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", between).ok());
-  EXPECT_THAT(CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", between).message(),
-              HasSubstr("drafter.recompute: layers fits with the same batches"));
+  EXPECT_FALSE(CheckFits(recomputing, *target, Transport::kCudaIpc, "drafter", "d0", between).ok());
+  EXPECT_THAT(
+      CheckFits(recomputing, *target, Transport::kCudaIpc, "drafter", "d0", between).message(),
+      HasSubstr("drafter.recompute: layers fits with the same batches"));
   recomputing.drafter.recompute = "layers";
-  EXPECT_TRUE(CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", between).ok());
-  const absl::Status still =
-      CheckFits(recomputing, *target, "cuda_ipc", "drafter", "d0", static_cast<int64_t>(20 * kGiB));
+  EXPECT_TRUE(CheckFits(recomputing, *target, Transport::kCudaIpc, "drafter", "d0", between).ok());
+  const absl::Status still = CheckFits(recomputing, *target, Transport::kCudaIpc, "drafter", "d0",
+                                       static_cast<int64_t>(20 * kGiB));
   EXPECT_THAT(still.message(), Not(HasSubstr("drafter.recompute")));
   // The suggested value does fit, and the next step up does not.
   const std::string msg(s.message());
@@ -259,15 +286,15 @@ TEST(MemoryPlanTest, ARunThatDoesNotFitNamesTheDominantTermAndASettingThatFits) 
   const int64_t suggested = std::stoll(msg.substr(at));
   config::RunSpec fixed = spec;
   fixed.batching.max_anchors = suggested;
-  EXPECT_TRUE(CheckFits(fixed, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
+  EXPECT_TRUE(CheckFits(fixed, *target, Transport::kCudaIpc, "drafter", "d0", gpu).ok());
   fixed.batching.max_anchors = suggested + 32;
-  EXPECT_FALSE(CheckFits(fixed, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
+  EXPECT_FALSE(CheckFits(fixed, *target, Transport::kCudaIpc, "drafter", "d0", gpu).ok());
   // The target fits; an unknown capacity is not checked.
-  EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "target", "t0", gpu).ok());
-  EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "drafter", "d0", 0).ok());
+  EXPECT_TRUE(CheckFits(spec, *target, Transport::kCudaIpc, "target", "t0", gpu).ok());
+  EXPECT_TRUE(CheckFits(spec, *target, Transport::kCudaIpc, "drafter", "d0", 0).ok());
   // Where no budget is small enough, fewer drafter layers are suggested.
-  const absl::Status tight =
-      CheckFits(spec, *target, "cuda_ipc", "drafter", "d0", static_cast<int64_t>(16 * kGiB));
+  const absl::Status tight = CheckFits(spec, *target, Transport::kCudaIpc, "drafter", "d0",
+                                       static_cast<int64_t>(16 * kGiB));
   EXPECT_THAT(tight.message(), HasSubstr("drafter.layers 5 -> "));
 }
 
@@ -277,8 +304,8 @@ TEST(MemoryPlanTest, APairSharingOneGpuIsCheckedTogether) {
   ASSERT_TRUE(target.ok());
   // Each alone fits 38 GiB (17.9 and 21.3 GiB); together they do not.
   const int64_t gpu = static_cast<int64_t>(38 * kGiB);
-  EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "target", "t0", gpu).ok());
-  EXPECT_TRUE(CheckFits(spec, *target, "cuda_ipc", "drafter", "d0", gpu).ok());
+  EXPECT_TRUE(CheckFits(spec, *target, Transport::kCudaIpc, "target", "t0", gpu).ok());
+  EXPECT_TRUE(CheckFits(spec, *target, Transport::kCudaIpc, "drafter", "d0", gpu).ok());
   const absl::Status s = CheckSharedGpuFits(spec, *target, "GPU 0 of t0", gpu);
   ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("the target and drafter workers sharing GPU 0 of t0 need"));
@@ -301,7 +328,7 @@ TEST(MemoryPlanTest, TableAndJsonShowEveryTermAndTheVerdict) {
   EXPECT_TRUE(j["drafter"]["fits"].is_null());
   EXPECT_EQ(j["target"]["fits"], true);
   // The CPU demo's tiny target plans too.
-  const RunPlan tiny = Plan(Spec(2048, 64, 1, "builtin:tiny-qwen3"), "host");
+  const RunPlan tiny = Plan(Spec(2048, 64, 1, "builtin:tiny-qwen3"), Transport::kHost);
   EXPECT_GT(tiny.drafter.allocator_peak, 0);
 }
 
@@ -315,6 +342,7 @@ using run::DescribeMaskToken;
 using run::RunMaskToken;
 using run::RunMaskTokenId;
 using run::RunTargetConfig;
+using transport::Transport;
 
 // drafter.mask_token_id auto on a Llama target (SmolLM2-135M-Instruct, converted by
 // scripts/models/smollm2.sh): the tokenizer rule's <repo_name>, 3; without the tokenizer files

@@ -28,7 +28,9 @@ absl::StatusOr<std::string> Resolve(const std::string& transport, const v1::Work
                                     const v1::WorkerInfo& drafter) {
   config::RunSpec spec;
   spec.placement.transport = transport;
-  return ResolveTransport(spec, target, drafter);
+  absl::StatusOr<transport::Transport> t = ResolveTransport(spec, target, drafter);
+  if (!t.ok()) return t.status();
+  return std::string(transport::TransportName(*t));
 }
 
 TEST(Placement, AutoPicksCudaIpcOnOneGpuNcclOnTwoAndHostWithACpu) {
