@@ -14,7 +14,8 @@ py=${DFLASH_PYTHON:-python3}
 # The annotated sources (the coordinator: one mutex shared by the tick, the RPC handlers and the
 # step threads).
 files=(services/coordinator/coordinator.cc services/coordinator/run_driver.cc
-       services/coordinator/step_commit.cc services/coordinator/pair_prepare.cc
+       services/coordinator/run_start.cc services/coordinator/step_commit.cc
+       services/coordinator/pair_prepare.cc
        services/coordinator/worker_control.cc)
 status=0
 for f in "${files[@]}"; do

@@ -511,7 +511,7 @@ std::string Coordinator::FreeMemoryWait(const config::RunSpec& spec,
   return FreeMemoryShortfall(needs, registry_.List());
 }
 
-std::vector<Coordinator::Placement> Coordinator::PlaceQueuedRunsLocked() {
+std::vector<Placement> Coordinator::PlaceQueuedRunsLocked() {
   std::vector<Placement> placements;
   auto runs = store_->ListRuns();
   if (!runs.ok()) {
@@ -575,7 +575,7 @@ size_t Coordinator::PairsWantedLocked(const std::string& run_id, const config::R
   return std::min(available, max_auto);
 }
 
-std::optional<Coordinator::Placement> Coordinator::AssignLocked(
+std::optional<Placement> Coordinator::AssignLocked(
     const v1::RunStatus& run, const std::vector<std::vector<v1::WorkerInfo>>& groups,
     const std::vector<v1::WorkerInfo>& drafters, size_t wanted) {
   Placement p;

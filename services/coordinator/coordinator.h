@@ -26,6 +26,8 @@
 #include "dflash/v1/common.pb.h"
 #include "dflash/v1/coordinator.pb.h"
 #include "dflash/v1/registry.pb.h"
+#include "services/coordinator/placement.h"
+#include "services/coordinator/run_driver.h"
 #include "services/coordinator/run_store.h"
 #include "services/coordinator/worker_control.h"
 #include "services/coordinator/worker_registry.h"
@@ -47,7 +49,7 @@ struct CoordinatorOptions {
   bool inline_steps = false;
 };
 
-class Coordinator {
+class Coordinator : private RunHost {
  public:
   // Recovers runs from the store: a run that was starting or running when the previous
   // coordinator stopped is paused (its workers hold no state for it any more).
@@ -93,30 +95,6 @@ class Coordinator {
   void Tick();
 
  private:
-  struct Placement {
-    std::string run_id;
-    std::string resolved_yaml;
-    std::vector<std::pair<v1::WorkerInfo, v1::WorkerInfo>> pairs;  // (target, drafter)
-    // placement.target_parallel > 1: pair i's other target processes (tensor-parallel ranks
-    // 1..n-1; rank 0 is pairs[i].first, the one the drafter's channel connects to).
-    std::vector<std::vector<v1::WorkerInfo>> target_ranks;
-  };
-  struct Training;     // training.h: what a started run's step loop holds
-  struct PlannedStep;  // training.h: a step's requests and its RPCs in flight
-  // What one step's calls answered: per pair its target (rank 0) and its drafter, and the other
-  // tensor-parallel ranks of each pair's target.
-  struct PairResult {
-    absl::StatusOr<v1::RunStepResponse> target, drafter;
-  };
-  struct TpRankResult {
-    size_t pair = 0;
-    absl::StatusOr<v1::RunStepResponse> result;
-  };
-  struct StepResults {
-    std::vector<PairResult> pairs;
-    std::vector<TpRankResult> tp_ranks;
-  };
-
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<RunStore> store,
               const Clock* clock, WorkerControl* workers, metrics::MetricsServer* metrics);
   absl::Status Recover();
@@ -153,8 +131,9 @@ class Coordinator {
                                         const std::vector<v1::WorkerInfo>& drafters, size_t wanted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RequeuePausedRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // run_driver.cc: prepares the workers, then trains the run to its end (or until it is
-  // cancelled, paused or fails); on its own thread unless options_.inline_steps.
+  // run_start.cc: prepares the workers, then has a RunDriver (run_driver.h) train the run to its
+  // end (or until it is cancelled, paused or fails); on its own thread unless
+  // options_.inline_steps.
   void StartRun(const Placement& placement);
   // What preparing a placed run's pairs gathers (pair_prepare.cc).
   struct Preparation {
@@ -189,31 +168,20 @@ class Coordinator {
   // The newest checkpoint of a committed step (resume_from), the data cursor after it, the batcher
   // from there and the step to train next.
   absl::Status FindResumePoint(const Placement& p, Training* t);
+  // The run's step loop (RunDriver) on the calling thread, then its workers released.
   void DriveRun(std::shared_ptr<Training> t);
-  // One step on every worker of the run; commits it. Returns false when the run must stop.
-  bool RunOneStep(Training* t);
-  // Waits for the step's calls; once its targets are done, plans and dispatches the next step's
-  // targets (run-ahead).
-  StepResults AwaitStep(Training* t, PlannedStep* cur);
-  // The step's failure: the root cause among the calls (not a released peer's ABORTED), ranks of
-  // a tensor-parallel target that disagree, a drafter that trained on other features than sent.
-  static absl::Status CheckStepResults(const PlannedStep& cur, const StepResults& r);
-  // eval.every_steps: the snapshot's tau into pair 0's drafter metrics, before the commit.
-  void EvaluateBeforeCommit(Training* t, const PlannedStep& cur, StepResults* r);
-  // step_commit.cc: the step's figures, the store's commit, metrics, log line, pruning. False
-  // when the commit was refused (the run is then failed).
-  bool CommitStep(Training* t, const PlannedStep& cur, const StepResults& r);
-  static v1::StepMetrics StepMetricsOf(const Training& t, const PlannedStep& cur,
-                                       const StepResults& r,
-                                       std::chrono::steady_clock::time_point now);
+  // RunHost (run_driver.h), for the step loops: run_start.cc, and step_commit.cc's CommitStep.
+  bool StillRunning(const std::string& run_id) override ABSL_LOCKS_EXCLUDED(mu_);
+  bool CommitStep(const std::string& run_id, int64_t step, int64_t epoch, const std::string& cursor,
+                  const v1::StepMetrics& metrics) override ABSL_LOCKS_EXCLUDED(mu_);
+  void EndRun(const Training& t, const absl::Status& status) override ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordEval(const std::string& run_id, const v1::EvalResult& result) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void MarkDown(const std::string& worker_id, const std::string& why) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseWorkers(const Placement& p) override ABSL_LOCKS_EXCLUDED(mu_);
   void ExportStepMetricsLocked(const std::string& run_id, int64_t epoch, const v1::StepMetrics& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::unique_ptr<PlannedStep>> PlanStep(Training* t);
-  void Dispatch(Training* t, PlannedStep* step, bool drafters);
-  void EndRun(Training* t, const absl::Status& status);
-  // Has pair 0's target decode with the drafter snapshot at `dir` (eval.*); records the result.
-  absl::StatusOr<v1::EvalResult> Evaluate(Training* t, const std::string& dir, int64_t step);
-  void ReleaseWorkers(const Placement& p);
   std::string RunDir(const std::string& run_id) const;
   void FillProgressLocked(v1::RunStatus* run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -5,6 +5,7 @@
 #include "common/base/status.h"
 #include "common/plan/memory_plan.h"
 #include "common/run/resolve.h"
+#include "services/coordinator/coordinator.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/settings_echo.h"
 #include "services/coordinator/training.h"

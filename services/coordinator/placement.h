@@ -17,6 +17,16 @@ namespace dflash::coordinator {
 
 using WorkerPairs = std::vector<std::pair<v1::WorkerInfo, v1::WorkerInfo>>;  // (target, drafter)
 
+// A queued run placed on workers: what starting it needs.
+struct Placement {
+  std::string run_id;
+  std::string resolved_yaml;
+  WorkerPairs pairs;
+  // placement.target_parallel > 1: pair i's other target processes (tensor-parallel ranks
+  // 1..n-1; rank 0 is pairs[i].first, the one the drafter's channel connects to).
+  std::vector<std::vector<v1::WorkerInfo>> target_ranks;
+};
+
 // The host part of a control address ("10.0.0.1:7001" -> "10.0.0.1").
 std::string HostOf(const std::string& address);
 

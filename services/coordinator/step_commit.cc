@@ -1,45 +1,22 @@
-// The commit of a trained step (Coordinator::CommitStep): the step's figures from its results,
-// the run store's exactly-once commit, the run's metrics, the step's log line and checkpoint
-// pruning.
+// The coordinator's side of a trained step's commit (RunHost::CommitStep): the run store's
+// exactly-once commit, the run's metrics and events. The step's figures, log line and checkpoint
+// pruning are the step loop's (run_driver.cc).
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/base/logging.h"
-#include "common/train/checkpoints.h"
-#include "services/coordinator/training.h"
+#include "services/coordinator/coordinator.h"
 
 namespace dflash::coordinator {
 
-v1::StepMetrics Coordinator::StepMetricsOf(const Training& t, const PlannedStep& cur,
-                                           const StepResults& r,
-                                           std::chrono::steady_clock::time_point now) {
-  // Pair 0's drafter: its loss, weight sum and slot counts are the sums over all pairs.
-  v1::StepMetrics metrics = r.pairs[0].drafter->metrics();
-  int64_t oom_splits = 0;  // targets' (every tensor-parallel rank) and drafters'
-  for (const PairResult& p : r.pairs) {
-    oom_splits += p.target->metrics().oom_splits() + p.drafter->metrics().oom_splits();
-  }
-  for (const TpRankResult& tp : r.tp_ranks) oom_splits += tp.result->metrics().oom_splits();
-  metrics.set_oom_splits(oom_splits);
-  metrics.set_tokens(cur.tokens);
-  // From the previous commit (or the start of the step loop): with the targets running ahead,
-  // the time between commits is what a step costs.
-  metrics.set_seconds(std::chrono::duration<double>(now - t.last_commit).count());
-  return metrics;
-}
-
-bool Coordinator::CommitStep(Training* t, const PlannedStep& cur, const StepResults& r) {
-  const std::string& run_id = t->p.run_id;
-  const int64_t step = cur.step;
-  const auto now = std::chrono::steady_clock::now();
-  const v1::StepMetrics metrics = StepMetricsOf(*t, cur, r, now);
+bool Coordinator::CommitStep(const std::string& run_id, int64_t step, int64_t epoch,
+                             const std::string& cursor, const v1::StepMetrics& metrics) {
   std::string json;
   (void)google::protobuf::util::MessageToJsonString(metrics, &json);
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<bool> committed =
-        store_->CommitStep(run_id, step, cur.cursor, json, clock_->NowUnixMs());
+        store_->CommitStep(run_id, step, cursor, json, clock_->NowUnixMs());
     if (!committed.ok()) {
       auto run = store_->GetRun(run_id);
       if (run.ok() && run->state() == v1::RUN_STATE_RUNNING) {
@@ -51,24 +28,9 @@ bool Coordinator::CommitStep(Training* t, const PlannedStep& cur, const StepResu
       UpdateGaugesLocked();
       return false;
     }
-    if (metrics_ && *committed) ExportStepMetricsLocked(run_id, cur.epoch, metrics);
+    if (metrics_ && *committed) ExportStepMetricsLocked(run_id, epoch, metrics);
     UpdateGaugesLocked();
     events_cv_.SignalAll();
-  }
-  LOG_RUN(INFO, run_id, step)
-      << absl::StrFormat("loss %.4f  acc.len %.3f  grad %.3g  lr %.3g  %d tok  %.2f s%s",
-                         metrics.loss(), metrics.acceptance_length(), metrics.grad_norm(),
-                         metrics.lr(), cur.tokens, metrics.seconds(),
-                         metrics.skipped() ? "  SKIPPED" : "")
-      << (metrics.oom_splits() > 0
-              ? absl::StrCat("  out of memory: ", metrics.oom_splits(), " micro-batch(es) split")
-              : std::string());
-  t->last_commit = now;
-  if (!cur.drafters[0].checkpoint_path().empty()) {
-    if (absl::Status s = train::PruneCheckpoints(t->checkpoint_dir, t->spec.checkpoint.keep);
-        !s.ok()) {
-      LOG_RUN(WARNING, run_id, step) << "pruning checkpoints: " << s;
-    }
   }
   return true;
 }

@@ -1,26 +1,49 @@
-// What a started run's step loop holds (Coordinator::Training) and one planned step with its
-// RPCs in flight (Coordinator::PlannedStep), shared by run_driver.cc (set-up, dispatch, the step
-// loop) and step_commit.cc (the commit). Internal to the coordinator.
+// What a started run's step loop holds (Training) and one planned step with its RPCs in flight
+// (PlannedStep), shared by run_start.cc (set-up), run_driver.cc (the step loop) and step_commit.cc
+// (the commit). Internal to the coordinator.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <future>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "common/batching/batcher.h"
 #include "common/batching/packed_batch.h"
 #include "common/config/run_spec.h"
 #include "common/data/run_data.h"
 #include "dflash/v1/worker.pb.h"
-#include "services/coordinator/coordinator.h"
+#include "services/coordinator/placement.h"
 
 namespace dflash::coordinator {
 
-struct Coordinator::Training {
+// The checkpoint metadata key of the data cursor after its step (as LocalRun writes it,
+// common/train/local_run.cc).
+inline constexpr char kCursorKey[] = "data.cursor";
+
+// A worker that did not answer (gone, or too slow): not the run's fault.
+inline bool Unreachable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+// An out-of-memory that a retry from the checkpoint may get past: every one but a single
+// document that did not fit (the trainer's and the target's "not recoverable: ... one document
+// of N tokens", which only a smaller data.max_length or token_budget fixes).
+inline bool RetryableOutOfMemory(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kResourceExhausted &&
+         !absl::StrContains(s.message(), "one document of");
+}
+
+struct PlannedStep;
+
+struct Training {
   Placement p;
   config::RunSpec spec;
   data::RunData data;
@@ -39,7 +62,7 @@ struct Coordinator::Training {
 };
 
 // One planned step and its RPCs in flight. Destroying it waits for the calls (std::async).
-struct Coordinator::PlannedStep {
+struct PlannedStep {
   int64_t step = 0, epoch = 0, tokens = 0;
   std::string cursor;    // the data cursor after this step
   std::string eval_dir;  // the drafter snapshot evaluated after this step ("" = none)
