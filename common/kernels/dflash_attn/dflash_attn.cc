@@ -14,11 +14,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/kernels/dflash_attn/params.h"
 #include "common/kernels/dflash_attn/schedule.h"
+#include "common/kernels/launch_check.h"
 
 namespace dflash::kernels {
 namespace {
@@ -46,8 +48,7 @@ at::Tensor ItemsTensor(const std::vector<Item>& items, c10::Device device) {
 void CheckCuda(int err, const char* what) {
   TORCH_CHECK(err != -1, "fused attention: no kernel for this head_dim / head grouping (", what,
               ")");
-  TORCH_CHECK(err == cudaSuccess, "fused attention: ", what, ": ",
-              cudaGetErrorString(static_cast<cudaError_t>(err)));
+  CheckLaunch(err, (std::string("fused attention: ") + what).c_str());
 }
 
 void CheckQkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

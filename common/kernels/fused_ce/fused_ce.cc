@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "common/kernels/fused_ce/params.h"
+#include "common/kernels/launch_check.h"
 
 namespace dflash::kernels {
 namespace {
@@ -62,9 +63,7 @@ struct FusedCeFunction : public torch::autograd::Function<FusedCeFunction> {
       p.weights = weights_c.data_ptr<float>() + s;
       p.loss = loss.data_ptr<float>() + s;
       p.correct = correct.data_ptr<bool>() + s;
-      const int err = LaunchFusedCeRows(p, stream);
-      TORCH_CHECK(err == cudaSuccess,
-                  "fused CE kernel launch: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+      CheckLaunch(LaunchFusedCeRows(p, stream), "fused CE kernel launch");
       // logits now hold dlogits; the rows of grad_hidden are contiguous, so the GEMM writes them.
       at::Tensor rows_out = grad_hidden.narrow(0, s, m);
       if (grad_hidden.scalar_type() == head.scalar_type()) {

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "common/kernels/gated_delta/params.h"
+#include "common/kernels/launch_check.h"
 
 namespace dflash::kernels {
 namespace {
@@ -21,11 +22,6 @@ ScanDType DTypeOf(c10::ScalarType t) {
     default:
       return ScanDType::kFloat32;
   }
-}
-
-void CheckLaunch(int err, const char* what) {
-  TORCH_CHECK(err == cudaSuccess, "gated delta rule: ", what,
-              " launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
 }  // namespace
@@ -102,7 +98,8 @@ at::Tensor GatedDeltaRuleCuda(const at::Tensor& q, const at::Tensor& k, const at
   cp.heads = hv;
   cp.dk = dk;
   cp.dv = dv;
-  CheckLaunch(LaunchGatedDeltaChunk(cp, stream), "intra-chunk kernel");
+  CheckLaunch(LaunchGatedDeltaChunk(cp, stream),
+              "gated delta rule: intra-chunk kernel launch failed");
 
   GatedDeltaScanParams sp;
   sp.w = cp.w;
@@ -120,7 +117,7 @@ at::Tensor GatedDeltaRuleCuda(const at::Tensor& q, const at::Tensor& k, const at
   sp.heads = hv;
   sp.dk = dk;
   sp.dv = dv;
-  CheckLaunch(LaunchGatedDeltaScan(sp, stream), "recurrence");
+  CheckLaunch(LaunchGatedDeltaScan(sp, stream), "gated delta rule: recurrence launch failed");
   return out;
 }
 

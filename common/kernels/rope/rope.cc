@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/kernels/launch_check.h"
 #include "common/kernels/rope/params.h"
 
 namespace dflash::kernels {
@@ -59,9 +60,8 @@ at::Tensor Run(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin
   p.dim = xc.size(2);
   p.dtype = DTypeOf(xc.scalar_type());
   p.backward = backward;
-  const int err = LaunchRope(p, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
-  TORCH_CHECK(err == cudaSuccess,
-              "fused RoPE: launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+  CheckLaunch(LaunchRope(p, at::cuda::getCurrentCUDAStream(x.device().index()).stream()),
+              "fused RoPE: launch failed");
   return out;
 }
 
