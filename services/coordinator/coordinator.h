@@ -175,6 +175,9 @@ class Coordinator : private RunHost {
   bool CommitStep(const std::string& run_id, int64_t step, int64_t epoch, const std::string& cursor,
                   const v1::StepMetrics& metrics) override ABSL_LOCKS_EXCLUDED(mu_);
   void EndRun(const Training& t, const absl::Status& status) override ABSL_LOCKS_EXCLUDED(mu_);
+  void EvaluationStarted(const std::string& run_id, const v1::EvalInProgress& e) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void EvaluationEnded(const std::string& run_id) override ABSL_LOCKS_EXCLUDED(mu_);
   void RecordEval(const std::string& run_id, const v1::EvalResult& result) override
       ABSL_LOCKS_EXCLUDED(mu_);
   void MarkDown(const std::string& worker_id, const std::string& why) override
@@ -202,6 +205,8 @@ class Coordinator : private RunHost {
   std::map<std::string, std::thread> drivers_ ABSL_GUARDED_BY(mu_);  // run id -> its step thread
   // run id -> its newest evaluation
   std::map<std::string, v1::EvalResult> last_evals_ ABSL_GUARDED_BY(mu_);
+  // run id -> the evaluation running beside its steps
+  std::map<std::string, v1::EvalInProgress> evaluating_ ABSL_GUARDED_BY(mu_);
   // run id -> the step at which it was last paused for running out of memory (EndRun): a second
   // time at the same step fails the run instead of pausing it again.
   std::map<std::string, int64_t> oom_paused_at_ ABSL_GUARDED_BY(mu_);

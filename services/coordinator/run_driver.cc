@@ -42,6 +42,7 @@ void RunDriver::Run() {
   t_->last_commit = std::chrono::steady_clock::now();  // the first step's time excludes Prepare
   while (RunOneStep()) {
   }
+  CollectEvaluation(/*wait=*/true);  // its task uses this driver
 }
 
 absl::StatusOr<std::unique_ptr<PlannedStep>> RunDriver::PlanStep() {
@@ -155,13 +156,24 @@ bool RunDriver::RunOneStep() {
     cur = *std::move(planned);
     Dispatch(cur.get(), /*drafters=*/false);
   }
+  // A step whose drafter exports the next snapshot waits for the previous evaluation, whose end
+  // prunes the snapshot directories other than its own and the best.
+  if (!cur->eval_dir.empty()) CollectEvaluation(/*wait=*/true);
   Dispatch(cur.get(), /*drafters=*/true);
   StepResults results = AwaitStep(cur.get());
   if (absl::Status s = CheckStepResults(*cur, results); !s.ok()) {
     host_->EndRun(*t, s);
     return false;
   }
-  if (!cur->eval_dir.empty()) EvaluateBeforeCommit(*cur, &results);
+  // The evaluation runs beside the next steps; the last one (of the export) ends the run, so it
+  // is waited for.
+  if (!cur->eval_dir.empty()) StartEvaluation(*cur);
+  CollectEvaluation(/*wait=*/cur->step + 1 == t->total_steps);
+  if (t->eval_tau) {
+    // The measured tau of the newest evaluation that ended, with the first commit after it.
+    results.pairs[0].drafter->mutable_metrics()->set_measured_acceptance_length(*t->eval_tau);
+    t->eval_tau.reset();
+  }
   if (!CommitStep(*cur, results)) return false;
   t->step = cur->step + 1;
   if (!t->ahead_error.ok()) {
@@ -234,20 +246,39 @@ absl::Status RunDriver::CheckStepResults(const PlannedStep& cur, const StepResul
   return absl::OkStatus();
 }
 
-void RunDriver::EvaluateBeforeCommit(const PlannedStep& cur, StepResults* r) {
+void RunDriver::StartEvaluation(const PlannedStep& cur) {
   Training* const t = t_.get();
-  // Measured before the commit, so that the committed step carries it (an evaluation that fails
-  // is logged and skipped: it never stops training).
-  const auto eval_start = std::chrono::steady_clock::now();
-  absl::StatusOr<v1::EvalResult> eval = Evaluate(cur.eval_dir, cur.step + 1);
-  // The step's time (now - last commit) leaves the decoding out.
-  t->last_commit += std::chrono::steady_clock::now() - eval_start;
-  if (eval.ok()) {
-    r->pairs[0].drafter->mutable_metrics()->set_measured_acceptance_length(eval->tau());
-  } else {
-    LOG_RUN(WARNING, t->p.run_id, cur.step)
-        << "evaluation of " << cur.eval_dir << " failed: " << eval.status();
+  CollectEvaluation(/*wait=*/true);  // one at a time
+  v1::EvalInProgress e;
+  e.set_step(cur.step + 1);
+  e.set_worker(t->p.pairs[0].first.name());
+  e.set_drafter_dir(cur.eval_dir);
+  e.set_started_unix_ms(clock_->NowUnixMs());
+  host_->EvaluationStarted(t->p.run_id, e);
+  // Run() waits for it before the driver goes away (CollectEvaluation).
+  t->running_eval = std::async(std::launch::async, [this, dir = cur.eval_dir, step = cur.step] {
+    absl::StatusOr<v1::EvalResult> eval = Evaluate(dir, step + 1);
+    if (!eval.ok()) {
+      LOG_RUN(WARNING, t_->p.run_id, step)
+          << "evaluation of " << dir << " failed: " << eval.status();
+    }
+    host_->EvaluationEnded(t_->p.run_id);
+    return eval;
+  });
+}
+
+void RunDriver::CollectEvaluation(bool wait) {
+  Training* const t = t_.get();
+  if (!t->running_eval) return;
+  if (!wait && t->running_eval->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return;
   }
+  const auto wait_start = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::EvalResult> eval = t->running_eval->get();
+  t->running_eval.reset();
+  // The step's time (now - last commit) leaves out what it waited for the decoding.
+  t->last_commit += std::chrono::steady_clock::now() - wait_start;
+  if (eval.ok()) t->eval_tau = eval->tau();
 }
 
 absl::StatusOr<v1::EvalResult> RunDriver::Evaluate(const std::string& dir, int64_t step) {

@@ -39,7 +39,10 @@ class RunHost {
                           const std::string& cursor, const v1::StepMetrics& metrics) = 0;
   // Ends a running run: done when `status` is OK, else paused or failed by the cause.
   virtual void EndRun(const Training& t, const absl::Status& status) = 0;
-  // An evaluation during training: the run's newest (status) and its metrics.
+  // An evaluation during training started (shown on the run's status until it ends), and its
+  // end: the result, when it has one, becomes the run's newest (status) and its metrics.
+  virtual void EvaluationStarted(const std::string& run_id, const v1::EvalInProgress& e) = 0;
+  virtual void EvaluationEnded(const std::string& run_id) = 0;
   virtual void RecordEval(const std::string& run_id, const v1::EvalResult& result) = 0;
   // A worker that did not answer a step's call: marked down.
   virtual void MarkDown(const std::string& worker_id, const std::string& why) = 0;
@@ -81,8 +84,12 @@ class RunDriver {
   // The step's failure: the root cause among the calls (not a released peer's ABORTED), ranks of
   // a tensor-parallel target that disagree, a drafter that trained on other features than sent.
   static absl::Status CheckStepResults(const PlannedStep& cur, const StepResults& r);
-  // eval.every_steps: the snapshot's tau into pair 0's drafter metrics, before the commit.
-  void EvaluateBeforeCommit(const PlannedStep& cur, StepResults* r);
+  // eval.every_steps: has pair 0's target evaluate the snapshot `cur` exported, beside the next
+  // steps (the host shows it on the run's status until it ends).
+  void StartEvaluation(const PlannedStep& cur);
+  // The running evaluation's end, waited for when `wait`, else taken only if it has ended: its
+  // tau is committed with the next step; a failure is logged (it never stops training).
+  void CollectEvaluation(bool wait);
   // Has pair 0's target decode with the drafter snapshot at `dir` (eval.*); records the result.
   absl::StatusOr<v1::EvalResult> Evaluate(const std::string& dir, int64_t step);
   // The step's figures, the host's commit, the log line, checkpoint pruning. False when the

@@ -314,6 +314,16 @@ void Coordinator::ReleaseWorkers(const Placement& p) {
   }
 }
 
+void Coordinator::EvaluationStarted(const std::string& run_id, const v1::EvalInProgress& e) {
+  absl::MutexLock lock(&mu_);
+  evaluating_[run_id] = e;
+}
+
+void Coordinator::EvaluationEnded(const std::string& run_id) {
+  absl::MutexLock lock(&mu_);
+  evaluating_.erase(run_id);
+}
+
 void Coordinator::RecordEval(const std::string& run_id, const v1::EvalResult& r) {
   absl::MutexLock lock(&mu_);
   last_evals_[run_id] = r;
@@ -338,6 +348,9 @@ void Coordinator::RecordEval(const std::string& run_id, const v1::EvalResult& r)
 
 void Coordinator::FillProgressLocked(v1::RunStatus* run) {
   run->set_run_dir(RunDir(run->run_id()));
+  if (auto it = evaluating_.find(run->run_id()); it != evaluating_.end()) {
+    *run->mutable_evaluating() = it->second;
+  }
   if (auto it = last_evals_.find(run->run_id()); it != last_evals_.end()) {
     *run->mutable_last_eval() = it->second;
   } else if (!run->run_dir().empty()) {

@@ -59,6 +59,10 @@ struct Training {
   // eval.every_steps > 0: the prompts, tokenized once when the run starts (drafter_dir unset).
   std::optional<v1::EvaluateRequest> eval_request;
   v1::ResolvedTarget resolved;  // target.layer_ids and drafter.mask_token_id, `auto` resolved
+  // eval.every_steps: the evaluation running beside the steps (at most one at a time), and the
+  // tau of one that ended, committed with the next step.
+  std::optional<std::future<absl::StatusOr<v1::EvalResult>>> running_eval;
+  std::optional<double> eval_tau;
 };
 
 // One planned step and its RPCs in flight. Destroying it waits for the calls (std::async).

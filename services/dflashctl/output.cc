@@ -151,6 +151,12 @@ std::string RunDetails(const v1::RunStatus& r) {
     }
     out << "\n";
   }
+  if (r.has_evaluating()) {
+    const v1::EvalInProgress& e = r.evaluating();
+    out << "evaluating: the drafter of step " << e.step() << " on " << e.worker()
+        << " (pair 0's target, beside the training steps) since " << Time(e.started_unix_ms())
+        << "\n";
+  }
   if (r.has_best_eval()) {
     out << "best eval: step " << r.best_eval().step() << ": tau "
         << absl::StrFormat("%.3f", r.best_eval().tau()) << " (dflashctl export --best copies "

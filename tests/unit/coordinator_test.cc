@@ -4,10 +4,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -218,6 +221,52 @@ TEST_F(CoordinatorTest, EvaluationsDuringTrainingAreRecordedAndOnDemandUsesAnIdl
   EXPECT_DOUBLE_EQ(r->tau(), 3.0);
   EXPECT_EQ(workers_.eval_requests.back().prompts_size(), 2);
   EXPECT_EQ(workers_.eval_requests.back().max_new_tokens(), 256);  // eval.max_new_tokens default
+}
+
+// An evaluation during training does not hold the steps: while pair 0's target decodes the
+// snapshot of step 2, step 3 is committed and the run's status says which worker evaluates what;
+// the step that exports the next snapshot waits for it (its end prunes snapshot directories).
+TEST_F(CoordinatorTest, TrainingGoesOnWhileASnapshotIsEvaluated) {
+  auto run = *coordinator_->SubmitRun(
+      absl::StrCat(kRunYaml,
+                   "eval: {every_steps: 2, prompts: \"builtin:tiny-chat\", max_prompts: 3, "
+                   "max_new_tokens: 8}\n"),
+      "run.yaml", false);
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  int evaluations = 0;
+  workers_.on_evaluate = [&] {  // the first evaluation decodes until the test lets it end
+    std::unique_lock<std::mutex> lock(m);
+    if (++evaluations == 1) cv.wait(lock, [&] { return release; });
+  };
+  AddWorker("t0", v1::WORKER_ROLE_TARGET);
+  AddWorker("d0", v1::WORKER_ROLE_DRAFTER);
+  std::thread trainer([&] { coordinator_->Tick(); });  // inline_steps: trains inside Tick
+  v1::RunStatus seen;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    seen = *coordinator_->GetRun(run.run_id());
+    if (seen.has_evaluating() && seen.step() >= 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(seen.step(), 3) << "steps committed while step 2's snapshot was evaluated";
+  ASSERT_TRUE(seen.has_evaluating());
+  EXPECT_EQ(seen.evaluating().step(), 2);
+  EXPECT_EQ(seen.evaluating().worker(), "t0");
+  EXPECT_EQ(seen.evaluating().drafter_dir(), seen.run_dir() + "/eval/step-000000000002");
+  {
+    std::lock_guard<std::mutex> lock(m);
+    release = true;
+  }
+  cv.notify_all();
+  trainer.join();
+  const v1::RunStatus after = *coordinator_->GetRun(run.run_id());
+  ASSERT_EQ(after.state(), v1::RUN_STATE_DONE) << after.message();
+  EXPECT_FALSE(after.has_evaluating());
+  EXPECT_EQ(workers_.eval_requests.size(), 3u);
+  EXPECT_EQ(after.last_eval().step(), 5);
+  EXPECT_DOUBLE_EQ(after.last_step().measured_acceptance_length(), 3.0);  // the last one's
 }
 
 // No exception leaves a coordinator handler (common/rpc/guarded.h): a worker call that throws

@@ -105,6 +105,21 @@ TEST(RunDetails, ShowsTheResolvedLayerIdsAndMaskToken) {
           R"("resolved_target":{"target_layer_ids":["1","8","15","22","28"],"mask_token_id":"3","mask_token":"\u003crepo_name\u003e")"));
 }
 
+// An evaluation running beside the steps (RunStatus.evaluating): which snapshot, where, since when.
+TEST(RunDetails, ShowsTheEvaluationRunningBesideTraining) {
+  v1::RunStatus r;
+  r.set_run_id("demo-1");
+  EXPECT_THAT(RunDetails(r), ::testing::Not(::testing::HasSubstr("evaluating")));
+  v1::EvalInProgress* e = r.mutable_evaluating();
+  e->set_step(400);
+  e->set_worker("t0");
+  e->set_started_unix_ms(1764758400000);
+  EXPECT_THAT(RunDetails(r),
+              ::testing::HasSubstr("evaluating: the drafter of step 400 on t0 (pair 0's target, "
+                                   "beside the training steps) since "));
+  EXPECT_THAT(ToJson(r), ::testing::HasSubstr(R"("evaluating":{"step":"400","worker":"t0")"));
+}
+
 // The eval table's line of the reference package's measures: both taus and the histogram.
 TEST(EvalTable, ShowsEmittedTausAndHistogram) {
   v1::EvalResult r;
