@@ -4,12 +4,16 @@
 #include "common/transport/host_communicator.h"
 #include "common/transport/nccl_communicator.h"
 #include "common/transport/shm_segment.h"
+#include "common/transport/transport.h"
 
 namespace dflash::transport {
 
 absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const GroupOptions& options,
                                                         std::string* made_unique_id) {
-  if (options.collective == "nccl") {
+  absl::StatusOr<Collective> collective =
+      ParseCollective(options.collective, options.collective_field);
+  if (!collective.ok()) return collective.status();
+  if (*collective == Collective::kNccl) {
     if (options.gpu < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat(options.collective_field, " nccl: this worker has no GPU"));
@@ -27,10 +31,6 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const GroupOptions& opti
     o.device = options.gpu;
     o.timeout = options.timeout;
     return NcclCommunicator::Create(id, o);
-  }
-  if (options.collective != "host") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options.collective_field, ": '", options.collective, "' is neither host nor nccl"));
   }
   if (options.name.empty()) {
     return absl::InvalidArgumentError(

@@ -87,4 +87,18 @@ std::string PlacementProblem(Transport transport, const PairLocation& where) {
 
 FeatureBuffers BuffersOf(Transport transport) { return RowOf(transport).buffers; }
 
+Collective CollectiveFor(bool on_gpu) { return on_gpu ? Collective::kNccl : Collective::kHost; }
+
+const char* CollectiveName(Collective collective) {
+  return collective == Collective::kNccl ? "nccl" : "host";
+}
+
+absl::StatusOr<Collective> ParseCollective(std::string_view name, std::string_view field) {
+  if (name == "host") return Collective::kHost;
+  if (name == "nccl") return Collective::kNccl;
+  return absl::InvalidArgumentError(absl::StrCat(absl::string_view(field.data(), field.size()),
+                                                 ": '", absl::string_view(name.data(), name.size()),
+                                                 "' is neither host nor nccl"));
+}
+
 }  // namespace dflash::transport

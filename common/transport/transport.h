@@ -52,4 +52,14 @@ struct FeatureBuffers {
 };
 FeatureBuffers BuffersOf(Transport transport);
 
+// How a group of worker processes sums tensors (group.h): the data-parallel drafters' gradients,
+// a tensor-parallel target's partial layer outputs. `host`: shared memory on one machine; `nccl`:
+// one GPU per rank.
+enum class Collective { kHost, kNccl };
+// The collective of processes on GPUs (nccl) or on CPUs (host).
+Collective CollectiveFor(bool on_gpu);
+const char* CollectiveName(Collective collective);
+// "host" or "nccl"; INVALID_ARGUMENT naming `field` otherwise.
+absl::StatusOr<Collective> ParseCollective(std::string_view name, std::string_view field);
+
 }  // namespace dflash::transport

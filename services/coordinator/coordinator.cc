@@ -566,7 +566,7 @@ size_t Coordinator::PairsWantedLocked(const std::string& run_id, const config::R
   // placement.pairs auto: every idle pair. GPU drafters sum gradients over NCCL, which takes one
   // rank per GPU: auto stops before the first drafter on a GPU an earlier one holds.
   size_t max_auto = available;
-  if (!drafters.empty() && Collective(drafters[0]) == "nccl") {
+  if (!drafters.empty() && DrafterCollective(drafters[0]) == transport::Collective::kNccl) {
     std::set<std::string> gpus;
     for (max_auto = 0; max_auto < available; ++max_auto) {
       if (!gpus.insert(DeviceKey(drafters[max_auto])).second) break;

@@ -56,14 +56,14 @@ v1::PrepareRunRequest Coordinator::PrepareRequest(const Placement& p, size_t i, 
   req.set_run_dir(t.run_dir);
   if (is_drafter && p.pairs.size() > 1) {
     req.set_drafter_group(absl::StrCat(prep.group_prefix, "-dp"));
-    req.set_collective(Collective(drafter));
+    req.set_collective(transport::CollectiveName(DrafterCollective(drafter)));
     req.set_nccl_unique_id(prep.nccl_unique_id);
   }
   if (!is_drafter && tp_world > 1) {
     req.set_tp_rank(tp_rank);
     req.set_tp_world(tp_world);
     req.set_tp_group(absl::StrCat(prep.group_prefix, "-p", i, "-tp"));
-    req.set_tp_collective(TargetCollective(target));
+    req.set_tp_collective(transport::CollectiveName(TargetCollective(target)));
     req.set_tp_nccl_unique_id(ids.tp_unique_id);
   }
   return req;

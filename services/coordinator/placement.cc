@@ -19,8 +19,8 @@ std::string DeviceKey(const v1::WorkerInfo& worker) {
                       worker.device().index());
 }
 
-std::string Collective(const v1::WorkerInfo& drafter) {
-  return drafter.device().kind() == "cuda" ? "nccl" : "host";
+transport::Collective DrafterCollective(const v1::WorkerInfo& drafter) {
+  return transport::CollectiveFor(drafter.device().kind() == "cuda");
 }
 
 std::vector<std::vector<v1::WorkerInfo>> GroupTargets(const std::vector<v1::WorkerInfo>& targets,
@@ -53,16 +53,16 @@ std::vector<std::vector<v1::WorkerInfo>> GroupTargets(const std::vector<v1::Work
   return groups;
 }
 
-std::string TargetCollective(const v1::WorkerInfo& target) {
-  return target.device().kind() == "cuda" ? "nccl" : "host";
+transport::Collective TargetCollective(const v1::WorkerInfo& target) {
+  return transport::CollectiveFor(target.device().kind() == "cuda");
 }
 
 absl::Status CheckDrafterGroup(const WorkerPairs& pairs) {
   const v1::WorkerInfo& first = pairs[0].second;
-  const bool host = Collective(first) == "host";
+  const bool host = DrafterCollective(first) == transport::Collective::kHost;
   for (size_t i = 1; i < pairs.size(); ++i) {
     const v1::WorkerInfo& d = pairs[i].second;
-    if (Collective(d) != Collective(first)) {
+    if (DrafterCollective(d) != DrafterCollective(first)) {
       return absl::FailedPreconditionError(
           absl::StrCat("placement.pairs: drafters ", first.name(), " and ", d.name(),
                        " are on a CPU and a GPU; data-parallel drafters must all be one kind"));

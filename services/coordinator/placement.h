@@ -35,7 +35,7 @@ std::string DeviceKey(const v1::WorkerInfo& worker);
 
 // How data-parallel drafters sum gradients: through shared memory when they run on the CPU (the
 // drafter processes of one machine), NCCL when they hold GPUs.
-std::string Collective(const v1::WorkerInfo& drafter);
+transport::Collective DrafterCollective(const v1::WorkerInfo& drafter);
 
 // Data-parallel drafters must be able to form their group: all of one kind; CPU drafters
 // (shared memory) on one machine; GPU drafters (NCCL) each on its own GPU, since NCCL refuses
@@ -60,7 +60,7 @@ std::vector<std::vector<v1::WorkerInfo>> GroupTargets(const std::vector<v1::Work
 
 // How a tensor-parallel target group sums its partial layer outputs: `host` for CPU targets, `nccl`
 // for GPU targets.
-std::string TargetCollective(const v1::WorkerInfo& target);
+transport::Collective TargetCollective(const v1::WorkerInfo& target);
 
 // What a run's memory plan is checked against before it is placed: for each role the registered
 // worker with the largest GPU (capacity 0 and no name when the role has no GPU worker), and the

@@ -61,5 +61,18 @@ TEST(TransportTest, EachTransportsFeatureBuffers) {
   EXPECT_FALSE(host.pair_shares_gpu || nccl.pair_shares_gpu);
 }
 
+TEST(TransportTest, CollectivesByDeviceAndName) {
+  EXPECT_EQ(CollectiveFor(/*on_gpu=*/true), Collective::kNccl);
+  EXPECT_EQ(CollectiveFor(/*on_gpu=*/false), Collective::kHost);
+  for (Collective c : {Collective::kHost, Collective::kNccl}) {
+    absl::StatusOr<Collective> parsed = ParseCollective(CollectiveName(c), "collective");
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, c);
+  }
+  const absl::Status bad = ParseCollective("mpi", "tp_collective").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "tp_collective: 'mpi' is neither host nor nccl");
+}
+
 }  // namespace
 }  // namespace dflash::transport
