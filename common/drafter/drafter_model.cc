@@ -38,6 +38,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
 #include "common/config/run_spec.h"
+#include "common/drafter/drafter_prepared.h"
 #include "common/drafter/lean_ops.h"
 #include "common/drafter/weighted_ce.h"
 #include "common/nn/layers.h"
@@ -205,21 +206,6 @@ absl::StatusOr<std::vector<int64_t>> ValidateBatch(const DrafterBatch& batch,
 }
 
 }  // namespace
-
-// Everything the forward and the loss need, on the model's device.
-struct DrafterModel::Prepared {
-  int64_t t = 0;            // packed rows
-  int64_t n = 0;            // anchor blocks
-  at::Tensor features;      // [T, K*H] as given (moved to the device)
-  at::Tensor input_ids;     // [T] int64
-  at::Tensor doc_ids;       // [T] int64
-  at::Tensor loss_mask;     // [T] fp32 0/1, when asked for
-  at::Tensor anchors;       // [n] int64, -1 padding
-  at::Tensor slot0_tokens;  // [n] int64: input_ids[a_j] (MASK for padding); other slots MASK
-  nn::RopeTables q_rope;    // [Q, D]: block positions pos[a_j] + k
-  nn::RopeTables k_rope;    // [T + Q, D]: context positions, then block positions
-  BlockMask mask;
-};
 
 std::optional<Recompute> ParseRecompute(const std::string& name) {
   if (name == "none") return Recompute::kNone;
@@ -530,6 +516,16 @@ at::Tensor DrafterModel::RunLayer(int64_t layer, const at::Tensor& x, const at::
   at::Tensor k = nn::RmsNorm(project(w.k_proj), w.k_norm.to(dtype), eps);
   k = nn::ApplyRope(k, p.k_rope);  // context positions, then block positions
   at::Tensor v = project(w.v_proj);
+  return FinishLayer(layer, x, q, k, v, p);
+}
+
+at::Tensor DrafterModel::FinishLayer(int64_t layer, const at::Tensor& x, const at::Tensor& q,
+                                     const at::Tensor& k, const at::Tensor& v,
+                                     const Prepared& p) const {
+  const DrafterLayerParams& w = layers_[static_cast<size_t>(layer)];
+  const model::TransformerConfig& c = config_.target;
+  const int64_t q_rows = x.size(0), d = c.head_dim, hq = c.num_attention_heads;
+  const c10::ScalarType dtype = compute_dtype();
   const double scale = std::pow(static_cast<double>(d), -0.5);
   BlockMask mask = p.mask;  // a sliding layer's view of it (the tensors are shared)
   if (config_.sliding(layer)) {
@@ -539,7 +535,7 @@ at::Tensor DrafterModel::RunLayer(int64_t layer, const at::Tensor& x, const at::
   at::Tensor attn = attention_->Forward(q, k, v, mask, scale).reshape({q_rows, hq * d});
   at::Tensor y = x + CastLinear(attn, w.o_proj, dtype);  // [Q, H]
 
-  h = nn::RmsNorm(y, w.post_norm.to(dtype), eps);
+  at::Tensor h = nn::RmsNorm(y, w.post_norm.to(dtype), c.rms_norm_eps);
   return y + SwiGluMlp(h, w.gate, w.up, w.down, dtype, options_.recompute == Recompute::kMlp);
 }
 

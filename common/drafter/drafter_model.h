@@ -169,6 +169,25 @@ struct DrafterLayerParams {
 // Names and shapes of every drafter tensor, in checkpoint order (fc, hidden_norm, layers, norm).
 std::vector<NamedParameter> ParameterSpecs(const DrafterConfig& config);
 
+// One sequence's context keys and values, kept between the blocks of speculative decoding
+// (DrafterModel::ForwardCached; docs/method.md, "Drafting with a cache"): every context row's keys
+// (after k_norm and RoPE at the row's position) and values in each layer, computed once, when the
+// row arrives, instead of from all of the context at every block.
+struct DrafterKvCache {
+  int64_t rows = 0;              // context rows held
+  std::vector<at::Tensor> k, v;  // per layer [rows, Hkv, D] in the compute dtype, on the device
+};
+
+// One sequence's next block for DrafterModel::ForwardCached.
+struct CachedBlock {
+  DrafterKvCache* cache = nullptr;
+  // [m, K*H]: the context rows the cache lacks, those from cache->rows on (m may be 0). The block
+  // sees rows 0 .. cache->rows + m - 1 and sits at position cache->rows + m.
+  at::Tensor new_features;
+  int64_t anchor_token = 0;  // slot 0's token
+  int64_t block_length = 0;  // in [1, B]: slots from it on are not attended to; 0: B
+};
+
 class DrafterModel {
  public:
   // embed_tokens and lm_head [V, H] are the target's, used frozen (detached, never saved); with
@@ -183,6 +202,10 @@ class DrafterModel {
 
   // Final hidden states [Q, H] (after the final norm), row j*B + k for slot k of block j.
   absl::StatusOr<at::Tensor> Forward(const DrafterBatch& batch) const;
+  // Inference: what Forward gives for one block per sequence after its whole context, with each
+  // sequence's context keys and values taken from its cache, which is first extended by the new
+  // rows (drafter_cached_forward.cc). Rows j*B + k as Forward's; no autograd graph.
+  absl::StatusOr<at::Tensor> ForwardCached(const std::vector<CachedBlock>& blocks) const;
   // lm_head(hidden): [rows, V] in the compute dtype. Materializes every row's logits: for
   // inspection and small batches; training uses Loss.
   absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden) const;
@@ -217,6 +240,15 @@ class DrafterModel {
   at::Tensor RunLayer(int64_t layer, const at::Tensor& x, const at::Tensor& ctx,
                       const Prepared& p) const;
   BlockTargets MakeTargets(const Prepared& p, double gamma) const;
+  // A layer from its q [Q, Hq, D] and k, v [T + Q, Hkv, D] on: attention (the layer's mask),
+  // o_proj with the residual, then the MLP block.
+  at::Tensor FinishLayer(int64_t layer, const at::Tensor& x, const at::Tensor& q,
+                         const at::Tensor& k, const at::Tensor& v, const Prepared& p) const;
+  // ForwardCached's parts: the caches extended by the new rows; a layer over the block rows with
+  // the context's keys and values given ([T, Hkv, D] each, in the packed layout of `p`).
+  void ExtendCaches(const std::vector<CachedBlock>& blocks) const;
+  at::Tensor RunCachedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& ctx_k,
+                            const at::Tensor& ctx_v, const Prepared& p) const;
 
   DrafterConfig config_;
   DrafterOptions options_;

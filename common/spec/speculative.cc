@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -78,11 +79,13 @@ using Drafts = DraftBlocks;
 using DraftFn =
     std::function<absl::StatusOr<Drafts>(const std::vector<const DraftContext*>&, Sampler*)>;
 
-// The drafter's proposals (slots 1..B-1) for each active sequence, one batched forward: its argmax
-// (greedy; `sampler` null), or drawn from its sampling distribution q.
-absl::StatusOr<Drafts> Draft(const drafter::DrafterModel& drafter,
-                             const std::vector<const DraftContext*>& active,
-                             const SamplingOptions& sampling, Sampler* sampler) {
+// Each sequence's drafter cache, by its DraftContext (stable for one SpeculativeGenerate call).
+using DrafterCaches = std::unordered_map<const DraftContext*, drafter::DrafterKvCache>;
+
+// The drafter's final hidden states [n * B, H] for the active sequences' blocks, from each
+// sequence's whole context (Forward).
+absl::StatusOr<at::Tensor> UncachedHidden(const drafter::DrafterModel& drafter,
+                                          const std::vector<const DraftContext*>& active) {
   const int64_t b = drafter.config().block_size;
   std::vector<at::Tensor> features;
   std::vector<int64_t> ids, positions, anchors, lengths;
@@ -111,7 +114,52 @@ absl::StatusOr<Drafts> Draft(const drafter::DrafterModel& drafter,
   batch.anchors = at::tensor(anchors, long_opts);
   if (short_block) batch.block_lengths = at::tensor(lengths, long_opts);
   at::NoGradGuard no_grad;
-  ASSIGN_OR_RETURN(at::Tensor hidden, drafter.Forward(batch));
+  return drafter.Forward(batch);
+}
+
+// The same from each sequence's cached context keys and values (ForwardCached), each cache first
+// extended by the context rows it lacks (the features of the tokens accepted since).
+absl::StatusOr<at::Tensor> CachedHidden(const drafter::DrafterModel& drafter,
+                                        const std::vector<const DraftContext*>& active,
+                                        DrafterCaches* caches) {
+  const int64_t b = drafter.config().block_size;
+  std::vector<drafter::CachedBlock> blocks;
+  for (const DraftContext* s : active) {
+    drafter::CachedBlock block;
+    block.cache = &(*caches)[s];
+    const int64_t context = static_cast<int64_t>(s->tokens.size()) - 1;  // rows before the anchor
+    const int64_t have = block.cache->rows;
+    if (context > have) {
+      // The newest chunks hold the rows the cache lacks; earlier ones are not copied again.
+      std::vector<at::Tensor> chunks;
+      int64_t end = context;
+      for (auto it = s->features.rbegin(); it != s->features.rend() && end > have; ++it) {
+        chunks.insert(chunks.begin(), *it);
+        end -= it->size(0);
+      }
+      block.new_features = at::cat(chunks, 0).narrow(0, have - end, context - have);
+    }
+    block.anchor_token = s->tokens.back();
+    block.block_length = s->block_length > 0 ? std::min(s->block_length, b) : b;
+    blocks.push_back(std::move(block));
+  }
+  return drafter.ForwardCached(blocks);
+}
+
+// The drafter's proposals (slots 1..B-1) for each active sequence, one batched forward: its argmax
+// (greedy; `sampler` null), or drawn from its sampling distribution q. `caches`: the drafter keeps
+// each sequence's context keys and values (null: the whole context at every block).
+absl::StatusOr<Drafts> Draft(const drafter::DrafterModel& drafter,
+                             const std::vector<const DraftContext*>& active,
+                             const SamplingOptions& sampling, Sampler* sampler,
+                             DrafterCaches* caches = nullptr) {
+  const int64_t b = drafter.config().block_size;
+  at::Tensor hidden;
+  if (caches != nullptr) {
+    ASSIGN_OR_RETURN(hidden, CachedHidden(drafter, active, caches));
+  } else {
+    ASSIGN_OR_RETURN(hidden, UncachedHidden(drafter, active));
+  }
   ASSIGN_OR_RETURN(at::Tensor logits, drafter.Logits(hidden));
   Drafts out;
   std::vector<int64_t> picks;  // [n * (B-1)]
@@ -221,10 +269,13 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
     const std::vector<std::vector<int64_t>>& prompts, const SpecDecodeOptions& options) {
   RETURN_IF_ERROR(CheckPair(target, drafter));
   const SamplingOptions sampling = options.sampling;
+  // One cache per sequence of this call (its DraftContext stays put until the call returns).
+  auto caches = options.drafter_kv_cache ? std::make_shared<DrafterCaches>() : nullptr;
   return Generate(
       target, drafter.config().block_size,
-      [&drafter, sampling](const std::vector<const DraftContext*>& active, Sampler* sampler) {
-        return Draft(drafter, active, sampling, sampler);
+      [&drafter, sampling, caches](const std::vector<const DraftContext*>& active,
+                                   Sampler* sampler) {
+        return Draft(drafter, active, sampling, sampler, caches.get());
       },
       prompts, options);
 }

@@ -41,6 +41,10 @@ struct SpecDecodeOptions {
   int64_t max_new_tokens = 256;
   std::vector<int64_t> stop_token_ids;  // a sequence ends after emitting one
   SamplingOptions sampling;             // greedy by default
+  // With a DrafterModel: keep each sequence's context keys and values between blocks
+  // (DrafterModel::ForwardCached) instead of projecting the whole context at every block. The
+  // same proposals either way; false only to measure the difference.
+  bool drafter_kv_cache = true;
 };
 
 // Acceptance statistics of a set of verifications (summable across calls and workers).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -80,6 +81,33 @@ TEST(SpeculativeTest, UntrainedDrafterOutputEqualsGreedyDecoding) {
     double sum = 0;
     for (double a : s.acceptance_by_position()) sum += a;
     EXPECT_NEAR(sum, s.tau(), 1e-12);
+  }
+}
+
+// The drafter's cache of context keys and values (SpecDecodeOptions::drafter_kv_cache, on by
+// default) gives the proposals of the whole context: the same output and the same acceptance, to
+// the verification, with sequences that end at different times and short last blocks.
+TEST(SpeculativeTest, TheDraftersCacheProposesWhatTheWholeContextDoes) {
+  auto target = Target();
+  ASSERT_NE(target, nullptr);
+  for (int64_t b : {16, 4}) {
+    auto drafter = Drafter(*target, b);
+    ASSERT_NE(drafter, nullptr);
+    SpecDecodeOptions options;
+    options.max_new_tokens = 37;
+    options.stop_token_ids = {17};
+    auto cached = SpeculativeGenerate(*target, *drafter, kPrompts, options);
+    options.drafter_kv_cache = false;
+    auto whole = SpeculativeGenerate(*target, *drafter, kPrompts, options);
+    ASSERT_TRUE(cached.ok() && whole.ok()) << cached.status() << whole.status();
+    EXPECT_EQ(cached->tokens, whole->tokens) << "B = " << b;
+    EXPECT_EQ(cached->stats.verifications, whole->stats.verifications) << "B = " << b;
+    EXPECT_EQ(cached->stats.accepted, whole->stats.accepted) << "B = " << b;
+    EXPECT_EQ(cached->stats.accepted_at, whole->stats.accepted_at) << "B = " << b;
+    EXPECT_EQ(cached->stats.emitted_histogram, whole->stats.emitted_histogram) << "B = " << b;
+    EXPECT_EQ(cached->drafter_forwards, whole->drafter_forwards);
+    std::cerr << "[spec_test] B = " << b << ": " << cached->stats.accepted << " proposals kept in "
+              << cached->stats.verifications << " verifications, both ways\n";
   }
 }
 

@@ -1,0 +1,134 @@
+// DrafterModel::ForwardCached (common/drafter/drafter_cached_forward.cc) against Forward over the
+// whole context: the same hidden states for blocks after contexts of several lengths, with the
+// cache extended between calls by some rows, none, or many; short blocks; a sliding layer with a
+// window; and its refusals (fp32, CPU).
+#include <ATen/ops/cat.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "common/drafter/drafter_model.h"
+#include "tests/drafter/test_util.h"
+
+namespace dflash::drafter {
+namespace {
+
+using testing::MakeModel;
+using testing::MaxRelError;
+using testing::TinyConfig;
+
+// A sequence: its context's features (rows 0 .. n-1), its tokens (n + 1: the anchor last).
+struct Seq {
+  at::Tensor features;
+  std::vector<int64_t> tokens;
+  int64_t block_length = 0;
+};
+
+// Forward over each sequence's whole context, packed as speculative decoding packs it (the
+// context, then the anchor's own row with a zero feature).
+at::Tensor WholeContext(const DrafterModel& m, const std::vector<Seq>& seqs) {
+  const int64_t b = m.config().block_size;
+  std::vector<at::Tensor> features;
+  std::vector<int64_t> ids, positions, anchors, lengths;
+  std::vector<int32_t> cu = {0};
+  bool short_block = false;
+  for (const Seq& s : seqs) {
+    features.push_back(s.features);
+    features.push_back(at::zeros({1, s.features.size(1)}));
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    for (int64_t i = 0; i < n; ++i) positions.push_back(i);
+    ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
+    anchors.push_back(cu.back() + n - 1);
+    cu.push_back(cu.back() + static_cast<int32_t>(n));
+    lengths.push_back(s.block_length > 0 ? s.block_length : b);
+    short_block |= lengths.back() < b;
+  }
+  DrafterBatch batch;
+  batch.features = at::cat(features, 0);
+  batch.input_ids = at::tensor(ids, at::kLong);
+  batch.positions = at::tensor(positions, at::kLong);
+  batch.cu_seqlens = at::tensor(cu, at::kInt);
+  batch.anchors = at::tensor(anchors, at::kLong);
+  if (short_block) batch.block_lengths = at::tensor(lengths, at::kLong);
+  absl::StatusOr<at::Tensor> out = m.Forward(batch);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *out : at::Tensor();
+}
+
+// Grows each sequence by `more[j]` context rows (random features, tokens) and checks the cached
+// forward, given only those rows, against the whole context.
+void GrowAndCompare(const DrafterModel& m, std::vector<Seq>* seqs,
+                    std::vector<DrafterKvCache>* caches, const std::vector<int64_t>& more,
+                    int round) {
+  std::vector<CachedBlock> blocks;
+  for (size_t j = 0; j < seqs->size(); ++j) {
+    Seq& s = (*seqs)[j];
+    const int64_t k = m.config().feature_dim();
+    at::Tensor added = at::randn({more[j], k});
+    s.features = s.features.defined() ? at::cat({s.features, added}, 0) : added;
+    for (int64_t r = 0; r < more[j]; ++r)
+      s.tokens.insert(s.tokens.end() - 1, (round * 37 + r) % 250);
+    CachedBlock block;
+    block.cache = &(*caches)[j];
+    block.new_features = added;
+    block.anchor_token = s.tokens.back();
+    block.block_length = s.block_length;
+    blocks.push_back(block);
+  }
+  absl::StatusOr<at::Tensor> cached = m.ForwardCached(blocks);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  const at::Tensor whole = WholeContext(m, *seqs);
+  ASSERT_EQ(cached->sizes(), whole.sizes());
+  EXPECT_LT(MaxRelError(*cached, whole), 1e-5) << "round " << round;
+  for (size_t j = 0; j < seqs->size(); ++j) {
+    EXPECT_EQ((*caches)[j].rows, (*seqs)[j].features.size(0)) << "sequence " << j;
+  }
+}
+
+void CheckCacheAgainstWholeContext(const DrafterConfig& config) {
+  at::manual_seed(3);
+  std::unique_ptr<DrafterModel> m = MakeModel(config, 11);
+  ASSERT_NE(m, nullptr);
+  std::vector<Seq> seqs(3);
+  for (size_t j = 0; j < seqs.size(); ++j) seqs[j].tokens = {static_cast<int64_t>(10 + j)};
+  seqs[1].block_length = 2;  // a short last block
+  std::vector<DrafterKvCache> caches(seqs.size());
+  // The prompt (1 row, 5 rows, 12 rows), then accepted tokens: some, none, many.
+  GrowAndCompare(*m, &seqs, &caches, {1, 5, 12}, 0);
+  GrowAndCompare(*m, &seqs, &caches, {3, 0, 4}, 1);
+  GrowAndCompare(*m, &seqs, &caches, {1, 2, 9}, 2);
+}
+
+TEST(DrafterCache, ForwardCachedEqualsForwardOverTheWholeContext) {
+  CheckCacheAgainstWholeContext(TinyConfig());
+}
+
+TEST(DrafterCache, ASlidingLayerWithAWindowToo) {
+  DrafterConfig config = TinyConfig();
+  SetSlidingLayers(&config, {1}, 6);
+  CheckCacheAgainstWholeContext(config);
+}
+
+TEST(DrafterCache, RefusesBlocksItCannotRun) {
+  std::unique_ptr<DrafterModel> m = MakeModel(TinyConfig(), 11);
+  DrafterKvCache cache;
+  CachedBlock block;
+  block.anchor_token = 3;
+  EXPECT_EQ(m->ForwardCached({block}).status().code(), absl::StatusCode::kInvalidArgument);
+  block.cache = &cache;
+  block.new_features = at::randn({2, 5});  // not K*H wide
+  EXPECT_EQ(m->ForwardCached({block}).status().code(), absl::StatusCode::kInvalidArgument);
+  block.new_features = at::randn({2, m->config().feature_dim()});
+  block.block_length = m->config().block_size + 1;
+  EXPECT_EQ(m->ForwardCached({block}).status().code(), absl::StatusCode::kInvalidArgument);
+  block.block_length = 0;
+  block.anchor_token = 256;
+  EXPECT_EQ(m->ForwardCached({block}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.rows, 0);  // nothing cached from a refused call
+}
+
+}  // namespace
+}  // namespace dflash::drafter
