@@ -16,6 +16,7 @@ tests=(tests/integration/memory_gpu_test tests/integration/training_gpu_test
        tests/kernels/rope_gpu_test tests/kernels/wgmma_gpu_test tests/gpu/device_probe_gpu_test
        tests/transport/feature_checksum_gpu_test tests/transport/nccl_channel_gpu_test
        tests/transport/nccl_communicator_gpu_test)
+benches=(scripts/bench/draft_cache)  # packed too; run by the device call after `run` unpacks
 services=(coordinator/dflash-coordinator dflashctl/dflashctl target_worker/dflash-target-worker
           drafter_worker/dflash-drafter-worker target_worker/dflash-target-worker-testhooks
           drafter_worker/dflash-drafter-worker-testhooks)
@@ -23,7 +24,8 @@ case "${1:?usage: gpu_tests.sh pack|run [FILTER]}" in
   pack)
     bash scripts/build.sh >/dev/null
     rm -rf /tmp/gt && mkdir -p /tmp/gt .gpu/t
-    for f in "${tests[@]}" tests/integration/dflash-test-gpu-hog "${services[@]/#/services/}"; do
+    for f in "${tests[@]}" "${benches[@]}" tests/integration/dflash-test-gpu-hog \
+             "${services[@]/#/services/}"; do
       mkdir -p "/tmp/gt/$(dirname "$f")"; strip -o "/tmp/gt/$f" "build/$f"
     done
     tar -czf .gpu/t/gt.tgz -C /tmp/gt . && git rev-parse --short HEAD >.gpu/t/gt.rev
