@@ -11,6 +11,7 @@
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -48,6 +49,38 @@ absl::Status CheckBlocks(const std::vector<CachedBlock>& blocks, const DrafterCo
 }
 
 }  // namespace
+
+DrafterBatch DecodingBatch(const std::vector<at::Tensor>& contexts,
+                           const std::vector<std::vector<int64_t>>& tokens,
+                           const std::vector<int64_t>& block_lengths, int64_t block_size) {
+  std::vector<at::Tensor> features;
+  std::vector<int64_t> ids, positions, anchors, lengths;
+  std::vector<int32_t> cu = {0};
+  bool short_block = false;
+  for (size_t j = 0; j < contexts.size(); ++j) {
+    const int64_t length = j < block_lengths.size() && block_lengths[j] > 0
+                               ? std::min(block_lengths[j], block_size)
+                               : block_size;
+    lengths.push_back(length);
+    short_block |= length < block_size;
+    features.push_back(contexts[j]);
+    features.push_back(at::zeros({1, contexts[j].size(1)}, contexts[j].options()));
+    const int64_t n = static_cast<int64_t>(tokens[j].size());
+    for (int64_t i = 0; i < n; ++i) positions.push_back(i);
+    ids.insert(ids.end(), tokens[j].begin(), tokens[j].end());
+    anchors.push_back(cu.back() + n - 1);
+    cu.push_back(cu.back() + static_cast<int32_t>(n));
+  }
+  const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
+  DrafterBatch batch;
+  batch.features = at::cat(features, 0);
+  batch.input_ids = at::tensor(ids, long_opts);
+  batch.positions = at::tensor(positions, long_opts);
+  batch.cu_seqlens = at::tensor(cu, at::TensorOptions().dtype(at::kInt));
+  batch.anchors = at::tensor(anchors, long_opts);
+  if (short_block) batch.block_lengths = at::tensor(lengths, long_opts);
+  return batch;
+}
 
 void DrafterModel::ExtendCaches(const std::vector<CachedBlock>& blocks) const {
   const model::TransformerConfig& c = config_.target;

@@ -169,6 +169,14 @@ struct DrafterLayerParams {
 // Names and shapes of every drafter tensor, in checkpoint order (fc, hidden_norm, layers, norm).
 std::vector<NamedParameter> ParameterSpecs(const DrafterConfig& config);
 
+// The batch of one block per sequence after its whole context, as speculative decoding gives
+// Forward: sequence j's context features [n_j - 1, K*H] (its tokens' but the last) and its tokens
+// (n_j, the anchor last); the anchor's own row gets a zero feature, which no block reads.
+// block_lengths: per sequence in [1, B], 0 for B (empty: all B).
+DrafterBatch DecodingBatch(const std::vector<at::Tensor>& contexts,
+                           const std::vector<std::vector<int64_t>>& tokens,
+                           const std::vector<int64_t>& block_lengths, int64_t block_size);
+
 // One sequence's context keys and values, kept between the blocks of speculative decoding
 // (DrafterModel::ForwardCached; docs/method.md, "Drafting with a cache"): every context row's keys
 // (after k_norm and RoPE at the row's position) and values in each layer, computed once, when the

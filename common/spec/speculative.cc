@@ -86,35 +86,17 @@ using DrafterCaches = std::unordered_map<const DraftContext*, drafter::DrafterKv
 // sequence's whole context (Forward).
 absl::StatusOr<at::Tensor> UncachedHidden(const drafter::DrafterModel& drafter,
                                           const std::vector<const DraftContext*>& active) {
-  const int64_t b = drafter.config().block_size;
-  std::vector<at::Tensor> features;
-  std::vector<int64_t> ids, positions, anchors, lengths;
-  std::vector<int32_t> cu = {0};
-  bool short_block = false;
+  std::vector<at::Tensor> contexts;
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<int64_t> lengths;
   for (const DraftContext* s : active) {
-    lengths.push_back(s->block_length > 0 ? std::min(s->block_length, b) : b);
-    short_block |= lengths.back() < b;
-    // Rows: the context (every position the target has run) and the anchor's own row, whose
-    // feature the drafter never reads (the block sees context strictly before it).
-    at::Tensor ctx = at::cat(s->features, 0);
-    features.push_back(ctx);
-    features.push_back(at::zeros({1, ctx.size(1)}, ctx.options()));
-    const int64_t n = static_cast<int64_t>(s->tokens.size());
-    for (int64_t i = 0; i < n; ++i) positions.push_back(i);
-    ids.insert(ids.end(), s->tokens.begin(), s->tokens.end());
-    anchors.push_back(cu.back() + n - 1);
-    cu.push_back(cu.back() + static_cast<int32_t>(n));
+    contexts.push_back(at::cat(s->features, 0));
+    tokens.push_back(s->tokens);
+    lengths.push_back(s->block_length);
   }
-  drafter::DrafterBatch batch;
-  const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
-  batch.features = at::cat(features, 0);
-  batch.input_ids = at::tensor(ids, long_opts);
-  batch.positions = at::tensor(positions, long_opts);
-  batch.cu_seqlens = at::tensor(cu, at::TensorOptions().dtype(at::kInt));
-  batch.anchors = at::tensor(anchors, long_opts);
-  if (short_block) batch.block_lengths = at::tensor(lengths, long_opts);
   at::NoGradGuard no_grad;
-  return drafter.Forward(batch);
+  return drafter.Forward(
+      drafter::DecodingBatch(contexts, tokens, lengths, drafter.config().block_size));
 }
 
 // The same from each sequence's cached context keys and values (ForwardCached), each cache first

@@ -55,29 +55,11 @@ void Sync(const c10::Device& device) {
 #endif
 }
 
-// Forward over each sequence's whole context (the anchor's own row a zero feature), as
-// speculative decoding packs it without the cache.
+// Forward over each sequence's whole context, as speculative decoding packed it before the cache.
 at::Tensor WholeContext(const drafter::DrafterModel& m, const std::vector<at::Tensor>& contexts,
                         const std::vector<std::vector<int64_t>>& tokens) {
-  std::vector<at::Tensor> features;
-  std::vector<int64_t> ids, positions, anchors;
-  std::vector<int32_t> cu = {0};
-  for (size_t j = 0; j < contexts.size(); ++j) {
-    features.push_back(contexts[j]);
-    features.push_back(at::zeros({1, contexts[j].size(1)}, contexts[j].options()));
-    const int64_t n = static_cast<int64_t>(tokens[j].size());
-    for (int64_t i = 0; i < n; ++i) positions.push_back(i);
-    ids.insert(ids.end(), tokens[j].begin(), tokens[j].end());
-    anchors.push_back(cu.back() + n - 1);
-    cu.push_back(cu.back() + static_cast<int32_t>(n));
-  }
-  drafter::DrafterBatch batch;
-  batch.features = at::cat(features, 0);
-  batch.input_ids = at::tensor(ids, at::kLong);
-  batch.positions = at::tensor(positions, at::kLong);
-  batch.cu_seqlens = at::tensor(cu, at::kInt);
-  batch.anchors = at::tensor(anchors, at::kLong);
-  absl::StatusOr<at::Tensor> out = m.Forward(batch);
+  absl::StatusOr<at::Tensor> out =
+      m.Forward(drafter::DecodingBatch(contexts, tokens, {}, m.config().block_size));
   if (!out.ok()) {
     std::fprintf(stderr, "draft_cache: %s\n", out.status().ToString().c_str());
     std::exit(1);

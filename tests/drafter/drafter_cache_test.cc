@@ -27,33 +27,18 @@ struct Seq {
   int64_t block_length = 0;
 };
 
-// Forward over each sequence's whole context, packed as speculative decoding packs it (the
-// context, then the anchor's own row with a zero feature).
+// Forward over each sequence's whole context, packed as speculative decoding packs it.
 at::Tensor WholeContext(const DrafterModel& m, const std::vector<Seq>& seqs) {
-  const int64_t b = m.config().block_size;
-  std::vector<at::Tensor> features;
-  std::vector<int64_t> ids, positions, anchors, lengths;
-  std::vector<int32_t> cu = {0};
-  bool short_block = false;
+  std::vector<at::Tensor> contexts;
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<int64_t> lengths;
   for (const Seq& s : seqs) {
-    features.push_back(s.features);
-    features.push_back(at::zeros({1, s.features.size(1)}));
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    for (int64_t i = 0; i < n; ++i) positions.push_back(i);
-    ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
-    anchors.push_back(cu.back() + n - 1);
-    cu.push_back(cu.back() + static_cast<int32_t>(n));
-    lengths.push_back(s.block_length > 0 ? s.block_length : b);
-    short_block |= lengths.back() < b;
+    contexts.push_back(s.features);
+    tokens.push_back(s.tokens);
+    lengths.push_back(s.block_length);
   }
-  DrafterBatch batch;
-  batch.features = at::cat(features, 0);
-  batch.input_ids = at::tensor(ids, at::kLong);
-  batch.positions = at::tensor(positions, at::kLong);
-  batch.cu_seqlens = at::tensor(cu, at::kInt);
-  batch.anchors = at::tensor(anchors, at::kLong);
-  if (short_block) batch.block_lengths = at::tensor(lengths, at::kLong);
-  absl::StatusOr<at::Tensor> out = m.Forward(batch);
+  absl::StatusOr<at::Tensor> out =
+      m.Forward(DecodingBatch(contexts, tokens, lengths, m.config().block_size));
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() ? *out : at::Tensor();
 }

@@ -280,6 +280,23 @@ class MemoryGpu : public TrainingCluster {
     return Int(json::parse(r.out).value(role, json::object()), key);
   }
 
+  // The plan of the run.yaml at `path` (geometry `g`) within 10% of the allocator peaks `m`
+  // measured, for both workers; one table row each on stderr.
+  void ExpectPlanNearPeaks(const std::string& path, const Geometry& g, const Measured& m) {
+    for (const auto& [role, key] :
+         {std::make_pair("target", "t"), std::make_pair("drafter", "d")}) {
+      const double planned = static_cast<double>(PlannedPeak(path, role));
+      const double measured = static_cast<double>(m.peak.at(key));
+      std::cerr << absl::StrFormat(
+          "[memory_gpu_test] plan | %lld | %lld | %lld | %s | %s | %.2f | %.2f | %+.1f%% |\n",
+          static_cast<long long>(g.tokens), static_cast<long long>(g.anchors),
+          static_cast<long long>(g.layers), g.recompute, role, planned / kGiB, measured / kGiB,
+          100.0 * (planned - measured) / measured);
+      EXPECT_NEAR(planned, measured, 0.10 * measured)
+          << role << " at " << g.tokens << " tokens, " << g.anchors << " anchors";
+    }
+  }
+
   // The steps of `run` against those of `reference` (the same run.yaml without the other
   // process): the same tokens, the same losses within bf16 noise; returns the run's splits.
   int64_t CompareSteps(const std::string& reference, const std::string& run) {
@@ -453,18 +470,7 @@ TEST_F(MemoryGpu, ThePlanIsWithinTenPercentOfTheMeasuredPeaks) {
     const std::string yaml = Yaml(name, g, "auto", 3);
     const Measured m = MeasureRun(name, yaml, 0);
     const std::string path = WriteRunYaml(name + "-plan.yaml", yaml);
-    for (const auto& [role, key] :
-         {std::make_pair("target", "t"), std::make_pair("drafter", "d")}) {
-      const double planned = static_cast<double>(PlannedPeak(path, role));
-      const double measured = static_cast<double>(m.peak.at(key));
-      std::cerr << absl::StrFormat(
-          "[memory_gpu_test] plan | %lld | %lld | %lld | %s | %s | %.2f | %.2f | %+.1f%% |\n",
-          static_cast<long long>(g.tokens), static_cast<long long>(g.anchors),
-          static_cast<long long>(g.layers), g.recompute, role, planned / kGiB, measured / kGiB,
-          100.0 * (planned - measured) / measured);
-      EXPECT_NEAR(planned, measured, 0.10 * measured)
-          << role << " at " << g.tokens << " tokens, " << g.anchors << " anchors";
-    }
+    ExpectPlanNearPeaks(path, g, m);
   }
 }
 
@@ -541,16 +547,7 @@ TEST_F(MemoryGpu, SixtyFourKTokenDocumentsTrainWithinThePlan) {
   CtlResult prep = RunCtl(address_, {"prepare", path});
   ASSERT_EQ(prep.exit_code, 0) << prep.out << prep.err;
   const Measured m = MeasureRun("long", yaml, 0);
-  for (const auto& [role, key] : {std::make_pair("target", "t"), std::make_pair("drafter", "d")}) {
-    const double planned = static_cast<double>(PlannedPeak(path, role));
-    const double measured = static_cast<double>(m.peak.at(key));
-    std::cerr << absl::StrFormat(
-        "[memory_gpu_test] plan | %lld | %lld | %lld | %s | %s | %.2f | %.2f | %+.1f%% |\n",
-        static_cast<long long>(g.tokens), static_cast<long long>(g.anchors),
-        static_cast<long long>(g.layers), g.recompute, role, planned / kGiB, measured / kGiB,
-        100.0 * (planned - measured) / measured);
-    EXPECT_NEAR(planned, measured, 0.10 * measured) << role << " at " << kLength << " tokens";
-  }
+  ExpectPlanNearPeaks(path, g, m);
   const std::map<int64_t, json> steps = StepMetrics(m.run_id);
   ASSERT_EQ(steps.size(), 2u);
   for (const auto& [step, metrics] : steps) {
