@@ -177,6 +177,9 @@ std::vector<GpuMemoryNow> MemoryNow(const std::vector<DeviceNeed>& needs,
   for (const auto& [key, i] : at) {
     GpuMemoryNow& g = gpus[i];
     for (const v1::WorkerInfo& w : registered) {
+      // A worker marked down (gone, or a process that ended) holds nothing: its last report
+      // would hide the memory another process holds now.
+      if (w.health() != v1::WORKER_HEALTH_UP) continue;
       if (w.device().kind() == "cuda" && DeviceKey(w) == key) {
         g.all_workers += w.device().process_reserved_bytes();
       }

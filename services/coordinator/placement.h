@@ -90,7 +90,7 @@ struct GpuMemoryNow {
   uint64_t total = 0;
   uint64_t free = 0;         // the lowest free figure those workers reported
   uint64_t placed_own = 0;   // what the placed workers' LibTorch allocators hold (theirs to reuse)
-  uint64_t all_workers = 0;  // what every registered worker's allocator holds on this GPU
+  uint64_t all_workers = 0;  // what every registered worker that is up holds on this GPU
   uint64_t others = 0;       // total - free - all_workers: held by other processes
   bool known = true;         // false: a worker never reported its free memory (not checked)
   bool Fits() const { return !known || need <= static_cast<int64_t>(free + placed_own); }

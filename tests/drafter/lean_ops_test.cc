@@ -146,6 +146,34 @@ TEST(LeanOpsTest, CheckpointMatchesThePlainFunction) {
   }
 }
 
+// A failure while the backward runs the layer again (an out-of-memory there, with
+// drafter.recompute: layers) ends that backward with the error, and the next backward runs:
+// the trainer splits the micro-batch on it. Injected: a c10::Error from the recomputation.
+TEST(LeanOpsTest, AFailureInTheRecomputationEndsTheBackwardWithIt) {
+  const at::Tensor w = (at::randn({8, 8}) * 0.3).requires_grad_(true);
+  int calls = 0;
+  bool fail = true;
+  auto f = [&](const std::vector<at::Tensor>& in) {
+    ++calls;
+    TORCH_CHECK(!(fail && calls == 2), "CUDA out of memory. Tried to allocate 2.00 GiB (injected)");
+    return at::silu(CastLinear(in[0], w, at::kFloat));
+  };
+  const at::Tensor x = at::randn({9, 8}).requires_grad_(true);
+  at::Tensor out = Checkpoint(f, {x}, {w});
+  try {
+    out.sum().backward();
+    ADD_FAILURE() << "the backward did not fail";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  }
+  fail = false;
+  calls = 0;
+  w.mutable_grad() = at::Tensor();
+  Checkpoint(f, {x}, {w}).sum().backward();
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(w.grad().defined());
+}
+
 // Only what is asked for: a frozen weight gets no gradient, and the input's is skipped when the
 // input does not require one (the drafter's fc over the target features).
 TEST(LeanOpsTest, GradientsOnlyWhereRequired) {

@@ -211,8 +211,8 @@ class MemoryGpu : public TrainingCluster {
     return WaitForEnd(*run_id);
   }
 
-  // Waits for the run's end; the state it ended in.
-  std::string WaitForEnd(const std::string& run_id) {
+  // Waits for the run's end (up to `limit`); the state it ended in.
+  std::string WaitForEnd(const std::string& run_id, ms limit = ms(600000)) {
     std::string state;
     EXPECT_TRUE(WaitFor(
         [&] {
@@ -220,7 +220,7 @@ class MemoryGpu : public TrainingCluster {
           return state == "RUN_STATE_DONE" || state == "RUN_STATE_FAILED" ||
                  state == "RUN_STATE_PAUSED";
         },
-        ms(600000)))
+        limit))
         << Status(run_id).dump();
     return state;
   }
@@ -407,7 +407,9 @@ TEST_F(MemoryGpu, TheDrafterRunsOutOfMemoryForRealAndTrainsTheHalves) {
   std::unique_ptr<Process> hog;
   const std::string id =
       SubmitThenHold(WriteRunYaml("oom.yaml", full_yaml), FreeNow() - leave, &hog);
-  const std::string state = WaitForEnd(id);
+  // 4 minutes (the full run took well under one): a run that hangs fails here with the workers'
+  // logs, inside a device call's 10 minutes.
+  const std::string state = WaitForEnd(id, ms(240000));
   std::cerr << "[memory_gpu_test] planned halves " << Gib(gap) << " below the full peak; "
             << Elapsed(start) << " s so far\n";
   ASSERT_EQ(state, "RUN_STATE_DONE") << Status(id).dump() << ReadFile(dir_ + "/doom.log");
@@ -447,7 +449,9 @@ TEST_F(MemoryGpu, TheTargetRunsOutOfMemoryForRealAndForwardsTheHalves) {
   std::unique_ptr<Process> hog;
   const std::string id =
       SubmitThenHold(WriteRunYaml("oom.yaml", full_yaml), FreeNow() - leave, &hog);
-  const std::string state = WaitForEnd(id);
+  // 4 minutes (the full run took well under one): a run that hangs fails here with the workers'
+  // logs, inside a device call's 10 minutes.
+  const std::string state = WaitForEnd(id, ms(240000));
   std::cerr << "[memory_gpu_test] planned halves " << Gib(gap) << " below the full peak; "
             << Elapsed(start) << " s so far\n";
   ASSERT_EQ(state, "RUN_STATE_DONE") << Status(id).dump() << ReadFile(dir_ + "/toom.log");

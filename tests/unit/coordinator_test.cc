@@ -358,6 +358,36 @@ TEST_F(CoordinatorTest, ARunWaitsForFreeGpuMemoryAndStartsWhenItFrees) {
   EXPECT_EQ(mine.state(), v1::RUN_STATE_DONE) << mine.message();
 }
 
+// A worker that ended (marked down) is not counted as holding its last reported memory: what the
+// GPU lacks is then another process's (seen on an H100 with a new pair after an earlier one
+// ended: "held by other processes: 0.0 GiB" while another process held 40.6 GiB).
+TEST_F(CoordinatorTest, AWorkerMarkedDownHoldsNoMemory) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  auto add = [&](const std::string& name, v1::WorkerRole role, uint64_t reserved) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address("10.0.0.1:100");
+    v1::DeviceInfo* d = w.mutable_device();
+    d->set_kind("cuda");
+    d->set_index(0);
+    d->set_total_bytes(80 * kGiB);
+    d->set_free_bytes(kGiB / 1024);
+    d->set_process_reserved_bytes(reserved);
+    return coordinator_->Register(w)->worker_id();
+  };
+  add("old", v1::WORKER_ROLE_TARGET, 30 * kGiB);  // its process ended: it stops heartbeating
+  clock_.AdvanceMs(5000);                         // past worker_timeout_ms (1 s)
+  coordinator_->Tick();
+  add("t0", v1::WORKER_ROLE_TARGET, 0);
+  add("d0", v1::WORKER_ROLE_DRAFTER, 0);
+  auto run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
+  coordinator_->Tick();
+  const v1::RunStatus waiting = *coordinator_->GetRun(run.run_id());
+  EXPECT_EQ(waiting.state(), v1::RUN_STATE_QUEUED);
+  EXPECT_THAT(waiting.message(), HasSubstr("; held by other processes: 80.0 GiB"));
+}
+
 TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndNcclOnTwo) {
   auto worker = [&](const std::string& name, v1::WorkerRole role, const std::string& kind,
                     int index) {
