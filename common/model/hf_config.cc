@@ -559,12 +559,17 @@ bool IsHybrid(const TransformerConfig& c) {
 }
 
 absl::Status CheckCanGenerate(const TransformerConfig& c) {
+  (void)c;  // every family: linear-attention layers keep a recurrent state per sequence
+  return absl::OkStatus();
+}
+
+absl::Status CheckCanSpeculate(const TransformerConfig& c) {
   if (!IsHybridType(c.model_type)) return absl::OkStatus();
-  return absl::UnimplementedError(
-      absl::StrCat("generating with a ", c.model_type,
-                   " target (eval, regen, speculative decoding) is not implemented: its "
-                   "linear-attention layers need a recurrent-state cache; training on its "
-                   "features works"));
+  return absl::UnimplementedError(absl::StrCat(
+      "speculative decoding with a ", c.model_type,
+      " target (eval) is not implemented: a verification's rejected tokens cannot be rolled back "
+      "out of its linear-attention layers' recurrent state; plain generation (regen) and "
+      "training on its features work"));
 }
 
 int64_t RotaryDim(const TransformerConfig& c) {

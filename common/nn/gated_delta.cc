@@ -1,6 +1,7 @@
 #include "common/nn/gated_delta.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linalg_solve_triangular.h>
 #include <ATen/ops/ones.h>
@@ -271,6 +272,56 @@ at::Tensor GatedDeltaNet(const at::Tensor& x, const GatedDeltaWeights& w, const 
   }
   const at::Tensor core = GatedDeltaRuleChunked(q, k, v, g, beta, docs);
   return Linear(GatedRmsNorm(core, z, w.norm, d.eps).reshape({t, vd}), w.out_proj);
+}
+
+at::Tensor GatedDeltaNetExtend(const at::Tensor& x, const GatedDeltaWeights& w,
+                               const GatedDeltaDims& d, const std::vector<int64_t>& sequences,
+                               const std::vector<int64_t>& offsets, at::Tensor* conv,
+                               at::Tensor* state) {
+  const int64_t t = x.size(0), hk = d.num_k_heads, hv = d.num_v_heads;
+  const int64_t dk = d.k_head_dim, dv = d.v_head_dim, kd = d.key_dim(), vd = d.value_dim();
+  const int64_t cd = d.conv_dim(), kernel = d.conv_kernel;
+  const at::Tensor proj = Linear(x, w.in_proj);  // [T, conv_dim + Vd + 2*Hv]
+  const at::Tensor wf = w.conv.to(at::kFloat);   // [conv_dim, K]
+  const at::Tensor z = proj.narrow(1, cd, vd).reshape({t, hv, dv});
+  const at::Tensor beta = proj.narrow(1, cd + vd, hv).sigmoid().to(at::kFloat);
+  const at::Tensor decay =
+      (-w.a_log.to(at::kFloat).exp() *
+       at::softplus(proj.narrow(1, cd + vd + hv, hv).to(at::kFloat) + w.dt_bias))
+          .exp();
+  at::Tensor core = at::empty({t, hv, dv}, proj.options().dtype(at::kFloat));
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const int64_t s = sequences[i], begin = offsets[i], count = offsets[i + 1] - begin;
+    if (count == 0) continue;
+    // The convolution over the sequence's last K-1 rows and the new ones (CausalConv1dVarlen's
+    // arithmetic: fp32, then the input's dtype).
+    at::Tensor conv_row = conv->select(0, s);  // [K-1, conv_dim]
+    const at::Tensor pre = at::cat({conv_row, proj.narrow(0, begin, count).narrow(1, 0, cd)}, 0);
+    const at::Tensor windows = pre.to(at::kFloat).unfold(0, kernel, 1);  // [count, cd, K]
+    const at::Tensor mixed = at::silu((windows * wf).sum(-1).to(x.scalar_type()));
+    conv_row.copy_(pre.narrow(0, count, kernel - 1));
+    at::Tensor q = mixed.narrow(1, 0, kd).reshape({count, hk, dk});
+    at::Tensor k = mixed.narrow(1, kd, kd).reshape({count, hk, dk});
+    const at::Tensor v = mixed.narrow(1, 2 * kd, vd).reshape({count, hv, dv}).to(at::kFloat);
+    if (hv != hk) {  // key head i serves value heads i*r .. i*r + r-1
+      q = q.unsqueeze(2).expand({count, hk, hv / hk, dk}).reshape({count, hv, dk});
+      k = k.unsqueeze(2).expand({count, hk, hv / hk, dk}).reshape({count, hv, dk});
+    }
+    const at::Tensor qf = L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5);
+    const at::Tensor kf = L2Norm(k.to(at::kFloat));
+    // GatedDeltaRuleReference's recurrence, from the sequence's state.
+    at::Tensor st = state->select(0, s).clone();  // [Hv, dk, dv]
+    for (int64_t r = 0; r < count; ++r) {
+      st = st * decay[begin + r].view({hv, 1, 1});
+      const at::Tensor kr = kf[r].unsqueeze(-1);  // [Hv, dk, 1]
+      const at::Tensor delta = (v[r] - (st * kr).sum(1)) * beta[begin + r].unsqueeze(-1);
+      st = st + kr * delta.unsqueeze(1);
+      core[begin + r].copy_((st * qf[r].unsqueeze(-1)).sum(1));
+    }
+    state->select(0, s).copy_(st);
+  }
+  return Linear(GatedRmsNorm(core.to(x.scalar_type()), z, w.norm, d.eps).reshape({t, vd}),
+                w.out_proj);
 }
 
 }  // namespace dflash::nn

@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "common/model/hf_config.h"
 #include "common/nn/attention.h"
@@ -53,6 +54,16 @@ struct GatedDeltaDims {
 // The layer's token mixer: x [T, H] (already input-normed) -> [T, H] in x's dtype.
 at::Tensor GatedDeltaNet(const at::Tensor& x, const GatedDeltaWeights& w, const GatedDeltaDims& d,
                          const VarlenDocs& docs);
+
+// The same for generation: rows offsets[i] .. offsets[i+1]-1 of x continue sequence
+// sequences[i] from its state, which they update: conv [S, K-1, conv_dim] holds each sequence's
+// last K-1 rows that entered the convolution (x's dtype; zeros for a new sequence), state
+// [S, Hv, dk, dv] its recurrent state (fp32). One forward over a whole sequence and the same
+// sequence extended piece by piece give the same rows (the recurrent form, token by token).
+at::Tensor GatedDeltaNetExtend(const at::Tensor& x, const GatedDeltaWeights& w,
+                               const GatedDeltaDims& d, const std::vector<int64_t>& sequences,
+                               const std::vector<int64_t>& offsets, at::Tensor* conv,
+                               at::Tensor* state);
 
 // Depthwise causal convolution per document: x [T, C], weight [C, K] ->
 // out[t, c] = sum_j weight[c, j] * x[t - (K-1) + j, c] over rows of t's document (zero before its

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/nn/gated_delta.h"
 #include "common/nn/target_model.h"
 #include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
@@ -121,12 +122,23 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const TargetModel& mode
   try {
     c10::InferenceMode inference;
     const at::TensorOptions opts = at::TensorOptions().dtype(model.dtype()).device(model.device());
+    const GatedDeltaDims d = GatedDeltaDims::Of(c);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (model.linear_layer(l)) {
+        cache->k_.emplace_back();
+        cache->v_.emplace_back();
+        cache->conv_.push_back(at::zeros({sequences, d.conv_kernel - 1, d.conv_dim()}, opts));
+        cache->state_.push_back(at::zeros({sequences, d.num_v_heads, d.k_head_dim, d.v_head_dim},
+                                          opts.dtype(at::kFloat)));
+        continue;
+      }
       // Zeros, not garbage: the batched attention multiplies the zero probabilities of padded
       // positions with their values, and 0 * NaN would be NaN.
       cache->k_.push_back(
           at::zeros({sequences, c.num_key_value_heads, capacity, c.head_dim}, opts));
       cache->v_.push_back(at::zeros_like(cache->k_.back()));
+      cache->conv_.emplace_back();
+      cache->state_.emplace_back();
     }
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(absl::StrCat("allocating a KV cache of ", sequences, " x ",
@@ -144,6 +156,19 @@ absl::Status KvCache::Truncate(int64_t sequence, int64_t length) {
   if (length < 0 || length > lengths_[sequence]) {
     return absl::InvalidArgumentError(absl::StrCat("cannot truncate sequence ", sequence, " of ",
                                                    lengths_[sequence], " positions to ", length));
+  }
+  if (length != lengths_[sequence]) {
+    for (size_t l = 0; l < state_.size(); ++l) {
+      if (!state_[l].defined()) continue;
+      if (length != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot truncate sequence ", sequence, " of ", lengths_[sequence], " positions to ",
+            length, ": a linear-attention layer's recurrent state cannot be rolled back"));
+      }
+      c10::InferenceMode inference;          // the states are inference tensors (made in Create)
+      conv_[l].select(0, sequence).zero_();  // a new sequence starts from empty states
+      state_[l].select(0, sequence).zero_();
+    }
   }
   lengths_[sequence] = length;
   return absl::OkStatus();
@@ -242,10 +267,23 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
       uniform = false;
     }
     for (size_t l = 0; l < layers_.size(); ++l) {
+      if (layers_[l].linear.defined()) {
+        // A linear-attention layer: each sequence continues from its conv rows and state.
+        const at::Tensor normed = Norm(x, layers_[l].input_norm);
+        const at::Tensor mixed =
+            GatedDeltaNetExtend(normed, layers_[l].linear, GatedDeltaDims::Of(config_), sequences,
+                                offsets, &cache->conv_[l], &cache->state_[l]);
+        x = Mlp(layers_[l], x + mixed);
+        if (with_features && l < slots_of_layer_.size()) {
+          for (int64_t slot : slots_of_layer_[l]) out.features.narrow(1, slot * h, h).copy_(x);
+        }
+        continue;
+      }
       Qkv qkv = Project(layers_[l], x, rope);
       if (uniform) {
-        x = Finish(layers_[l], x,
-                   BatchedCachedAttention(qkv, batched, &cache->k_[l], &cache->v_[l], scale));
+        at::Tensor attn = BatchedCachedAttention(qkv, batched, &cache->k_[l], &cache->v_[l], scale);
+        if (qkv.gate.defined()) attn = attn.reshape({x.size(0), -1}) * qkv.gate.sigmoid();
+        x = Finish(layers_[l], x, attn);
         if (with_features && l < slots_of_layer_.size()) {
           for (int64_t slot : slots_of_layer_[l]) out.features.narrow(1, slot * h, h).copy_(x);
         }
@@ -267,6 +305,7 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
                                          k_all.narrow(0, 0, past + count),
                                          v_all.narrow(0, 0, past + count), scale));
       }
+      if (qkv.gate.defined()) attn = attn.reshape({x.size(0), -1}) * qkv.gate.sigmoid();
       x = Finish(layers_[l], x, attn);
       if (with_features && l < slots_of_layer_.size()) {
         for (int64_t slot : slots_of_layer_[l]) out.features.narrow(1, slot * h, h).copy_(x);

@@ -63,14 +63,21 @@ class KvCache {
   int64_t capacity() const { return capacity_; }
   int64_t length(int64_t sequence) const { return lengths_.at(sequence); }
   // Forgets the positions of `sequence` from `length` on (a verification's rejected tokens).
-  // INVALID_ARGUMENT when length is negative or above the current length.
+  // INVALID_ARGUMENT when length is negative or above the current length; with a hybrid target's
+  // recurrent states only to 0 (a new sequence) or the current length: FAILED_PRECONDITION
+  // otherwise (a recurrent state cannot be rolled back).
   absl::Status Truncate(int64_t sequence, int64_t length);
 
  private:
   friend class TargetModel;
   KvCache() = default;
   int64_t capacity_ = 0;
-  std::vector<at::Tensor> k_, v_;  // per layer [S, Hkv, capacity, D] (head-major)
+  // Per layer [S, Hkv, capacity, D] (head-major); undefined for a linear-attention layer.
+  std::vector<at::Tensor> k_, v_;
+  // Per linear-attention layer of a hybrid target (gated_delta.h GatedDeltaNetExtend): each
+  // sequence's last conv rows [S, K-1, conv_dim] and recurrent state [S, Hv, dk, dv] (fp32);
+  // undefined for an attention layer.
+  std::vector<at::Tensor> conv_, state_;
   std::vector<int64_t> lengths_;
 };
 
@@ -146,6 +153,11 @@ class TargetModel {
   // lm_head(hidden): [N, V] fp32 logits of Extend's hidden rows (options.full only).
   absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden) const;
   bool full() const { return full_; }
+  // Whether decoder layer l is a gated delta-rule (linear-attention) layer (hybrid targets).
+  bool linear_layer(int64_t l) const {
+    return l < static_cast<int64_t>(layers_.size()) &&
+           layers_[static_cast<size_t>(l)].linear.defined();
+  }
   // A layer's attention inputs: q [T, Hq, D], k and v [T, Hkv, D], normed and rotated; with
   // config.attn_output_gate also the output gate [T, Hq * D] (before its sigmoid).
   struct Qkv {

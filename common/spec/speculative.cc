@@ -33,6 +33,7 @@ absl::Status CheckPair(const nn::TargetModel& target, const drafter::DrafterMode
         "the target model was loaded as a feature extractor (options.full is false): it cannot "
         "verify");
   }
+  RETURN_IF_ERROR(model::CheckCanSpeculate(target.config()));
   const drafter::DrafterConfig& d = drafter.config();
   const model::TransformerConfig& t = target.config();
   if (d.target_layer_ids != target.layer_ids()) {

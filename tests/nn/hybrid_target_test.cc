@@ -4,6 +4,9 @@
 // convolution against their references on packed, ragged documents. Qwen3-Next's parity test is
 // in target_model_test.cc (its oracle runs under the pinned transformers 4.57).
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/conv1d.h>
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randn.h>
@@ -20,6 +23,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/model/hf_config.h"
 #include "common/nn/gated_delta.h"
+#include "common/nn/generate.h"
 #include "common/nn/target_model.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/read_file.h"
@@ -107,13 +111,98 @@ TEST_F(HybridTargetTest, TextOnlyCheckpointOfTheSameWeightsIsTheSameModel) {
   ExpectMatchesRefs(**model, "qwen3_5");
 }
 
-TEST_F(HybridTargetTest, GenerationIsRefusedNamingTheModelType) {
-  TargetModelOptions options = Fp32();
-  options.full = true;
-  auto model = TargetModel::Load((Dir() / "qwen3_5").string(), options);
-  ASSERT_FALSE(model.ok());
-  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(absl::StrContains(model.status().message(), "qwen3_5")) << model.status();
+// Generation with a hybrid target (target_decode.cc, GatedDeltaNetExtend): a sequence extended in
+// pieces (a prefill, a decoding step, a block) gives the rows of one extension over the whole
+// sequence and the features of the packed forward (whose captured layers match transformers: the
+// test above), for the linear-attention layers' conv rows and recurrent state as for the
+// attention layers' keys and values; two sequences of different lengths in one call, then a
+// decoding step of both, as each alone; a truncation that would roll the state back is refused,
+// one to 0 starts the sequence afresh.
+TEST_F(HybridTargetTest, CachedStepsMatchOneForwardOverTheWholeSequence) {
+  const std::vector<int64_t> seq = {3, 17, 200, 5, 9, 41, 41, 7, 128, 64, 2};
+  const int64_t t = static_cast<int64_t>(seq.size());
+  for (const std::string family : {"qwen3_5", "qwen3_5_moe"}) {
+    TargetModelOptions options = Fp32();
+    options.full = true;
+    auto model = TargetModel::Load((Dir() / family).string(), options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto whole_cache = KvCache::Create(**model, 1, 16);
+    ASSERT_TRUE(whole_cache.ok()) << whole_cache.status();
+    auto whole = (*model)->Extend({0}, {seq}, whole_cache->get(), true);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    auto packed = (*model)->Forward(at::tensor(seq, at::kLong), at::arange(t, at::kLong),
+                                    at::tensor(std::vector<int32_t>{0, static_cast<int32_t>(t)},
+                                               at::TensorOptions().dtype(at::kInt)));
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    EXPECT_LT(RelError(whole->features, *packed), 1e-4) << family;
+
+    auto cache = KvCache::Create(**model, 2, 16);
+    ASSERT_TRUE(cache.ok());
+    std::vector<at::Tensor> hidden, features;
+    size_t at = 0;
+    for (size_t n : {4, 1, 6}) {
+      std::vector<int64_t> part(seq.begin() + at, seq.begin() + at + n);
+      auto out = (*model)->Extend({1}, {part}, cache->get(), true);
+      ASSERT_TRUE(out.ok()) << out.status();
+      hidden.push_back(out->hidden);
+      features.push_back(out->features);
+      at += n;
+    }
+    EXPECT_LT(RelError(at::cat(hidden), whole->hidden), 1e-5) << family;
+    EXPECT_LT(RelError(at::cat(features), whole->features), 1e-5) << family;
+
+    // A rollback is refused, state untouched; back to 0 starts afresh.
+    const absl::Status back = (*cache)->Truncate(1, 5);
+    EXPECT_EQ(back.code(), absl::StatusCode::kFailedPrecondition) << back;
+    EXPECT_EQ((*cache)->length(1), t);
+    ASSERT_TRUE((*cache)->Truncate(1, 0).ok());
+    // Two sequences of different lengths in one call (the prefill path), then a step of both.
+    const std::vector<int64_t> other = {9, 41, 7};
+    auto both = (*model)->Extend({0, 1}, {other, seq}, cache->get(), false);
+    ASSERT_TRUE(both.ok()) << both.status();
+    EXPECT_LT(RelError(both->hidden.narrow(0, 3, t), whole->hidden), 1e-5) << family;
+    auto step = (*model)->Extend({0, 1}, {{5}, {5}}, cache->get(), false);
+    ASSERT_TRUE(step.ok()) << step.status();
+    std::vector<int64_t> longer = seq;
+    longer.push_back(5);
+    auto alone_cache = KvCache::Create(**model, 1, 16);
+    ASSERT_TRUE(alone_cache.ok());
+    auto alone = (*model)->Extend({0}, {longer}, alone_cache->get(), false);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_LT(RelError(step->hidden.narrow(0, 1, 1), alone->hidden.narrow(0, t, 1)), 1e-5)
+        << family;
+  }
+}
+
+// Greedy generation with the cache equals greedy decoding that recomputes the whole sequence at
+// every step (a fresh cache each time), batched, on both hybrid families.
+TEST_F(HybridTargetTest, GreedyGenerationEqualsRecomputingTheWholeSequence) {
+  const std::vector<std::vector<int64_t>> prompts = {{3, 17, 200, 5, 9}, {41}, {7, 128, 64, 2}};
+  for (const std::string family : {"qwen3_5", "qwen3_5_moe"}) {
+    TargetModelOptions options = Fp32();
+    options.full = true;
+    auto model = TargetModel::Load((Dir() / family).string(), options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    GenerateOptions o;
+    o.max_new_tokens = 8;
+    auto generated = Generate(**model, prompts, o);
+    ASSERT_TRUE(generated.ok()) << generated.status();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<int64_t> tokens = prompts[i];
+      for (int step = 0; step < 8; ++step) {
+        auto cache = KvCache::Create(**model, 1, 32);
+        ASSERT_TRUE(cache.ok());
+        auto out = (*model)->Extend({0}, {tokens}, cache->get(), false);
+        ASSERT_TRUE(out.ok()) << out.status();
+        auto logits = (*model)->Logits(out->hidden.narrow(0, out->hidden.size(0) - 1, 1));
+        ASSERT_TRUE(logits.ok());
+        tokens.push_back(logits->argmax(1).item<int64_t>());
+      }
+      const std::vector<int64_t> want(tokens.begin() + static_cast<int64_t>(prompts[i].size()),
+                                      tokens.end());
+      EXPECT_EQ((*generated)[i].tokens, want) << family << " prompt " << i;
+    }
+  }
 }
 
 VarlenDocs Docs(const std::vector<int32_t>& lengths) {

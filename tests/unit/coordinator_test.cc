@@ -63,7 +63,7 @@ TEST_F(CoordinatorTest, TargetChecksAtSubmitNameTheField) {
   ASSERT_FALSE(eval.ok());
   EXPECT_EQ(eval.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(eval.status().message()),
-              HasSubstr("hybrid.yaml: eval.every_steps: generating with a qwen3_5 target"));
+              HasSubstr("hybrid.yaml: eval.every_steps: speculative decoding with a qwen3_5 target"));
   auto mask = submit("");
   ASSERT_FALSE(mask.ok());
   EXPECT_THAT(std::string(mask.status().message()),
