@@ -4,6 +4,7 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/allclose.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
@@ -98,6 +99,36 @@ TEST_F(TargetModelTest, Qwen3MoeMatchesTransformers) {
 // 1..150 tokens (several 64-token chunks).
 TEST_F(TargetModelTest, Qwen3NextMatchesTransformers) {
   ExpectParity("qwen3_next", {0, 1, 2, 3, 4});
+}
+
+// Qwen3-Next generates too (hybrid_target_test.cc has the Qwen3.5 families): a sequence extended in
+// pieces gives the rows of the packed forward (fused per-key-head projections, gated attention
+// with partial RoPE, zero-centered norms).
+TEST_F(TargetModelTest, Qwen3NextCachedStepsMatchThePackedForward) {
+  TargetModelOptions options = Fp32({0, 1, 2, 3, 4});
+  options.full = true;
+  auto model = TargetModel::Load((Dir() / "qwen3_next").string(), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int64_t> seq = {3, 17, 200, 5, 9, 41, 41, 7, 128, 64, 2};
+  const int64_t t = static_cast<int64_t>(seq.size());
+  auto packed = (*model)->Forward(at::tensor(seq, at::kLong), at::arange(t, at::kLong),
+                                  at::tensor(std::vector<int32_t>{0, static_cast<int32_t>(t)},
+                                             at::TensorOptions().dtype(at::kInt)));
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  auto cache = KvCache::Create(**model, 1, 16);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::vector<at::Tensor> features;
+  size_t at = 0;
+  for (size_t n : {4, 1, 6}) {
+    std::vector<int64_t> part(seq.begin() + at, seq.begin() + at + n);
+    auto out = (*model)->Extend({0}, {part}, cache->get(), true);
+    ASSERT_TRUE(out.ok()) << out.status();
+    features.push_back(out->features);
+    at += n;
+  }
+  const double err = RelError(at::cat(features), *packed);
+  std::printf("qwen3_next cached against packed: max relative error %.3g\n", err);
+  EXPECT_LT(err, 1e-4);
 }
 
 TEST_F(TargetModelTest, StackedExpertLayoutGivesTheSameModel) {
