@@ -563,15 +563,6 @@ absl::Status CheckCanGenerate(const TransformerConfig& c) {
   return absl::OkStatus();
 }
 
-absl::Status CheckCanSpeculate(const TransformerConfig& c) {
-  if (!IsHybridType(c.model_type)) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      "speculative decoding with a ", c.model_type,
-      " target (eval) is not implemented: a verification's rejected tokens cannot be rolled back "
-      "out of its linear-attention layers' recurrent state; plain generation (regen) and "
-      "training on its features work"));
-}
-
 int64_t RotaryDim(const TransformerConfig& c) {
   return static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
 }

@@ -101,14 +101,10 @@ bool IsMoeLayer(const TransformerConfig& c, int64_t layer);
 // Whether decoder layer `layer` is a gated delta-rule (linear attention) layer.
 bool IsLinearAttentionLayer(const TransformerConfig& c, int64_t layer);
 bool IsHybrid(const TransformerConfig& c);  // any linear-attention layer
-// UNIMPLEMENTED, naming the model type, for targets dflash cannot generate with (regen; a KV
-// cache, and for linear-attention layers a recurrent-state cache): none today. Kept as the one
-// place that says so.
+// UNIMPLEMENTED, naming the model type, for targets dflash cannot generate with (regen, eval,
+// speculative decoding): none today (the hybrids' linear-attention layers keep a recurrent state
+// per sequence, saved and restored around a verification). The one place that would say so.
 absl::Status CheckCanGenerate(const TransformerConfig& c);
-// UNIMPLEMENTED, naming the model type, for targets speculative decoding (eval) cannot verify
-// with: the hybrid families, whose linear-attention layers' recurrent state cannot be rolled back
-// past a verification's rejected tokens. Plain generation and training on their features work.
-absl::Status CheckCanSpeculate(const TransformerConfig& c);
 
 // Tensor parallelism over `world` processes (common/nn/tensor_parallel.h): OK when `world` divides
 // every split dimension (attention and kv heads, intermediate sizes, linear-attention heads) of

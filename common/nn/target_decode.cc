@@ -174,6 +174,47 @@ absl::Status KvCache::Truncate(int64_t sequence, int64_t length) {
   return absl::OkStatus();
 }
 
+bool KvCache::has_recurrent_state() const {
+  for (const at::Tensor& s : state_) {
+    if (s.defined()) return true;
+  }
+  return false;
+}
+
+void KvCache::SaveStates(const std::vector<int64_t>& sequences) {
+  c10::InferenceMode inference;
+  saved_rows_.clear();
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    saved_rows_[sequences[i]] = {static_cast<int64_t>(i), lengths_.at(sequences[i])};
+  }
+  saved_conv_.assign(conv_.size(), at::Tensor());
+  saved_state_.assign(state_.size(), at::Tensor());
+  if (sequences.empty()) return;
+  const at::Tensor rows = at::tensor(sequences, at::TensorOptions().dtype(at::kLong));
+  for (size_t l = 0; l < state_.size(); ++l) {
+    if (!state_[l].defined()) continue;
+    saved_conv_[l] = conv_[l].index_select(0, rows.to(conv_[l].device()));
+    saved_state_[l] = state_[l].index_select(0, rows.to(state_[l].device()));
+  }
+}
+
+absl::Status KvCache::RestoreStates(int64_t sequence) {
+  auto it = saved_rows_.find(sequence);
+  if (it == saved_rows_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", sequence, ": no saved recurrent states to go back to"));
+  }
+  c10::InferenceMode inference;
+  const auto [row, length] = it->second;
+  for (size_t l = 0; l < state_.size(); ++l) {
+    if (!state_[l].defined()) continue;
+    conv_[l].select(0, sequence).copy_(saved_conv_[l].select(0, row));
+    state_[l].select(0, sequence).copy_(saved_state_[l].select(0, row));
+  }
+  lengths_[sequence] = length;
+  return absl::OkStatus();
+}
+
 absl::Status TargetModel::CheckExtend(const std::vector<int64_t>& sequences,
                                       const std::vector<std::vector<int64_t>>& tokens,
                                       const KvCache& cache) const {

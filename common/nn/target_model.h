@@ -67,6 +67,15 @@ class KvCache {
   // recurrent states only to 0 (a new sequence) or the current length: FAILED_PRECONDITION
   // otherwise (a recurrent state cannot be rolled back).
   absl::Status Truncate(int64_t sequence, int64_t length);
+  // Hybrid targets: whether the cache holds recurrent states (linear-attention layers).
+  bool has_recurrent_state() const;
+  // Copies the recurrent states and lengths of `sequences` (before a verification), so that
+  // RestoreStates can take a sequence back to them: its rejected tokens then leave no trace, and
+  // the kept ones are extended again (speculative decoding with a hybrid target).
+  void SaveStates(const std::vector<int64_t>& sequences);
+  // `sequence`'s recurrent states and length as SaveStates copied them. FAILED_PRECONDITION when
+  // they were not saved.
+  absl::Status RestoreStates(int64_t sequence);
 
  private:
   friend class TargetModel;
@@ -79,6 +88,10 @@ class KvCache {
   // undefined for an attention layer.
   std::vector<at::Tensor> conv_, state_;
   std::vector<int64_t> lengths_;
+  // SaveStates: per linear-attention layer the saved rows (in the order of saved_rows_), and each
+  // saved sequence's row and length.
+  std::vector<at::Tensor> saved_conv_, saved_state_;
+  std::map<int64_t, std::pair<int64_t, int64_t>> saved_rows_;  // sequence -> (row, length)
 };
 
 // What TargetModel::Extend computed for the N new tokens, in request order.

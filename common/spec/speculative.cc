@@ -33,7 +33,6 @@ absl::Status CheckPair(const nn::TargetModel& target, const drafter::DrafterMode
         "the target model was loaded as a feature extractor (options.full is false): it cannot "
         "verify");
   }
-  RETURN_IF_ERROR(model::CheckCanSpeculate(target.config()));
   const drafter::DrafterConfig& d = drafter.config();
   const model::TransformerConfig& t = target.config();
   if (d.target_layer_ids != target.layer_ids()) {
@@ -391,6 +390,10 @@ absl::StatusOr<SpecDecodeResult> Generate(const nn::TargetModel& target, int64_t
         rows += len;
       }
       t0 = std::chrono::steady_clock::now();
+      // A hybrid target's recurrent states cannot drop rejected tokens: saved here, and the
+      // blocks with rejected tokens run their kept tokens again from them below.
+      const bool recurrent = cache->has_recurrent_state();
+      if (recurrent) cache->SaveStates(ids);
       ASSIGN_OR_RETURN(nn::ExtendOutput verify, target.Extend(ids, blocks, cache.get(), true));
       ++result.target_forwards;
       ASSIGN_OR_RETURN(at::Tensor logits, target.Logits(verify.hidden));
@@ -419,6 +422,20 @@ absl::StatusOr<SpecDecodeResult> Generate(const nn::TargetModel& target, int64_t
           kept[j] = k;
           outs[j].assign(g, g + k + 1);  // accepted proposals, then the bonus
         }
+      }
+      std::vector<int64_t> replay_ids;
+      std::vector<std::vector<int64_t>> replay_tokens;
+      for (size_t j = 0; j < active.size(); ++j) {
+        if (!recurrent || kept[j] + 1 == static_cast<int64_t>(blocks[j].size())) continue;
+        RETURN_IF_ERROR(cache->RestoreStates(ids[j]));
+        replay_ids.push_back(ids[j]);
+        replay_tokens.emplace_back(blocks[j].begin(), blocks[j].begin() + kept[j] + 1);
+      }
+      if (!replay_ids.empty()) {
+        // The kept rows again (their features are the verification's: the rows after them
+        // never reach them), now leaving the states where the sequence goes on.
+        RETURN_IF_ERROR(target.Extend(replay_ids, replay_tokens, cache.get(), false).status());
+        ++result.replays;
       }
       result.verify_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -100,7 +100,10 @@ struct SpecDecodeResult {
   // target accepted (the acceptance of each step; see AcceptanceStats).
   std::vector<std::vector<int64_t>> step_emitted, step_accepted;
   AcceptanceStats stats;
-  int64_t target_forwards = 0;   // prefill + verifications, batched
+  int64_t target_forwards = 0;  // prefill + verifications, batched
+  // Hybrid targets: batched target forwards that ran a verification's kept tokens again from the
+  // saved recurrent states (counted in verify_seconds, not in target_forwards).
+  int64_t replays = 0;
   int64_t drafter_forwards = 0;  // batched
   // Wall-clock seconds in the proposer and in the verifications (forward, logits, argmax); each
   // ends with the picked ids on the host, so the device work is inside. The prefill and the

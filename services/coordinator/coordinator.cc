@@ -155,7 +155,7 @@ absl::StatusOr<v1::ResolvedTarget> CheckRunTarget(const config::RunSpec& spec,
     }
   }
   if (spec.eval.every_steps > 0) {
-    if (absl::Status s = model::CheckCanSpeculate(*target); !s.ok()) {
+    if (absl::Status s = model::CheckCanGenerate(*target); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("eval.every_steps: ", s.message(), "; set eval.every_steps: 0"));
     }

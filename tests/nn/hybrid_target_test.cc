@@ -13,6 +13,7 @@
 #include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -21,10 +22,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
+#include "common/drafter/drafter_model.h"
 #include "common/model/hf_config.h"
 #include "common/nn/gated_delta.h"
 #include "common/nn/generate.h"
 #include "common/nn/target_model.h"
+#include "common/spec/speculative.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/read_file.h"
 #include "tests/nn/oracle.h"
@@ -171,6 +174,72 @@ TEST_F(HybridTargetTest, CachedStepsMatchOneForwardOverTheWholeSequence) {
     ASSERT_TRUE(alone.ok()) << alone.status();
     EXPECT_LT(RelError(step->hidden.narrow(0, 1, 1), alone->hidden.narrow(0, t, 1)), 1e-5)
         << family;
+  }
+}
+
+// Speculative decoding with a hybrid target: each verification's rejected tokens are dropped from
+// the recurrent states by going back to the states saved before it and running the kept tokens
+// again, so the output is greedy decoding's, whatever the proposals (an untrained drafter: nearly
+// every block has rejections; proposers right for 0, 2 or all B-1 slots, for every k); the
+// acceptance counts what was kept.
+TEST_F(HybridTargetTest, SpeculativeDecodingEqualsGreedyDecoding) {
+  const std::vector<std::vector<int64_t>> prompts = {{3, 17, 200, 5, 9}, {41}, {7, 128, 64, 2}};
+  constexpr int64_t kNew = 20, kBlock = 4;
+  for (const std::string family : {"qwen3_5", "qwen3_5_moe"}) {
+    TargetModelOptions options = Fp32();
+    options.full = true;
+    auto model = TargetModel::Load((Dir() / family).string(), options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    GenerateOptions g;
+    g.max_new_tokens = kNew;
+    auto greedy = Generate(**model, prompts, g);
+    ASSERT_TRUE(greedy.ok()) << greedy.status();
+    std::vector<std::vector<int64_t>> want;
+    for (const Generation& out : *greedy) want.push_back(out.tokens);
+    spec::SpecDecodeOptions so;
+    so.max_new_tokens = kNew;
+    if ((*model)->config().intermediate_size > 0) {  // a dense MLP for the drafter to copy
+      drafter::DrafterConfig config;
+      config.target = (*model)->config();
+      config.num_layers = 1;
+      config.block_size = kBlock;
+      config.mask_token_id = 1;
+      config.target_layer_ids = (*model)->layer_ids();
+      auto drafter = drafter::DrafterModel::Create(config, drafter::DrafterOptions(),
+                                                   (*model)->embed_tokens(), (*model)->lm_head());
+      ASSERT_TRUE(drafter.ok()) << drafter.status();
+      auto untrained = spec::SpeculativeGenerate(**model, **drafter, prompts, so);
+      ASSERT_TRUE(untrained.ok()) << untrained.status();
+      EXPECT_EQ(untrained->tokens, want) << family;
+      EXPECT_GT(untrained->replays, 0) << family;
+    }
+    for (int64_t right : {int64_t{0}, int64_t{2}, kBlock - 1}) {
+      // Right for the first `right` slots of every block, wrong after.
+      const spec::Proposer knowing = [&](const std::vector<const spec::DraftContext*>& contexts) {
+        std::vector<std::vector<int64_t>> out;
+        for (const spec::DraftContext* c : contexts) {
+          size_t which = 0;
+          while (!std::equal(prompts[which].begin(), prompts[which].end(), c->tokens.begin())) {
+            ++which;
+          }
+          const size_t emitted = c->tokens.size() - prompts[which].size();
+          std::vector<int64_t> p;
+          for (int64_t k = 0; k < kBlock - 1; ++k) {
+            const size_t at = emitted + static_cast<size_t>(k);
+            const int64_t next = at < want[which].size() ? want[which][at] : 0;
+            p.push_back(k < right ? next : (next + 1) % 256);
+          }
+          out.push_back(p);
+        }
+        return absl::StatusOr<std::vector<std::vector<int64_t>>>(out);
+      };
+      auto out = spec::SpeculativeGenerate(**model, kBlock, knowing, prompts, so);
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_EQ(out->tokens, want) << family << " right " << right;
+      if (right > 0) EXPECT_GT(out->stats.accepted, 0) << family;
+      if (right == kBlock - 1) EXPECT_EQ(out->replays, 0) << family;  // every block kept whole
+      if (right < kBlock - 1) EXPECT_GT(out->replays, 0) << family;
+    }
   }
 }
 
