@@ -290,6 +290,44 @@ at::Tensor GatedDeltaNetExtend(const at::Tensor& x, const GatedDeltaWeights& w,
        at::softplus(proj.narrow(1, cd + vd + hv, hv).to(at::kFloat) + w.dt_bias))
           .exp();
   at::Tensor core = at::empty({t, hv, dv}, proj.options().dtype(at::kFloat));
+  const int64_t n = static_cast<int64_t>(sequences.size()), count0 = offsets[1] - offsets[0];
+  bool uniform = n > 1 && count0 > 0;
+  for (int64_t i = 1; i < n && uniform; ++i) uniform = offsets[i + 1] - offsets[i] == count0;
+  if (uniform) {
+    // Every sequence extended by the same count (decoding steps, verification blocks): the same
+    // arithmetic batched over the sequences, one recurrence loop over the count.
+    const int64_t c = count0;
+    const at::Tensor idx =
+        at::tensor(sequences, at::TensorOptions().dtype(at::kLong)).to(conv->device());
+    const at::Tensor pre =
+        at::cat({conv->index_select(0, idx), proj.narrow(1, 0, cd).view({n, c, cd})}, 1);
+    const at::Tensor windows = pre.to(at::kFloat).unfold(1, kernel, 1);  // [n, c, cd, K]
+    const at::Tensor mixed = at::silu((windows * wf).sum(-1).to(x.scalar_type()));
+    conv->index_copy_(0, idx, pre.narrow(1, c, kernel - 1).contiguous());
+    at::Tensor q = mixed.narrow(2, 0, kd).reshape({n, c, hk, dk});
+    at::Tensor k = mixed.narrow(2, kd, kd).reshape({n, c, hk, dk});
+    const at::Tensor v = mixed.narrow(2, 2 * kd, vd).reshape({n, c, hv, dv}).to(at::kFloat);
+    if (hv != hk) {
+      q = q.unsqueeze(3).expand({n, c, hk, hv / hk, dk}).reshape({n, c, hv, dk});
+      k = k.unsqueeze(3).expand({n, c, hk, hv / hk, dk}).reshape({n, c, hv, dk});
+    }
+    const at::Tensor qf = L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5);
+    const at::Tensor kf = L2Norm(k.to(at::kFloat));
+    const at::Tensor dec = decay.view({n, c, hv}), bet = beta.view({n, c, hv});
+    at::Tensor st = state->index_select(0, idx);  // [n, Hv, dk, dv]
+    at::Tensor out = core.view({n, c, hv, dv});
+    for (int64_t r = 0; r < c; ++r) {
+      st = st * dec.select(1, r).view({n, hv, 1, 1});
+      const at::Tensor kr = kf.select(1, r).unsqueeze(-1);  // [n, Hv, dk, 1]
+      const at::Tensor delta =
+          (v.select(1, r) - (st * kr).sum(2)) * bet.select(1, r).unsqueeze(-1);  // [n, Hv, dv]
+      st = st + kr * delta.unsqueeze(2);
+      out.select(1, r).copy_((st * qf.select(1, r).unsqueeze(-1)).sum(2));
+    }
+    state->index_copy_(0, idx, st);
+    return Linear(GatedRmsNorm(core.to(x.scalar_type()), z, w.norm, d.eps).reshape({t, vd}),
+                  w.out_proj);
+  }
   for (size_t i = 0; i < sequences.size(); ++i) {
     const int64_t s = sequences[i], begin = offsets[i], count = offsets[i + 1] - begin;
     if (count == 0) continue;
