@@ -28,6 +28,11 @@ case "${1:?usage: gpu_tests.sh pack|run [FILTER]}" in
              "${services[@]/#/services/}"; do
       mkdir -p "/tmp/gt/$(dirname "$f")"; strip -o "/tmp/gt/$f" "build/$f"
     done
+    # The transformers oracles' outputs (made here by the CPU machine's Python, which the GPU
+    # machine lacks; their stamp keeps the tests from running it there).
+    for d in hf_oracle hf_qwen3_5_oracle; do
+      mkdir -p /tmp/gt/tests/nn && cp -r "build/tests/nn/$d" /tmp/gt/tests/nn/
+    done
     tar -czf .gpu/t/gt.tgz -C /tmp/gt . && git rev-parse --short HEAD >.gpu/t/gt.rev
     du -b .gpu/t/gt.tgz ;;
   run)
