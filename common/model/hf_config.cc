@@ -558,11 +558,6 @@ bool IsHybrid(const TransformerConfig& c) {
   return false;
 }
 
-absl::Status CheckCanGenerate(const TransformerConfig& c) {
-  (void)c;  // every family: linear-attention layers keep a recurrent state per sequence
-  return absl::OkStatus();
-}
-
 int64_t RotaryDim(const TransformerConfig& c) {
   return static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
 }

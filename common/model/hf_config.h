@@ -101,10 +101,6 @@ bool IsMoeLayer(const TransformerConfig& c, int64_t layer);
 // Whether decoder layer `layer` is a gated delta-rule (linear attention) layer.
 bool IsLinearAttentionLayer(const TransformerConfig& c, int64_t layer);
 bool IsHybrid(const TransformerConfig& c);  // any linear-attention layer
-// UNIMPLEMENTED, naming the model type, for targets dflash cannot generate with (regen, eval,
-// speculative decoding): none today (the hybrids' linear-attention layers keep a recurrent state
-// per sequence, saved and restored around a verification). The one place that would say so.
-absl::Status CheckCanGenerate(const TransformerConfig& c);
 
 // Tensor parallelism over `world` processes (common/nn/tensor_parallel.h): OK when `world` divides
 // every split dimension (attention and kv heads, intermediate sizes, linear-attention heads) of

@@ -274,13 +274,57 @@ at::Tensor GatedDeltaNet(const at::Tensor& x, const GatedDeltaWeights& w, const 
   return Linear(GatedRmsNorm(core, z, w.norm, d.eps).reshape({t, vd}), w.out_proj);
 }
 
+namespace {
+
+// GatedDeltaNetExtend for n sequences (`idx`, on the states' device) extended by c rows each, their
+// rows consecutive from `begin`: the convolution over each one's last K-1 rows and its new ones
+// (CausalConv1dVarlen's arithmetic: fp32, then the input's dtype), then GatedDeltaRuleReference's
+// recurrence from each one's state, into core [T, Hv, dv]; the conv rows and states updated.
+void ExtendGroup(const at::Tensor& proj, const at::Tensor& decay, const at::Tensor& beta,
+                 const at::Tensor& wf, const GatedDeltaDims& d, const at::Tensor& idx,
+                 int64_t begin, int64_t c, c10::ScalarType dtype, at::Tensor* conv,
+                 at::Tensor* state, at::Tensor* core) {
+  const int64_t n = idx.size(0), hk = d.num_k_heads, hv = d.num_v_heads;
+  const int64_t dk = d.k_head_dim, dv = d.v_head_dim, kd = d.key_dim(), vd = d.value_dim();
+  const int64_t cd = d.conv_dim(), kernel = d.conv_kernel;
+  const at::Tensor pre = at::cat(
+      {conv->index_select(0, idx), proj.narrow(0, begin, n * c).narrow(1, 0, cd).view({n, c, cd})},
+      1);
+  const at::Tensor windows = pre.to(at::kFloat).unfold(1, kernel, 1);  // [n, c, cd, K]
+  const at::Tensor mixed = at::silu((windows * wf).sum(-1).to(dtype));
+  conv->index_copy_(0, idx, pre.narrow(1, c, kernel - 1).contiguous());
+  at::Tensor q = mixed.narrow(2, 0, kd).reshape({n, c, hk, dk});
+  at::Tensor k = mixed.narrow(2, kd, kd).reshape({n, c, hk, dk});
+  const at::Tensor v = mixed.narrow(2, 2 * kd, vd).reshape({n, c, hv, dv}).to(at::kFloat);
+  if (hv != hk) {  // key head i serves value heads i*r .. i*r + r-1
+    q = q.unsqueeze(3).expand({n, c, hk, hv / hk, dk}).reshape({n, c, hv, dk});
+    k = k.unsqueeze(3).expand({n, c, hk, hv / hk, dk}).reshape({n, c, hv, dk});
+  }
+  const at::Tensor qf = L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5);
+  const at::Tensor kf = L2Norm(k.to(at::kFloat));
+  const at::Tensor dec = decay.narrow(0, begin, n * c).view({n, c, hv});
+  const at::Tensor bet = beta.narrow(0, begin, n * c).view({n, c, hv});
+  at::Tensor st = state->index_select(0, idx);  // [n, Hv, dk, dv]
+  at::Tensor out = core->narrow(0, begin, n * c).view({n, c, hv, dv});
+  for (int64_t r = 0; r < c; ++r) {
+    st = st * dec.select(1, r).view({n, hv, 1, 1});
+    const at::Tensor kr = kf.select(1, r).unsqueeze(-1);  // [n, Hv, dk, 1]
+    const at::Tensor delta =
+        (v.select(1, r) - (st * kr).sum(2)) * bet.select(1, r).unsqueeze(-1);  // [n, Hv, dv]
+    st = st + kr * delta.unsqueeze(2);
+    out.select(1, r).copy_((st * qf.select(1, r).unsqueeze(-1)).sum(2));
+  }
+  state->index_copy_(0, idx, st);
+}
+
+}  // namespace
+
 at::Tensor GatedDeltaNetExtend(const at::Tensor& x, const GatedDeltaWeights& w,
                                const GatedDeltaDims& d, const std::vector<int64_t>& sequences,
                                const std::vector<int64_t>& offsets, at::Tensor* conv,
                                at::Tensor* state) {
-  const int64_t t = x.size(0), hk = d.num_k_heads, hv = d.num_v_heads;
-  const int64_t dk = d.k_head_dim, dv = d.v_head_dim, kd = d.key_dim(), vd = d.value_dim();
-  const int64_t cd = d.conv_dim(), kernel = d.conv_kernel;
+  const int64_t t = x.size(0), hv = d.num_v_heads, dv = d.v_head_dim, vd = d.value_dim();
+  const int64_t cd = d.conv_dim();
   const at::Tensor proj = Linear(x, w.in_proj);  // [T, conv_dim + Vd + 2*Hv]
   const at::Tensor wf = w.conv.to(at::kFloat);   // [conv_dim, K]
   const at::Tensor z = proj.narrow(1, cd, vd).reshape({t, hv, dv});
@@ -290,73 +334,23 @@ at::Tensor GatedDeltaNetExtend(const at::Tensor& x, const GatedDeltaWeights& w,
        at::softplus(proj.narrow(1, cd + vd + hv, hv).to(at::kFloat) + w.dt_bias))
           .exp();
   at::Tensor core = at::empty({t, hv, dv}, proj.options().dtype(at::kFloat));
+  const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
   const int64_t n = static_cast<int64_t>(sequences.size()), count0 = offsets[1] - offsets[0];
-  bool uniform = n > 1 && count0 > 0;
+  bool uniform = count0 > 0;
   for (int64_t i = 1; i < n && uniform; ++i) uniform = offsets[i + 1] - offsets[i] == count0;
   if (uniform) {
-    // Every sequence extended by the same count (decoding steps, verification blocks): the same
-    // arithmetic batched over the sequences, one recurrence loop over the count.
-    const int64_t c = count0;
-    const at::Tensor idx =
-        at::tensor(sequences, at::TensorOptions().dtype(at::kLong)).to(conv->device());
-    const at::Tensor pre =
-        at::cat({conv->index_select(0, idx), proj.narrow(1, 0, cd).view({n, c, cd})}, 1);
-    const at::Tensor windows = pre.to(at::kFloat).unfold(1, kernel, 1);  // [n, c, cd, K]
-    const at::Tensor mixed = at::silu((windows * wf).sum(-1).to(x.scalar_type()));
-    conv->index_copy_(0, idx, pre.narrow(1, c, kernel - 1).contiguous());
-    at::Tensor q = mixed.narrow(2, 0, kd).reshape({n, c, hk, dk});
-    at::Tensor k = mixed.narrow(2, kd, kd).reshape({n, c, hk, dk});
-    const at::Tensor v = mixed.narrow(2, 2 * kd, vd).reshape({n, c, hv, dv}).to(at::kFloat);
-    if (hv != hk) {
-      q = q.unsqueeze(3).expand({n, c, hk, hv / hk, dk}).reshape({n, c, hv, dk});
-      k = k.unsqueeze(3).expand({n, c, hk, hv / hk, dk}).reshape({n, c, hv, dk});
+    // Every sequence extended by the same count (decoding steps, verification blocks): batched
+    // over the sequences, one recurrence loop over the count.
+    ExtendGroup(proj, decay, beta, wf, d, at::tensor(sequences, long_opts).to(conv->device()), 0,
+                count0, x.scalar_type(), conv, state, &core);
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t count = offsets[i + 1] - offsets[i];
+      if (count == 0) continue;
+      const std::vector<int64_t> one = {sequences[static_cast<size_t>(i)]};
+      ExtendGroup(proj, decay, beta, wf, d, at::tensor(one, long_opts).to(conv->device()),
+                  offsets[i], count, x.scalar_type(), conv, state, &core);
     }
-    const at::Tensor qf = L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5);
-    const at::Tensor kf = L2Norm(k.to(at::kFloat));
-    const at::Tensor dec = decay.view({n, c, hv}), bet = beta.view({n, c, hv});
-    at::Tensor st = state->index_select(0, idx);  // [n, Hv, dk, dv]
-    at::Tensor out = core.view({n, c, hv, dv});
-    for (int64_t r = 0; r < c; ++r) {
-      st = st * dec.select(1, r).view({n, hv, 1, 1});
-      const at::Tensor kr = kf.select(1, r).unsqueeze(-1);  // [n, Hv, dk, 1]
-      const at::Tensor delta =
-          (v.select(1, r) - (st * kr).sum(2)) * bet.select(1, r).unsqueeze(-1);  // [n, Hv, dv]
-      st = st + kr * delta.unsqueeze(2);
-      out.select(1, r).copy_((st * qf.select(1, r).unsqueeze(-1)).sum(2));
-    }
-    state->index_copy_(0, idx, st);
-    return Linear(GatedRmsNorm(core.to(x.scalar_type()), z, w.norm, d.eps).reshape({t, vd}),
-                  w.out_proj);
-  }
-  for (size_t i = 0; i < sequences.size(); ++i) {
-    const int64_t s = sequences[i], begin = offsets[i], count = offsets[i + 1] - begin;
-    if (count == 0) continue;
-    // The convolution over the sequence's last K-1 rows and the new ones (CausalConv1dVarlen's
-    // arithmetic: fp32, then the input's dtype).
-    at::Tensor conv_row = conv->select(0, s);  // [K-1, conv_dim]
-    const at::Tensor pre = at::cat({conv_row, proj.narrow(0, begin, count).narrow(1, 0, cd)}, 0);
-    const at::Tensor windows = pre.to(at::kFloat).unfold(0, kernel, 1);  // [count, cd, K]
-    const at::Tensor mixed = at::silu((windows * wf).sum(-1).to(x.scalar_type()));
-    conv_row.copy_(pre.narrow(0, count, kernel - 1));
-    at::Tensor q = mixed.narrow(1, 0, kd).reshape({count, hk, dk});
-    at::Tensor k = mixed.narrow(1, kd, kd).reshape({count, hk, dk});
-    const at::Tensor v = mixed.narrow(1, 2 * kd, vd).reshape({count, hv, dv}).to(at::kFloat);
-    if (hv != hk) {  // key head i serves value heads i*r .. i*r + r-1
-      q = q.unsqueeze(2).expand({count, hk, hv / hk, dk}).reshape({count, hv, dk});
-      k = k.unsqueeze(2).expand({count, hk, hv / hk, dk}).reshape({count, hv, dk});
-    }
-    const at::Tensor qf = L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5);
-    const at::Tensor kf = L2Norm(k.to(at::kFloat));
-    // GatedDeltaRuleReference's recurrence, from the sequence's state.
-    at::Tensor st = state->select(0, s).clone();  // [Hv, dk, dv]
-    for (int64_t r = 0; r < count; ++r) {
-      st = st * decay[begin + r].view({hv, 1, 1});
-      const at::Tensor kr = kf[r].unsqueeze(-1);  // [Hv, dk, 1]
-      const at::Tensor delta = (v[r] - (st * kr).sum(1)) * beta[begin + r].unsqueeze(-1);
-      st = st + kr * delta.unsqueeze(1);
-      core[begin + r].copy_((st * qf[r].unsqueeze(-1)).sum(1));
-    }
-    state->select(0, s).copy_(st);
   }
   return Linear(GatedRmsNorm(core.to(x.scalar_type()), z, w.norm, d.eps).reshape({t, vd}),
                 w.out_proj);

@@ -310,7 +310,6 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Create(
     model::TransformerConfig config, const TargetModelOptions& options) {
   RETURN_IF_ERROR(ValidateConfig(config));
   ASSIGN_OR_RETURN(std::vector<int64_t> ids, ResolveLayerIds(config, options));
-  if (options.full) RETURN_IF_ERROR(model::CheckCanGenerate(config));
   if (!c10::isFloatingType(options.dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("target model dtype ", ScalarName(options.dtype), " is not floating-point"));

@@ -38,6 +38,7 @@
 
 #include "common/drafter/drafter_model.h"
 #include "common/model/builtin_config.h"
+#include "common/model/hf_config.h"
 #include "nlohmann/json.hpp"
 #include "scripts/bench/bench_flags.h"
 
@@ -96,9 +97,8 @@ int main(int argc, char** argv) {
   config.num_layers = Flag(argc, argv, "--layers", 5);
   config.block_size = Flag(argc, argv, "--block", 16);
   config.mask_token_id = 1;
-  const int64_t depth = tc->num_hidden_layers;
-  for (int64_t i = 0; i < 5 && i < depth; ++i)
-    config.target_layer_ids.push_back(1 + i * (depth - 2) / 5);
+  // K = 5 feature layers by the project's default rule (target.layer_ids: auto).
+  config.target_layer_ids = dflash::model::DefaultTargetLayerIds(tc->num_hidden_layers, 5);
   drafter::DrafterOptions options;
   options.device = device;
   if (dtype != at::kFloat) options.compute_dtype = dtype;

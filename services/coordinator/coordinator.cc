@@ -132,8 +132,8 @@ v1::DataSummary ToProto(const data::RunDataSummary& s) {
 namespace {
 
 // What the workers would refuse only when the run starts, refused at submit, naming the field:
-// the target's config, its feature layers, the drafter's mask token, evaluations the target
-// cannot generate for, a tensor-parallel width the target's shapes do not divide. Returns the
+// the target's config, its feature layers, the drafter's mask token, a tensor-parallel width the
+// target's shapes do not divide. Returns the
 // resolved target settings; *target gets the target's config.
 absl::StatusOr<v1::ResolvedTarget> CheckRunTarget(const config::RunSpec& spec,
                                                   model::TransformerConfig* target) {
@@ -152,12 +152,6 @@ absl::StatusOr<v1::ResolvedTarget> CheckRunTarget(const config::RunSpec& spec,
             model::CheckTensorParallel(*target, layers, spec.placement.target_parallel);
         !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("placement.target_parallel: ", s.message()));
-    }
-  }
-  if (spec.eval.every_steps > 0) {
-    if (absl::Status s = model::CheckCanGenerate(*target); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("eval.every_steps: ", s.message(), "; set eval.every_steps: 0"));
     }
   }
   return resolved;

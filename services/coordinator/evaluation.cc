@@ -13,7 +13,6 @@ absl::StatusOr<v1::EvaluateRequest> MakeEvaluateRequest(const config::RunSpec& s
     return absl::InvalidArgumentError("eval.prompts: no prompts to evaluate on");
   }
   ASSIGN_OR_RETURN(model::TransformerConfig target, run::RunTargetConfig(spec));
-  RETURN_IF_ERROR(model::CheckCanGenerate(target));
   absl::StatusOr<data::EvalPrompts> prompts =
       data::LoadEvalPrompts(spec, spec.eval.prompts, spec.eval.max_prompts, target.vocab_size);
   if (!prompts.ok()) {

@@ -413,7 +413,6 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
   if (req.output().empty()) return absl::InvalidArgumentError("output: required");
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(model::TransformerConfig target, run::RunTargetConfig(spec));
-  RETURN_IF_ERROR(model::CheckCanGenerate(target));
   ASSIGN_OR_RETURN(Input input, ReadInput(spec, req.max_records(), target.vocab_size));
   ChatTools chat;
   if (input.chat) {

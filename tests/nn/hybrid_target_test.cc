@@ -53,6 +53,13 @@ class HybridTargetTest : public ::testing::Test {
     return options;
   }
 
+  // <family> loaded to generate (fp32, every layer, the final norm and lm_head).
+  static absl::StatusOr<std::unique_ptr<TargetModel>> LoadFull(const std::string& family) {
+    TargetModelOptions options = Fp32();
+    options.full = true;
+    return TargetModel::Load((Dir() / family).string(), options);
+  }
+
   // Every captured layer of `model` against <family>_refs.safetensors.
   static void ExpectMatchesRefs(const TargetModel& model, const std::string& family) {
     auto refs = ReadAll(Dir() / (family + "_refs.safetensors"));
@@ -125,9 +132,7 @@ TEST_F(HybridTargetTest, CachedStepsMatchOneForwardOverTheWholeSequence) {
   const std::vector<int64_t> seq = {3, 17, 200, 5, 9, 41, 41, 7, 128, 64, 2};
   const int64_t t = static_cast<int64_t>(seq.size());
   for (const std::string family : {"qwen3_5", "qwen3_5_moe"}) {
-    TargetModelOptions options = Fp32();
-    options.full = true;
-    auto model = TargetModel::Load((Dir() / family).string(), options);
+    auto model = LoadFull(family);
     ASSERT_TRUE(model.ok()) << model.status();
     auto whole_cache = KvCache::Create(**model, 1, 16);
     ASSERT_TRUE(whole_cache.ok()) << whole_cache.status();
@@ -190,9 +195,7 @@ TEST_F(HybridTargetTest, SpeculativeDecodingEqualsGreedyDecoding) {
   const std::vector<std::vector<int64_t>> prompts = {{3, 17, 200, 5, 9}, {41}, {7, 128, 64, 2}};
   constexpr int64_t kNew = 20, kBlock = 4;
   for (const std::string family : {"qwen3_5", "qwen3_5_moe"}) {
-    TargetModelOptions options = Fp32();
-    options.full = true;
-    auto model = TargetModel::Load((Dir() / family).string(), options);
+    auto model = LoadFull(family);
     ASSERT_TRUE(model.ok()) << model.status();
     GenerateOptions g;
     g.max_new_tokens = kNew;
@@ -252,9 +255,7 @@ TEST_F(HybridTargetTest, SpeculativeDecodingEqualsGreedyDecoding) {
 TEST_F(HybridTargetTest, GreedyGenerationEqualsRecomputingTheWholeSequence) {
   const std::vector<std::vector<int64_t>> prompts = {{3, 17, 200, 5, 9}, {41}, {7, 128, 64, 2}};
   for (const std::string family : {"qwen3_5", "qwen3_5_moe"}) {
-    TargetModelOptions options = Fp32();
-    options.full = true;
-    auto model = TargetModel::Load((Dir() / family).string(), options);
+    auto model = LoadFull(family);
     ASSERT_TRUE(model.ok()) << model.status();
     GenerateOptions o;
     o.max_new_tokens = 8;
