@@ -412,7 +412,10 @@ TEST_F(MemoryGpu, TheDrafterRunsOutOfMemoryForRealAndTrainsTheHalves) {
   const std::string state = WaitForEnd(id, ms(240000));
   std::cerr << "[memory_gpu_test] planned halves " << Gib(gap) << " below the full peak; "
             << Elapsed(start) << " s so far\n";
-  ASSERT_EQ(state, "RUN_STATE_DONE") << Status(id).dump() << ReadFile(dir_ + "/doom.log");
+  ASSERT_EQ(state, "RUN_STATE_DONE") << Status(id).dump() << "\n--- drafter's log\n"
+                                     << ReadFile(dir_ + "/doom.log") << "\n--- target's log\n"
+                                     << ReadFile(dir_ + "/toom.log") << "\n--- coordinator's log\n"
+                                     << ReadFile(dir_ + "/coordinator.log");
   EXPECT_GT(CompareSteps(f.run_id, id), 0) << "no split: the full micro-batches fitted";
   const std::string drafter_log = ReadFile(dir_ + "/doom.log");
   EXPECT_THAT(drafter_log, HasSubstr("out of memory in the drafter's backward"));
