@@ -23,6 +23,7 @@
 #include "common/base/status.h"
 #include "common/nn/gated_delta.h"
 #include "common/nn/target_model.h"
+#include "common/nn/tensor_parallel.h"
 #include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
 
@@ -122,7 +123,9 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const TargetModel& mode
   try {
     c10::InferenceMode inference;
     const at::TensorOptions opts = at::TensorOptions().dtype(model.dtype()).device(model.device());
-    const GatedDeltaDims d = GatedDeltaDims::Of(c);
+    // A tensor-parallel shard caches its own heads (tensor_parallel.h).
+    const int64_t world = model.tp_world();
+    const GatedDeltaDims d = ShardDims(GatedDeltaDims::Of(c), world);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       if (model.linear_layer(l)) {
         cache->k_.emplace_back();
@@ -135,7 +138,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const TargetModel& mode
       // Zeros, not garbage: the batched attention multiplies the zero probabilities of padded
       // positions with their values, and 0 * NaN would be NaN.
       cache->k_.push_back(
-          at::zeros({sequences, c.num_key_value_heads, capacity, c.head_dim}, opts));
+          at::zeros({sequences, c.num_key_value_heads / world, capacity, c.head_dim}, opts));
       cache->v_.push_back(at::zeros_like(cache->k_.back()));
       cache->conv_.emplace_back();
       cache->state_.emplace_back();
@@ -312,8 +315,11 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
         // A linear-attention layer: each sequence continues from its conv rows and state.
         const at::Tensor normed = Norm(x, layers_[l].input_norm);
         const at::Tensor mixed =
-            GatedDeltaNetExtend(normed, layers_[l].linear, GatedDeltaDims::Of(config_), sequences,
-                                offsets, &cache->conv_[l], &cache->state_[l]);
+            GatedDeltaNetExtend(normed, layers_[l].linear,
+                                ShardDims(GatedDeltaDims::Of(config_), tp_world_), sequences,
+                                offsets, &cache->conv_[l], &cache->state_[l])
+                .contiguous();
+        AllReduce(mixed);
         x = Mlp(layers_[l], x + mixed);
         if (with_features && l < slots_of_layer_.size()) {
           for (int64_t slot : slots_of_layer_[l]) out.features.narrow(1, slot * h, h).copy_(x);
@@ -357,6 +363,8 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
     }
     out.hidden = RmsNorm(x, final_norm_, config_.rms_norm_eps);
     return out;
+  } catch (const TensorParallelError& e) {
+    return e.status;
   } catch (const c10::Error& e) {
     return TorchStatus(e, "target model extend");
   }

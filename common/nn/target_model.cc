@@ -24,11 +24,6 @@
 namespace dflash::nn {
 namespace {
 
-// A failed all-reduce of a tensor-parallel forward, thrown through the layers to Forward.
-struct TensorParallelError {
-  absl::Status status;
-};
-
 // The tensors of one decoder layer as the checkpoint stores them, before fusing.
 struct RawLayer {
   at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, o_bias, q_norm, k_norm;
@@ -306,6 +301,13 @@ TargetModel::TargetModel(model::TransformerConfig config, std::vector<int64_t> l
   }
 }
 
+std::unique_ptr<TargetModel> TargetModel::WithAllReduce(
+    std::function<absl::Status(const at::Tensor&)> all_reduce) const {
+  std::unique_ptr<TargetModel> m(new TargetModel(*this));  // the tensors' storage is shared
+  m->tp_all_reduce_ = std::move(all_reduce);
+  return m;
+}
+
 absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Create(
     model::TransformerConfig config, const TargetModelOptions& options) {
   RETURN_IF_ERROR(ValidateConfig(config));
@@ -319,14 +321,11 @@ absl::StatusOr<std::unique_ptr<TargetModel>> TargetModel::Create(
       return absl::InvalidArgumentError(absl::StrCat("tensor-parallel rank ", options.tp_rank,
                                                      " is outside [0, ", options.tp_world, ")"));
     }
-    if (options.full) {
-      return absl::UnimplementedError(
-          "generating with a tensor-parallel target (KV cache shards) is not implemented");
-    }
     if (!options.tp_all_reduce) {
       return absl::InvalidArgumentError("a tensor-parallel target needs an all-reduce");
     }
-    const int64_t layers = *std::max_element(ids.begin(), ids.end()) + 1;
+    const int64_t layers =
+        options.full ? config.num_hidden_layers : *std::max_element(ids.begin(), ids.end()) + 1;
     RETURN_IF_ERROR(model::CheckTensorParallel(config, layers, options.tp_world));
   }
   return std::unique_ptr<TargetModel>(new TargetModel(std::move(config), std::move(ids), options));

@@ -44,7 +44,9 @@ struct TargetModelOptions {
   bool full = false;
   // Tensor parallelism (tensor_parallel.h): this process holds shard `tp_rank` of `tp_world` of
   // every layer; `tp_all_reduce` sums a contiguous tensor of the model's dtype and device over the
-  // group in place, bit-identically on every rank (a transport::Communicator). Not with `full`.
+  // group in place, bit-identically on every rank (a transport::Communicator). With `full`, the
+  // ranks generate together: each holds its heads' share of the KV cache and every rank makes the
+  // same Extend calls in the same order (their all-reduces pair up), getting the same rows.
   int64_t tp_rank = 0, tp_world = 1;
   std::function<absl::Status(const at::Tensor&)> tp_all_reduce;
 };
@@ -165,6 +167,14 @@ class TargetModel {
                                       KvCache* cache, bool with_features) const;
   // lm_head(hidden): [N, V] fp32 logits of Extend's hidden rows (options.full only).
   absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden) const;
+  // The same model, its weights shared (not copied), summing its row-parallel outputs with
+  // `all_reduce` instead: a tensor-parallel shard that training and decoding use at once, each
+  // over its own group (two users of one group would interleave their all-reduces).
+  std::unique_ptr<TargetModel> WithAllReduce(
+      std::function<absl::Status(const at::Tensor&)> all_reduce) const;
+  // This process's shard of a tensor-parallel target: rank and group size (0 and 1 when whole).
+  int64_t tp_rank() const { return tp_rank_; }
+  int64_t tp_world() const { return tp_world_; }
   bool full() const { return full_; }
   // Whether decoder layer l is a gated delta-rule (linear-attention) layer (hybrid targets).
   bool linear_layer(int64_t l) const {
@@ -195,6 +205,7 @@ class TargetModel {
  private:
   TargetModel(model::TransformerConfig config, std::vector<int64_t> layer_ids,
               const TargetModelOptions& options);
+  TargetModel(const TargetModel&) = default;  // WithAllReduce
   // Checks the config and options, then the model without weights (INVALID_ARGUMENT or
   // UNIMPLEMENTED naming the problem).
   static absl::StatusOr<std::unique_ptr<TargetModel>> Create(model::TransformerConfig config,

@@ -26,6 +26,12 @@ struct TargetLayerWeights;
 
 // Which shapes allow it: model::CheckTensorParallel (hf_config.h).
 
+// A failed all-reduce of a tensor-parallel forward or extend, thrown through the layers to
+// TargetModel's public call, which returns its status.
+struct TensorParallelError {
+  absl::Status status;
+};
+
 // Replaces the fused layer `w` (target_model.h; loaded whole) by shard `rank` of `world`.
 void ShardLayer(TargetLayerWeights& w, const model::TransformerConfig& c, int64_t rank,
                 int64_t world);

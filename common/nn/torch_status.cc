@@ -9,7 +9,7 @@ namespace dflash::nn {
 bool IsOutOfMemoryMessage(absl::string_view message) {
   const std::string lower = absl::AsciiStrToLower(message);
   return absl::StrContains(message, "ALLOC_FAILED") ||  // CUBLAS_/CUDNN_STATUS_ALLOC_FAILED
-         absl::StrContains(lower, "out of memory") ||    // CUDA runtime, caching allocator
+         absl::StrContains(lower, "out of memory") ||   // CUDA runtime, caching allocator
          absl::StrContains(message, "cudaErrorMemoryAllocation") ||
          // The host allocator: "DefaultCPUAllocator: can't allocate memory ... (Cannot allocate
          // memory)", a plain c10::Error.
