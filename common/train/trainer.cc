@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "common/base/status.h"
 #include "common/model/safetensors.h"
 #include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
@@ -159,14 +160,50 @@ absl::StatusOr<std::unique_ptr<DrafterTrainer>> DrafterTrainer::Create(
 }
 
 absl::Status DrafterTrainer::AddMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step) {
+  Impl& m = *impl_;
+  // The step's first micro-batch without a data-parallel group: the gradients hold nothing but its
+  // own pieces, so a backward that runs out of memory after some were added can start the
+  // micro-batch over, in pieces of half the size.
+  const bool restartable = m.micro == 0 && comm_ == nullptr;
+  for (int depth = 0;; ++depth) {
+    bool restart = false;
+    absl::Status s = AddPieces(batch, last_in_step, depth, restartable, &restart);
+    if (!restart) return s;
+    for (at::Tensor& p : m.params) p.mutable_grad() = at::Tensor();
+    m.numerator = m.weight_sum = 0;
+    m.nonfinite = false;
+    std::fill(m.slot_correct.begin(), m.slot_correct.end(), 0);
+    std::fill(m.slot_total.begin(), m.slot_total.end(), 0);
+    m.micro = 0;
+    ++m.oom_splits;
+    LOG(WARNING) << "out of memory in the drafter's backward after earlier pieces of the "
+                 << batch.input_ids.size(0) << "-token micro-batch: " << s.message()
+                 << "; training it again in pieces of at most 1/" << (int64_t{2} << depth)
+                 << " of its documents";
+  }
+}
+
+absl::Status DrafterTrainer::AddPieces(const drafter::DrafterBatch& batch, bool last_in_step,
+                                       int depth, bool restartable, bool* restart) {
+  Impl& m = *impl_;
+  if (depth > 0) {
+    if (auto halves = SplitByDocuments(batch)) {
+      RETURN_IF_ERROR(AddPieces(halves->first, false, depth - 1, restartable, restart));
+      return AddPieces(halves->second, last_in_step, depth - 1, restartable, restart);
+    }
+  }
   bool in_backward = false;
   absl::Status s = TryMicroBatch(batch, last_in_step, &in_backward);
   if (s.code() != absl::StatusCode::kResourceExhausted) return s;
-  Impl& m = *impl_;
   if (in_backward && (m.micro > 0 || comm_ != nullptr)) {
+    if (restartable && SplitByDocuments(batch).has_value()) {
+      *restart = true;  // AddMicroBatch starts over in smaller pieces
+      return s;
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
         s.message(), "; not recoverable: the backward had begun adding to gradients that hold ",
-        comm_ != nullptr ? "the step's all-reduce" : "earlier micro-batches of the step"));
+        comm_ != nullptr ? "the step's all-reduce" : "earlier micro-batches of the step",
+        restartable ? " (and this piece is one document)" : ""));
   }
   // The first micro-batch's backward: its gradients were all this micro-batch's.
   if (in_backward) {
@@ -184,8 +221,8 @@ absl::Status DrafterTrainer::AddMicroBatch(const drafter::DrafterBatch& batch, b
                << " on a micro-batch of " << batch.input_ids.size(0) << " tokens ("
                << batch.cu_seqlens.size(0) - 1 << " documents): " << s.message()
                << "; training its halves";
-  if (absl::Status first = AddMicroBatch(halves->first, false); !first.ok()) return first;
-  return AddMicroBatch(halves->second, last_in_step);
+  RETURN_IF_ERROR(AddPieces(halves->first, false, 0, restartable, restart));
+  return AddPieces(halves->second, last_in_step, 0, restartable, restart);
 }
 
 absl::Status DrafterTrainer::TryMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step,
@@ -195,6 +232,8 @@ absl::Status DrafterTrainer::TryMicroBatch(const drafter::DrafterBatch& batch, b
         absl::StrCat("injected out of memory (test hook): ", batch.input_ids.size(0),
                      " rows above ", inject_oom_above_));
   }
+  const bool fail_backward =
+      inject_backward_oom_above_ > 0 && batch.input_ids.size(0) > inject_backward_oom_above_;
   absl::StatusOr<at::Tensor> hidden = model_->Forward(batch);
   if (!hidden.ok()) return hidden.status();
   absl::StatusOr<drafter::DrafterLoss> loss = model_->Loss(batch, *hidden, loss_);
@@ -214,6 +253,11 @@ absl::Status DrafterTrainer::TryMicroBatch(const drafter::DrafterBatch& batch, b
       loss->numerator.backward();
     } catch (const c10::Error& e) {
       return nn::TorchStatus(e, "drafter backward");
+    }
+    if (fail_backward) {  // after its gradients were added: the worst case
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "injected out of memory in the backward (test hook): ", batch.input_ids.size(0),
+          " rows above ", inject_backward_oom_above_));
     }
   } else {
     m.nonfinite = true;  // the step will be skipped: no use propagating NaN into the gradients

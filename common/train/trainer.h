@@ -78,13 +78,18 @@ class DrafterTrainer {
   // this backward (grad_reducer.h); otherwise it all runs in Step().
   // Out of device memory: the micro-batch's tensors are freed and its documents are
   // trained as two halves (recursively), which sum to the same step: every token once, the same
-  // numerator and weight. Not recoverable, RESOURCE_EXHAUSTED saying why: a single document, or
-  // an out-of-memory inside a backward that had begun adding to gradients holding earlier
+  // numerator and weight. A backward that runs out after earlier pieces of the step's first
+  // micro-batch were added (without a data-parallel group) starts that micro-batch over in pieces
+  // of half the size. Not recoverable, RESOURCE_EXHAUSTED saying why: a single document, or an
+  // out-of-memory inside a backward that had begun adding to gradients holding earlier
   // micro-batches of the step (or starting the data-parallel all-reduce).
   absl::Status AddMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step = false);
   // Test hook (CPU tests of the recovery): a micro-batch of more than `rows` rows fails as if its
   // forward ran out of memory. 0 turns it off.
   void InjectOutOfMemoryAbove(int64_t rows) { inject_oom_above_ = rows; }
+  // Test hook (CPU tests): a micro-batch of more than `rows` rows fails as if its backward ran out
+  // of memory after adding its gradients. 0 turns it off.
+  void InjectBackwardOutOfMemoryAbove(int64_t rows) { inject_backward_oom_above_ = rows; }
   // Ends the step (a collective when there is a communicator: every rank calls it). StepStats
   // then hold the sums over all ranks. `global_weight_sum` overrides the weight sum the gradients
   // are divided by (tests; without a communicator only).
@@ -114,7 +119,13 @@ class DrafterTrainer {
   // One attempt at AddMicroBatch; *in_backward tells whether a failure came from the backward.
   absl::Status TryMicroBatch(const drafter::DrafterBatch& batch, bool last_in_step,
                              bool* in_backward);
-  int64_t inject_oom_above_ = 0;
+  // AddMicroBatch's pieces: `batch` split `depth` times by documents (fewer where a piece is one
+  // document), each piece tried and halved further when it runs out of memory. *restart: a
+  // backward ran out after earlier pieces were added, and `restartable` (AddMicroBatch starts
+  // over with depth + 1).
+  absl::Status AddPieces(const drafter::DrafterBatch& batch, bool last_in_step, int depth,
+                         bool restartable, bool* restart);
+  int64_t inject_oom_above_ = 0, inject_backward_oom_above_ = 0;
   drafter::DrafterModel* model_;
   OptimConfig config_;
   drafter::LossOptions loss_;

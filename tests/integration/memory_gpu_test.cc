@@ -51,8 +51,12 @@ struct Geometry {
 // What one run needed, measured.
 struct Measured {
   std::string run_id;
-  int64_t need = 0;  // the GPU's free memory before the run minus after it (workers idle)
-  std::map<std::string, int64_t> reserved, peak;  // per worker: allocator reserved, peak allocated
+  // The GPU's free memory before the run minus after it (workers idle), plus what the workers'
+  // allocators reserved during the run beyond what they keep after it (the feature slots, the
+  // forward's cached blocks): the pair's footprint while it trains.
+  int64_t need = 0;
+  // Per worker ("t", "d"): allocator reserved (the most seen during the run), peak allocated.
+  std::map<std::string, int64_t> reserved, peak;
 };
 
 int64_t Int(const json& j, const std::string& key) {
@@ -205,12 +209,6 @@ class MemoryGpu : public TrainingCluster {
     return MetricSum(body, metric);  // one sample: the worker's GPU
   }
 
-  // Submits and waits for the run's end; the state it ended in.
-  std::string RunToEnd(const std::string& yaml_path, std::string* run_id) {
-    *run_id = Submit(yaml_path);
-    return WaitForEnd(*run_id);
-  }
-
   // Waits for the run's end (up to `limit`); the state it ended in.
   std::string WaitForEnd(const std::string& run_id, ms limit = ms(600000)) {
     std::string state;
@@ -251,22 +249,40 @@ class MemoryGpu : public TrainingCluster {
     FreshWorkers(name, drafter_gpu);
     Measured m;
     const int64_t before = FreeNow();
-    const std::string state = RunToEnd(WriteRunYaml(name + ".yaml", yaml), &m.run_id);
+    m.run_id = Submit(WriteRunYaml(name + ".yaml", yaml));
+    // Each worker's reservation, sampled through the run (heartbeats every 100 ms; a caching
+    // allocator's reservation only grows while it trains, so the last samples hold the most).
+    std::map<std::string, int64_t> during;
+    std::string state;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          for (const std::string w : {"t", "d"}) {
+            const int64_t r =
+                Int(Worker(w + name).value("device", json::object()), "process_reserved_bytes");
+            during[w] = std::max(during[w], r);
+          }
+          state = Status(m.run_id).value("state", "");
+          return state == "RUN_STATE_DONE" || state == "RUN_STATE_FAILED" ||
+                 state == "RUN_STATE_PAUSED";
+        },
+        ms(600000)));
     EXPECT_EQ(state, "RUN_STATE_DONE") << Status(m.run_id).dump();
     const int64_t done_ms = NowMs();
     m.need = before - FreeNow();
     for (const std::string w : {"t" + name, "d" + name}) {
-      m.reserved[w.substr(0, 1)] =
-          Int(Worker(w).value("device", json::object()), "process_reserved_bytes");
-      m.peak[w.substr(0, 1)] =
+      const std::string k = w.substr(0, 1);
+      const int64_t idle = Int(Worker(w).value("device", json::object()), "process_reserved_bytes");
+      m.reserved[k] = std::max(idle, during[k]);
+      m.need += m.reserved[k] - idle;
+      m.peak[k] =
           static_cast<int64_t>(WorkerGauge(w, "dflash_worker_gpu_memory_peak_bytes", done_ms));
     }
     // The run's checkpoints (an 8B-shaped drafter's are GBs) are not looked at again.
     std::filesystem::remove_all(dir_ + "/state/runs/" + m.run_id + "/checkpoints");
-    std::cerr << "[memory_gpu_test] " << name << ": needed " << Gib(m.need) << "; target reserved "
-              << Gib(m.reserved["t"]) << " (peak " << Gib(m.peak["t"]) << "), drafter reserved "
-              << Gib(m.reserved["d"]) << " (peak " << Gib(m.peak["d"]) << "); " << Elapsed(start)
-              << " s\n";
+    std::cerr << "[memory_gpu_test] " << name << ": needed " << Gib(m.need)
+              << " while training; target reserved " << Gib(m.reserved["t"]) << " (peak "
+              << Gib(m.peak["t"]) << "), drafter reserved " << Gib(m.reserved["d"]) << " (peak "
+              << Gib(m.peak["d"]) << "); " << Elapsed(start) << " s\n";
     return m;
   }
 

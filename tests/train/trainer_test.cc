@@ -407,6 +407,53 @@ TEST(DrafterTrainerTest, OutOfMemoryMicroBatchIsTrainedAsHalvesByDocument) {
       << s;
 }
 
+// A backward that runs out of memory after earlier pieces of the step's first micro-batch were
+// added (their gradients in place) starts the micro-batch over in smaller pieces. Four documents
+// of 5, 4, 5, 4 rows, backwards above 8 rows failing after adding their gradients (the worst
+// case): 18 fails and is halved; of its halves (9 + 9) the first fails and is halved (5 + 4, both
+// fit), the second fails with the first's pieces added: start over in halves, where the same
+// happens, then in quarters, which all fit. The step equals the unsplit one.
+TEST(DrafterTrainerTest, ABackwardOutOfMemoryAfterEarlierPiecesStartsTheMicroBatchOver) {
+  const DrafterConfig c = TinyConfig();
+  auto batch = [&](uint64_t seed) {
+    DrafterBatch b = Batch(c, seed);
+    b.cu_seqlens = at::tensor({0, 5, 9, 14, 18}, at::TensorOptions().dtype(at::kInt));
+    std::vector<int64_t> positions;
+    for (int64_t len : {5, 4, 5, 4}) {
+      for (int64_t p = 0; p < len; ++p) positions.push_back(p);
+    }
+    b.positions = Longs(positions);
+    b.anchors = Longs({1, 5, 9, 14});
+    return b;
+  };
+  auto whole_model = MakeModel(c, 5), split_model = MakeModel(c, 5);
+  auto whole = DrafterTrainer::Create(whole_model.get(), Config(2), Loss());
+  auto split = DrafterTrainer::Create(split_model.get(), Config(2), Loss());
+  ASSERT_TRUE(whole.ok() && split.ok());
+  (*split)->InjectBackwardOutOfMemoryAbove(8);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE((*whole)->AddMicroBatch(batch(60 + i)).ok());
+    const absl::Status added = (*split)->AddMicroBatch(batch(60 + i));
+    ASSERT_TRUE(added.ok()) << added;
+    auto a = (*whole)->Step();
+    auto b = (*split)->Step();
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(b->micro_batches, 4) << "the quarters";
+    EXPECT_GE(b->oom_splits, 2);
+    EXPECT_EQ(b->weight_sum, a->weight_sum);  // every supervised slot once, not twice
+    EXPECT_EQ(b->slot_total, a->slot_total);
+    EXPECT_NEAR(b->loss, a->loss, 1e-5 * std::abs(a->loss)) << "step " << i;
+    EXPECT_NEAR(b->grad_norm, a->grad_norm, 1e-5 * a->grad_norm) << "step " << i;
+  }
+  // Past the step's first micro-batch the gradients hold another micro-batch's: not recoverable.
+  (*split)->InjectBackwardOutOfMemoryAbove(0);
+  ASSERT_TRUE((*split)->AddMicroBatch(batch(70)).ok());
+  (*split)->InjectBackwardOutOfMemoryAbove(8);
+  const absl::Status s = (*split)->AddMicroBatch(batch(71));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("earlier micro-batches of the step"), std::string::npos) << s;
+}
+
 TEST(DrafterTrainerTest, ResumedRunReproducesTheUninterruptedRunExactly) {
   const DrafterConfig c = TinyConfig();
   const ScopedDir dir("trainer_resume");
