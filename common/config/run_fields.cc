@@ -212,11 +212,6 @@ void CheckGamma(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
 
 void CheckTargetParallel(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
   CheckRange(e, "placement.target_parallel", s->placement.target_parallel, 1, 64);
-  if (s->placement.target_parallel > 1 && s->eval.every_steps > 0) {
-    e->Add("placement.target_parallel",
-           "evaluation during training (eval.every_steps > 0) decodes with one target process; "
-           "generating with a tensor-parallel target is not implemented: set eval.every_steps: 0");
-  }
 }
 
 void CheckEvalPrompts(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {

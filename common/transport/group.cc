@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const GroupOptions& opti
           absl::StrCat(options.collective_field, " nccl: this worker has no GPU"));
     }
     std::string id = options.nccl_unique_id;
-    if (options.rank == 0) {
+    if (options.rank == 0 && id.empty()) {
       absl::StatusOr<std::string> made = NewNcclUniqueId();
       if (!made.ok()) return made.status();
       id = *made;

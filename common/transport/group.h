@@ -18,7 +18,7 @@ struct GroupOptions {
   int rank = 0, world = 1;
   std::string collective;      // host | nccl
   std::string name;            // host: the shared-memory name (per attempt: rank 0 replaces it)
-  std::string nccl_unique_id;  // nccl, ranks > 0: rank 0's
+  std::string nccl_unique_id;  // nccl: rank 0's (rank 0 makes one when empty)
   int gpu = -1;                // nccl: this rank's device
   absl::Duration timeout = absl::Minutes(10);  // every wait
   absl::Duration open_timeout = absl::Minutes(2);
@@ -27,8 +27,10 @@ struct GroupOptions {
 };
 
 // The communicator of this rank. nccl rank 0: `made_unique_id` receives the id it made (the other
-// ranks join at the first collective call). INVALID_ARGUMENT / FAILED_PRECONDITION naming the
-// field for a bad collective, an empty name or nccl without a GPU.
+// ranks join at the first collective call), unless options.nccl_unique_id holds one that this
+// process made earlier (NewNcclUniqueId: its bootstrap root lives here), which it joins with.
+// INVALID_ARGUMENT / FAILED_PRECONDITION naming the field for a bad collective, an empty name or
+// nccl without a GPU.
 absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const GroupOptions& options,
                                                         std::string* made_unique_id);
 

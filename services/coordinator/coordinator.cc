@@ -18,6 +18,7 @@
 #include "common/data/run_data.h"
 #include "common/plan/memory_plan.h"
 #include "common/rpc/run_state.h"
+#include "services/coordinator/decode_group.h"
 #include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/regen.h"
@@ -320,19 +321,38 @@ absl::StatusOr<v1::EvalResult> Coordinator::EvaluateDrafter(const v1::EvaluateDr
   ASSIGN_OR_RETURN(v1::EvaluateRequest eval, MakeEvaluateRequest(spec, spec.drafter.init_from));
   eval.set_measure_baseline(true);
   eval.set_batch_size(req.batch_size());
-  const std::vector<v1::WorkerInfo> idle = IdleTargets();
-  std::optional<v1::WorkerInfo> worker;
-  if (!idle.empty()) worker = idle.front();
-  if (!worker) {
+  // placement.target_parallel n > 1: a group of n idle targets decodes, each with its shard.
+  const int64_t n = spec.placement.target_parallel;
+  const std::vector<DecodeGroupWorkers> groups = DecodeGroups(IdleTargets(), n);
+  if (groups.empty()) {
     return absl::FailedPreconditionError(
-        "no idle target worker is registered to decode with (each is up and holds no run)");
+        n > 1
+            ? absl::StrCat("no group of ", n, " idle target workers (placement.target_parallel ", n,
+                           ": one machine, one kind, one GPU each) is registered to decode "
+                           "with (each is up and holds no run)")
+            : std::string("no idle target worker is registered to decode with (each is up and "
+                          "holds no run)"));
   }
+  const DecodeGroupWorkers& group = groups.front();
   const int64_t start = clock_->NowUnixMs();
-  absl::StatusOr<v1::EvaluateResponse> resp = workers_->Evaluate(*worker, eval);
-  if (!resp.ok()) return WorkerFailure(resp.status(), worker->name());
-  LOG(INFO) << "evaluated " << spec.drafter.init_from << " on " << worker->name() << ": "
+  ASSIGN_OR_RETURN(std::vector<v1::DecodeGroup> fields,
+                   OpenDecodeGroup(group, DecodeGroupName("eval"), workers_));
+  absl::StatusOr<v1::EvaluateResponse> resp = OnEveryRank<v1::EvaluateResponse>(
+      group, fields,
+      [&](const v1::WorkerInfo& rank,
+          const v1::DecodeGroup& field) -> absl::StatusOr<v1::EvaluateResponse> {
+        v1::EvaluateRequest call = eval;
+        if (field.world() > 1) *call.mutable_group() = field;
+        absl::StatusOr<v1::EvaluateResponse> r = workers_->Evaluate(rank, call);
+        if (!r.ok()) return WorkerFailure(r.status(), rank.name());
+        return r;
+      });
+  if (!resp.ok()) return resp.status();
+  std::string names;
+  for (const v1::WorkerInfo& w : group) names += (names.empty() ? "" : "|") + w.name();
+  LOG(INFO) << "evaluated " << spec.drafter.init_from << " on " << names << ": "
             << resp->verifications() << " verifications";
-  return ToEvalResult(*resp, worker->name(), spec.drafter.init_from, 0, start);
+  return ToEvalResult(*resp, names, spec.drafter.init_from, 0, start);
 }
 
 absl::Status Coordinator::Regenerate(
@@ -363,7 +383,9 @@ absl::Status Coordinator::Regenerate(
   v1::RegenerateRequest absolute = req;
   absolute.set_output(out.string());
   if (req.generation_config()) RETURN_IF_ERROR(coordinator::UseGenerationConfig(spec, &absolute));
-  return coordinator::Regenerate(spec, absolute, IdleTargets(), workers_, progress);
+  return coordinator::Regenerate(spec, absolute,
+                                 DecodeGroups(IdleTargets(), spec.placement.target_parallel),
+                                 workers_, progress);
 }
 
 absl::StatusOr<v1::RunStatus> Coordinator::GetRun(const std::string& run_id) {

@@ -177,18 +177,20 @@ size_t DecodeBatch(const v1::RegenerateRequest& req) {
   return req.batch_size() > 0 ? static_cast<size_t>(req.batch_size()) : 16;
 }
 
-// Runs `items` on the workers (each takes calls of kPromptsPerRowPerCall x batch prompts from a
-// shared queue) and returns the outputs in item order.
+// Runs `items` on the groups (each takes calls of kPromptsPerRowPerCall x batch prompts from a
+// shared queue; every rank of a tensor-parallel group gets each call) and returns the outputs in
+// item order.
 absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items, size_t turn,
                                                 const std::vector<int64_t>& stops,
                                                 const v1::RegenerateRequest& req,
                                                 const std::string& yaml,
-                                                const std::vector<v1::WorkerInfo>& workers,
+                                                const std::vector<DecodeGroupWorkers>& groups,
                                                 WorkerControl* control) {
   const size_t rows = DecodeBatch(req), batch = kPromptsPerRowPerCall * rows;
   std::vector<Tokens> out(items.size());
   std::atomic<size_t> next{0};
-  auto work = [&](const v1::WorkerInfo& w) -> absl::Status {
+  auto work = [&](const DecodeGroupWorkers& group) -> absl::Status {
+    const v1::WorkerInfo& w = group[0];
     while (true) {
       const size_t first = next.fetch_add(batch);
       if (first >= items.size()) return absl::OkStatus();
@@ -207,8 +209,20 @@ absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items, 
       // Per batch: the run's seed, the batch's first record and the turn (not the batch index,
       // which a resume shifts).
       g.set_seed(SeedHash(req.seed(), {items[first].record, turn}));
-      absl::StatusOr<v1::GenerateResponse> answer = control->Generate(w, g);
-      if (!answer.ok()) return WorkerFailure(answer.status(), w.name());
+      absl::StatusOr<std::vector<v1::DecodeGroup>> fields =
+          OpenDecodeGroup(group, DecodeGroupName("regen"), control);
+      if (!fields.ok()) return fields.status();
+      absl::StatusOr<v1::GenerateResponse> answer = OnEveryRank<v1::GenerateResponse>(
+          group, *fields,
+          [&](const v1::WorkerInfo& rank,
+              const v1::DecodeGroup& field) -> absl::StatusOr<v1::GenerateResponse> {
+            v1::GenerateRequest call = g;
+            if (field.world() > 1) *call.mutable_group() = field;
+            absl::StatusOr<v1::GenerateResponse> r = control->Generate(rank, call);
+            if (!r.ok()) return WorkerFailure(r.status(), rank.name());
+            return r;
+          });
+      if (!answer.ok()) return answer.status();
       const v1::GenerateResponse& resp = *answer;
       if (resp.outputs_size() != static_cast<int>(last - first)) {
         return absl::InternalError(absl::StrCat("worker ", w.name(), " answered ",
@@ -222,7 +236,9 @@ absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items, 
     }
   };
   std::vector<std::future<absl::Status>> calls;
-  for (const v1::WorkerInfo& w : workers) calls.push_back(std::async(std::launch::async, work, w));
+  for (const DecodeGroupWorkers& g : groups) {
+    calls.push_back(std::async(std::launch::async, work, g));
+  }
   absl::Status status;
   for (auto& c : calls) {
     absl::Status s = c.get();
@@ -405,10 +421,16 @@ std::string DecodingText(const v1::RegenerateRequest& req) {
 }
 
 absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest& req,
-                        const std::vector<v1::WorkerInfo>& workers, WorkerControl* control,
+                        const std::vector<DecodeGroupWorkers>& groups, WorkerControl* control,
                         const std::function<bool(const v1::RegenerateProgress&)>& progress) {
-  if (workers.empty()) {
-    return absl::FailedPreconditionError("no idle target worker is registered to generate with");
+  if (groups.empty()) {
+    const int64_t n = spec.placement.target_parallel;
+    return absl::FailedPreconditionError(
+        n > 1
+            ? absl::StrCat("no group of ", n, " idle target workers (placement.target_parallel ", n,
+                           ": one machine, one kind, one GPU each) is registered to generate "
+                           "with")
+            : std::string("no idle target worker is registered to generate with"));
   }
   if (req.output().empty()) return absl::InvalidArgumentError("output: required");
   const auto start = std::chrono::steady_clock::now();
@@ -429,14 +451,14 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
   p.set_records_skipped(input.skipped);
   p.set_resumed_from(std::min<int64_t>(resumed, p.records_total()));
   p.set_records_done(p.resumed_from());
-  p.set_workers(static_cast<int64_t>(workers.size()));
+  p.set_workers(static_cast<int64_t>(groups.size()));
   p.set_output(out_path.string());
   p.set_decoding(absl::StrCat(
       DecodingText(req), req.generation_config() ? " (the target's generation_config.json)" : ""));
   const std::string yaml = config::EmitRunSpec(spec);
   // Records written per chunk: one call per worker.
   const size_t chunk =
-      std::max<size_t>(64, kPromptsPerRowPerCall * DecodeBatch(req) * workers.size());
+      std::max<size_t>(64, kPromptsPerRowPerCall * DecodeBatch(req) * groups.size());
   for (size_t first = p.records_done(); first < input.records.size(); first += chunk) {
     const size_t last = std::min(input.records.size(), first + chunk);
     size_t turns = 0;
@@ -448,7 +470,7 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
       RETURN_IF_ERROR(TurnItems(input, chat, first, last, turn, req, target.max_position_embeddings,
                                 &items, &stops));
       ASSIGN_OR_RETURN(std::vector<Tokens> outputs,
-                       GenerateAll(items, turn, stops, req, yaml, workers, control));
+                       GenerateAll(items, turn, stops, req, yaml, groups, control));
       int64_t tokens = p.tokens_generated();
       RETURN_IF_ERROR(KeepAnswers(&input, chat, items, std::move(outputs), stops, turn, first,
                                   &texts, &tokens));
@@ -468,7 +490,10 @@ absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest
   p.set_done(true);
   p.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   LOG(INFO) << "regenerated " << p.records_done() << " records into " << out_path.string() << " ("
-            << p.tokens_generated() << " tokens, " << workers.size() << " workers)";
+            << p.tokens_generated() << " tokens, " << groups.size()
+            << (spec.placement.target_parallel > 1
+                    ? absl::StrCat(" groups of ", spec.placement.target_parallel, " workers)")
+                    : std::string(" workers)"));
   progress(p);
   return absl::OkStatus();
 }

@@ -27,6 +27,7 @@
 #include "common/config/run_spec.h"
 #include "dflash/v1/common.pb.h"
 #include "dflash/v1/coordinator.pb.h"
+#include "services/coordinator/decode_group.h"
 #include "services/coordinator/worker_control.h"
 
 namespace dflash::coordinator {
@@ -40,10 +41,12 @@ absl::Status UseGenerationConfig(const config::RunSpec& spec, v1::RegenerateRequ
 // How `req` generates: "greedy", or "sampled: temperature T, top_p P, top_k K, seed S".
 std::string DecodingText(const v1::RegenerateRequest& req);
 
-// `spec` is the parsed run.yaml with data.train the input. `progress` is called after every chunk
-// and at the end (done set); returning false stops (CANCELLED; the partial output is kept).
+// `spec` is the parsed run.yaml with data.train the input; `groups` the target workers that
+// generate, in groups of placement.target_parallel (decode_group.h; one worker each when 1).
+// `progress` is called after every chunk and at the end (done set); returning false stops
+// (CANCELLED; the partial output is kept).
 absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest& req,
-                        const std::vector<v1::WorkerInfo>& workers, WorkerControl* control,
+                        const std::vector<DecodeGroupWorkers>& groups, WorkerControl* control,
                         const std::function<bool(const v1::RegenerateProgress&)>& progress);
 
 }  // namespace dflash::coordinator

@@ -19,6 +19,7 @@
 #include "common/batching/packed_batch.h"
 #include "common/train/checkpoints.h"
 #include "common/train/eval_snapshots.h"
+#include "services/coordinator/decode_group.h"
 #include "services/coordinator/evaluation.h"
 #include "services/coordinator/training.h"
 
@@ -287,10 +288,26 @@ absl::StatusOr<v1::EvalResult> RunDriver::Evaluate(const std::string& dir, int64
   v1::EvaluateRequest req = *t->eval_request;
   req.set_drafter_dir(dir);
   req.set_step(step);
-  const v1::WorkerInfo& worker = t->p.pairs[0].first;  // pair 0's target
+  // Pair 0's target: its tensor-parallel ranks decode together over a group of their own (the
+  // run's group carries the steps' sums meanwhile).
+  DecodeGroupWorkers group = {t->p.pairs[0].first};
+  if (!t->p.target_ranks.empty()) {
+    group.insert(group.end(), t->p.target_ranks[0].begin(), t->p.target_ranks[0].end());
+  }
   const int64_t start = clock_->NowUnixMs();
-  ASSIGN_OR_RETURN(v1::EvaluateResponse resp, workers_->Evaluate(worker, req));
-  v1::EvalResult r = ToEvalResult(resp, worker.name(), dir, step, start);
+  ASSIGN_OR_RETURN(std::vector<v1::DecodeGroup> fields,
+                   OpenDecodeGroup(group, DecodeGroupName("eval"), workers_));
+  ASSIGN_OR_RETURN(
+      v1::EvaluateResponse resp,
+      OnEveryRank<v1::EvaluateResponse>(
+          group, fields, [&](const v1::WorkerInfo& rank, const v1::DecodeGroup& field) {
+            v1::EvaluateRequest call = req;
+            if (field.world() > 1) *call.mutable_group() = field;
+            return workers_->Evaluate(rank, call);
+          }));
+  std::string names;
+  for (const v1::WorkerInfo& w : group) names += (names.empty() ? "" : "|") + w.name();
+  v1::EvalResult r = ToEvalResult(resp, names, dir, step, start);
   LOG_RUN(INFO, run_id, step - 1) << absl::StrFormat(
       "evaluated the drafter of step %d: tau %.3f over %d prompts (%d tokens, %.1f tokens/s)", step,
       r.tau(), r.prompts(), r.new_tokens(), r.tokens_per_second());

@@ -161,4 +161,19 @@ absl::StatusOr<v1::GenerateResponse> GrpcWorkerControl::Generate(const v1::Worke
   return resp;
 }
 
+absl::StatusOr<v1::OpenDecodeGroupResponse> GrpcWorkerControl::OpenDecodeGroup(
+    const v1::WorkerInfo& worker, const v1::OpenDecodeGroupRequest& req) {
+  if (worker.role() != v1::WORKER_ROLE_TARGET) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", worker.name(), " is not a target"));
+  }
+  Stubs* stubs = GetStubs(worker.control_address());
+  grpc::ClientContext ctx;
+  InFlight in_flight(this, worker.control_address(), &ctx);
+  SetDeadline(&ctx, rpc_timeout_ms_);
+  v1::OpenDecodeGroupResponse resp;
+  grpc::Status s = stubs->target->OpenDecodeGroup(&ctx, req, &resp);
+  if (!s.ok()) return Annotated(s, worker, "OpenDecodeGroup");
+  return resp;
+}
+
 }  // namespace dflash::coordinator

@@ -33,6 +33,11 @@ class WorkerControl {
                                                         const v1::EvaluateRequest& req) = 0;
   virtual absl::StatusOr<v1::GenerateResponse> Generate(const v1::WorkerInfo& worker,
                                                         const v1::GenerateRequest& req) = 0;
+  // Target workers: rank 0 of a tensor-parallel decoding group on NCCL makes its unique id.
+  virtual absl::StatusOr<v1::OpenDecodeGroupResponse> OpenDecodeGroup(
+      const v1::WorkerInfo& worker, const v1::OpenDecodeGroupRequest& req) {
+    return absl::UnimplementedError("OpenDecodeGroup");
+  }
   // Ends every call in flight to this worker now, with UNAVAILABLE: the coordinator marked it
   // down (a hung process keeps its connections open, so its calls would otherwise wait out their
   // deadlines, up to 30 minutes for a step).
@@ -55,6 +60,8 @@ class GrpcWorkerControl : public WorkerControl {
                                                 const v1::EvaluateRequest& req) override;
   absl::StatusOr<v1::GenerateResponse> Generate(const v1::WorkerInfo& worker,
                                                 const v1::GenerateRequest& req) override;
+  absl::StatusOr<v1::OpenDecodeGroupResponse> OpenDecodeGroup(
+      const v1::WorkerInfo& worker, const v1::OpenDecodeGroupRequest& req) override;
   void CancelCalls(const v1::WorkerInfo& worker) override;
 
  private:

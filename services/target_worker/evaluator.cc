@@ -1,7 +1,10 @@
 // The target worker's evaluator (services/worker_common/evaluator.h): takes the run's target with
 // every layer from the process's target cache (shared_target.h: one copy per checkpoint, shared
 // with training), reads the drafter snapshot, and measures the acceptance length by speculative
-// decoding (common/spec), or generates (regen).
+// decoding (common/spec), or generates (regen). A rank of a tensor-parallel decoding group takes
+// its shard instead and joins the group for the call: every rank runs the same decoding, summing
+// partial layer outputs over the group, and gets the same tokens (docs/method.md, "Tensor-parallel
+// targets").
 #include "services/worker_common/evaluator.h"
 
 #include <c10/core/Device.h>
@@ -21,6 +24,9 @@
 #include "common/nn/target_model.h"
 #include "common/spec/speculative.h"
 #include "common/train/run_setup.h"
+#include "common/transport/group.h"
+#include "common/transport/nccl_communicator.h"
+#include "common/transport/transport.h"
 #include "services/target_worker/shared_target.h"
 
 namespace dflash::worker {
@@ -30,14 +36,28 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The target one call decodes with: the whole model from the process's cache, or this rank's
+// shard (cached too) summing over the call's own group.
+struct Decoding {
+  std::shared_ptr<nn::TargetModel> cached;        // keeps the cache's model alive for the call
+  std::unique_ptr<transport::Communicator> comm;  // a decoding group's (world > 1)
+  std::unique_ptr<nn::TargetModel> bound;         // `cached` summing over comm
+  const nn::TargetModel& model() const { return bound ? *bound : *cached; }
+  // A failed call leaves the group at once, so that the other ranks' next sum ends too.
+  absl::Status Fail(absl::Status s) {
+    if (comm) comm->Abort();
+    return s;
+  }
+};
+
 class TargetEvaluator : public Evaluator {
  public:
   absl::StatusOr<GenerateReport> Generate(const GenerateWork& work) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (work.prompts.empty()) return absl::InvalidArgumentError("no prompts to generate from");
-    absl::StatusOr<std::shared_ptr<nn::TargetModel>> loaded = LoadTarget(work.spec, work.gpu);
-    if (!loaded.ok()) return loaded.status();
-    const std::shared_ptr<nn::TargetModel> target = *std::move(loaded);
+    absl::StatusOr<Decoding> decoding = Join(work.spec, work.gpu, work.group);
+    if (!decoding.ok()) return decoding.status();
+    const nn::TargetModel* const target = &decoding->model();
     nn::GenerateOptions options;
     options.max_new_tokens_per_prompt = work.max_new_tokens;
     options.stop_token_ids = work.stop_token_ids;
@@ -51,9 +71,13 @@ class TargetEvaluator : public Evaluator {
     try {
       out = nn::Generate(*target, work.prompts, options);
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("generating: ", e.what_without_backtrace()));
+      return decoding->Fail(
+          absl::InternalError(absl::StrCat("generating: ", e.what_without_backtrace())));
+    } catch (...) {  // the RPC's guard makes it a status; the group's other ranks end too
+      if (decoding->comm) decoding->comm->Abort();
+      throw;
     }
-    if (!out.ok()) return out.status();
+    if (!out.ok()) return decoding->Fail(out.status());
     GenerateReport report;
     for (nn::Generation& g : *out) {
       report.outputs.push_back(std::move(g.tokens));
@@ -67,9 +91,36 @@ class TargetEvaluator : public Evaluator {
     std::lock_guard<std::mutex> lock(mu_);
     if (work.prompts.empty()) return absl::InvalidArgumentError("no prompts to evaluate");
     const auto load_start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::shared_ptr<nn::TargetModel>> loaded = LoadTarget(work.spec, work.gpu);
-    if (!loaded.ok()) return loaded.status();
-    const std::shared_ptr<nn::TargetModel> target = *std::move(loaded);
+    absl::StatusOr<Decoding> decoding = Join(work.spec, work.gpu, work.group);
+    if (!decoding.ok()) return decoding.status();
+    absl::StatusOr<EvalReport> report;
+    try {
+      report = Evaluate(work, decoding->model(), load_start);
+    } catch (...) {  // the RPC's guard makes it a status; the group's other ranks end too
+      if (decoding->comm) decoding->comm->Abort();
+      throw;
+    }
+    if (!report.ok()) return decoding->Fail(report.status());
+    return report;
+  }
+
+  absl::StatusOr<std::string> OpenDecodeGroup(const std::string& collective, int gpu) override {
+    absl::StatusOr<transport::Collective> c = transport::ParseCollective(collective, "collective");
+    if (!c.ok()) return c.status();
+    if (*c != transport::Collective::kNccl) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("collective: ", collective, " groups need no opening (nccl ones do)"));
+    }
+    if (gpu < 0) return absl::FailedPreconditionError("collective nccl: this worker has no GPU");
+    return transport::NewNcclUniqueId();
+  }
+
+ private:
+  // Every rank of a decoding group (and a worker alone) decodes this way; rank 0's report is the
+  // result.
+  absl::StatusOr<EvalReport> Evaluate(const EvalWork& work, const nn::TargetModel& target_model,
+                                      std::chrono::steady_clock::time_point load_start) {
+    const nn::TargetModel* const target = &target_model;
     absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> model =
         spec::LoadExportedDrafter(*target, work.drafter_dir);
     if (!model.ok()) return model.status();
@@ -152,6 +203,9 @@ class TargetEvaluator : public Evaluator {
                                    b.verifications, b.accepted, b.emitted, b.accepted_at});
     }
     LOG_RUN(INFO, work.run_id, work.step)
+        << (work.group.world > 1
+                ? absl::StrCat("rank ", work.group.rank, " of ", work.group.world, ": ")
+                : std::string())
         << "evaluated " << work.drafter_dir << ": tau " << stats.tau() << " over " << report.prompts
         << " prompts, " << report.new_tokens << " tokens in " << report.seconds << " s (load "
         << report.load_seconds << " s); " << drafter_forwards << " drafter forwards "
@@ -166,24 +220,47 @@ class TargetEvaluator : public Evaluator {
     return report;
   }
 
- private:
   static c10::Device DeviceOf(int gpu) {
     return gpu < 0 ? c10::Device(c10::DeviceType::CPU) : c10::Device(c10::DeviceType::CUDA, gpu);
   }
 
-  // The spec's target with every layer, from the process's cache (shared_target.h): a run's or
-  // an earlier call's copy when one is alive, else loaded. The cache keeps it idle after the call;
-  // the evaluator holds it only during the call.
-  absl::StatusOr<std::shared_ptr<nn::TargetModel>> LoadTarget(const config::RunSpec& spec,
-                                                              int gpu) {
+  // The spec's target with every layer (or this rank's shard of it), from the process's cache
+  // (shared_target.h): a run's or an earlier call's copy when one is alive, else loaded. The cache
+  // keeps it idle after the call; the evaluator holds it only during the call. A rank of a group
+  // joins the group first (rank 0 of a host group creates it), and leaves it when loading fails.
+  absl::StatusOr<Decoding> Join(const config::RunSpec& spec, int gpu, const DecodeGroupWork& g) {
+    Decoding d;
+    train::TargetShard shard;
+    if (g.world > 1) {
+      transport::GroupOptions o;
+      o.rank = g.rank;
+      o.world = g.world;
+      o.collective = g.collective;
+      o.name = g.name;
+      o.nccl_unique_id = g.nccl_unique_id;
+      o.gpu = gpu;
+      o.collective_field = "group.collective";
+      o.name_field = "group.name";
+      std::string made;  // unused: the coordinator had rank 0 make the id (OpenDecodeGroup)
+      absl::StatusOr<std::unique_ptr<transport::Communicator>> comm =
+          transport::JoinGroup(o, &made);
+      if (!comm.ok()) return comm.status();
+      d.comm = *std::move(comm);
+      shard = {g.rank, g.world, NoGroupYet()};
+    }
     const c10::Device device = DeviceOf(gpu);
     TargetCache& cache = TargetCache::Process();
-    absl::StatusOr<std::shared_ptr<nn::TargetModel>> target =
-        cache.Acquire(spec, device, {.full = true, .features = false}, [&] {
-          return train::LoadRunTarget(spec, device, /*embeddings_only=*/false, /*full=*/true);
+    absl::StatusOr<std::shared_ptr<nn::TargetModel>> target = cache.Acquire(
+        spec, device, {.full = true, .features = false, .tp_rank = g.rank, .tp_world = g.world},
+        [&] {
+          return train::LoadRunTarget(spec, device, /*embeddings_only=*/false, /*full=*/true,
+                                      shard);
         });
-    if (target.ok()) cache.KeepIdle(*target);
-    return target;
+    if (!target.ok()) return d.Fail(target.status());
+    cache.KeepIdle(*target);
+    d.cached = *std::move(target);
+    if (d.comm) d.bound = d.cached->WithAllReduce(SumOver(d.comm.get()));
+    return d;
   }
 
   std::mutex mu_;

@@ -7,6 +7,37 @@
 #include "common/train/run_setup.h"
 
 namespace dflash::worker {
+namespace {
+
+transport::ReduceType ReduceTypeOf(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::BFloat16:
+      return transport::ReduceType::kBFloat16;
+    case c10::ScalarType::Half:
+      return transport::ReduceType::kFloat16;
+    case c10::ScalarType::Double:
+      return transport::ReduceType::kFloat64;
+    default:
+      return transport::ReduceType::kFloat32;
+  }
+}
+
+}  // namespace
+
+std::function<absl::Status(const at::Tensor&)> SumOver(transport::Communicator* comm) {
+  return [comm](const at::Tensor& t) {
+    return comm->AllReduceSum(t.data_ptr(), static_cast<size_t>(t.numel()),
+                              ReduceTypeOf(t.scalar_type()), t.is_cuda());
+  };
+}
+
+std::function<absl::Status(const at::Tensor&)> NoGroupYet() {
+  return [](const at::Tensor&) {
+    return absl::FailedPreconditionError(
+        "a cached tensor-parallel shard sums through its user's group "
+        "(TargetModel::WithAllReduce), and none was bound");
+  };
+}
 
 TargetCache& TargetCache::Process() {
   static TargetCache* const cache = new TargetCache;
@@ -24,7 +55,8 @@ absl::StatusOr<std::shared_ptr<nn::TargetModel>> TargetCache::Acquire(const conf
     if (!ids.ok()) return ids.status();
     layer_ids = *std::move(ids);
   }
-  const std::string key = absl::StrCat(spec.target.path, "|", spec.target.dtype, "|", device.str());
+  const std::string key = absl::StrCat(spec.target.path, "|", spec.target.dtype, "|", device.str(),
+                                       "|tp ", need.tp_rank, "/", need.tp_world);
   std::lock_guard<std::mutex> lock(mu_);  // held through a load: one load at a time
   entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
                                 [](const Entry& e) { return e.model.expired(); }),

@@ -27,8 +27,16 @@
 #include "absl/status/statusor.h"
 #include "common/config/run_spec.h"
 #include "common/nn/target_model.h"
+#include "common/transport/communicator.h"
 
 namespace dflash::worker {
+
+// A tensor-parallel shard's all-reduce over `comm` (TargetModelOptions.tp_all_reduce): the tensor's
+// dtype and device as the communicator's reduce type and memory.
+std::function<absl::Status(const at::Tensor&)> SumOver(transport::Communicator* comm);
+
+// What a cached shard sums with until a user binds its group: a FAILED_PRECONDITION.
+std::function<absl::Status(const at::Tensor&)> NoGroupYet();
 
 class TargetCache {
  public:
@@ -40,6 +48,10 @@ class TargetCache {
   struct Need {
     bool full = false;      // every layer and the final norm (to decode)
     bool features = false;  // the spec's feature layers (`auto` resolved from the target's config)
+    // A tensor-parallel shard (placement.target_parallel): rank `tp_rank` of `tp_world`. A cached
+    // shard sums through no group of its own: each user binds its group with
+    // TargetModel::WithAllReduce (training steps and decoding each have theirs).
+    int64_t tp_rank = 0, tp_world = 1;
   };
   // A model of `spec`'s target on `device` that has what `need` asks. A live model that serves
   // the request is returned; otherwise the idle model is dropped and `loader` loads a new one (one

@@ -72,29 +72,32 @@ class TargetRunner : public StepRunner {
       }
       shard.rank = ctx.tp_rank;
       shard.world = ctx.tp_world;
-      shard.all_reduce = [comm = tp_comm_.get()](const at::Tensor& t) {
-        return comm->AllReduceSum(t.data_ptr(), static_cast<size_t>(t.numel()),
-                                  ReduceTypeOf(t.scalar_type()), t.is_cuda());
-      };
+      shard.all_reduce = NoGroupYet();  // each user binds its own group (shared_target.h)
     }
     const auto load = [&] {
       return train::LoadRunTarget(ctx.spec, device, /*embeddings_only=*/false, full, shard);
     };
-    if (ctx.tp_world > 1) {  // a tensor-parallel shard: this run's own
-      absl::StatusOr<std::unique_ptr<nn::TargetModel>> target = load();
-      if (!target.ok()) return target.status();
-      target_ = std::shared_ptr<nn::TargetModel>(*std::move(target));
-    } else {  // one copy per checkpoint in this process, shared with the evaluator
-      const int64_t loads = TargetCache::Process().loads();
-      absl::StatusOr<std::shared_ptr<nn::TargetModel>> target =
-          TargetCache::Process().Acquire(ctx.spec, device, {.full = full, .features = true}, load);
-      if (!target.ok()) return target.status();
-      target_ = *std::move(target);
-      LOG_RUN(INFO, ctx.run_id, -1)
-          << (TargetCache::Process().loads() > loads ? "loaded the target "
-                                                     : "reusing the loaded target ")
-          << ctx.spec.target.path << (target_->full() ? " (every layer)" : "");
+    // One copy per checkpoint (and shard) in this process, shared with the evaluator.
+    const int64_t loads = TargetCache::Process().loads();
+    absl::StatusOr<std::shared_ptr<nn::TargetModel>> target = TargetCache::Process().Acquire(
+        ctx.spec, device,
+        {.full = full, .features = true, .tp_rank = ctx.tp_rank, .tp_world = ctx.tp_world}, load);
+    if (!target.ok()) return target.status();
+    target_ = *std::move(target);
+    if (ctx.tp_world > 1) {
+      // The steps sum over the run's group; the cached shard (kept alive in cached_) sums over
+      // none, so that an evaluation can decode with it over a group of its own at the same time.
+      cached_ = target_;
+      target_ = std::shared_ptr<nn::TargetModel>(cached_->WithAllReduce(SumOver(tp_comm_.get())));
     }
+    LOG_RUN(INFO, ctx.run_id, -1) << (TargetCache::Process().loads() > loads
+                                          ? "loaded the target "
+                                          : "reusing the loaded target ")
+                                  << ctx.spec.target.path
+                                  << (target_->full() ? " (every layer)" : "")
+                                  << (ctx.tp_world > 1 ? absl::StrCat(", shard ", ctx.tp_rank,
+                                                                      " of ", ctx.tp_world)
+                                                       : std::string());
     // Loading frees each layer's originals once fused, into blocks the forward's tensors rarely
     // fit: given back, so that a drafter on the same GPU can have them (docs/memory.md).
     device::ReleaseCachedMemory();
@@ -182,19 +185,6 @@ class TargetRunner : public StepRunner {
         {"batching.token_budget", std::to_string(token_budget_)}};
     if (sender_) e["placement.transport"] = transport::TransportName(sender_->transport());
     return e;
-  }
-
-  static transport::ReduceType ReduceTypeOf(c10::ScalarType t) {
-    switch (t) {
-      case c10::ScalarType::BFloat16:
-        return transport::ReduceType::kBFloat16;
-      case c10::ScalarType::Half:
-        return transport::ReduceType::kFloat16;
-      case c10::ScalarType::Double:
-        return transport::ReduceType::kFloat64;
-      default:
-        return transport::ReduceType::kFloat32;
-    }
   }
 
   // The pair's tensor-parallel group (placement.target_parallel > 1): rank 0 is prepared first and
@@ -394,9 +384,10 @@ class TargetRunner : public StepRunner {
   transport::Transport transport_ = transport::Transport::kHost;
   std::unique_ptr<transport::FeatureSender> sender_;  // tensor-parallel rank 0 only
   std::unique_ptr<transport::Communicator> tp_comm_;  // the tensor-parallel group (tp_world > 1)
-  int64_t step_splits_ = 0;                           // this step's out-of-memory splits
-  int64_t token_budget_ = 0;                          // batching.token_budget (echoed)
-  int64_t inject_oom_above_ = 0;                      // test hook (test_hooks.h)
+  std::shared_ptr<nn::TargetModel> cached_;  // tp_world > 1: the cache's shard, bound in target_
+  int64_t step_splits_ = 0;                  // this step's out-of-memory splits
+  int64_t token_budget_ = 0;                 // batching.token_budget (echoed)
+  int64_t inject_oom_above_ = 0;             // test hook (test_hooks.h)
   batching::PackedBatch scratch_;
   std::vector<uint8_t> message_;
 };

@@ -13,6 +13,15 @@
 
 namespace dflash::worker {
 
+// This worker's rank of a tensor-parallel target's decoding group (v1::DecodeGroup): world 1 is
+// the whole target on this worker.
+struct DecodeGroupWork {
+  int rank = 0, world = 1;
+  std::string collective;      // host | nccl
+  std::string name;            // host: the shared-memory name
+  std::string nccl_unique_id;  // nccl: made by rank 0's OpenDecodeGroup
+};
+
 struct EvalWork {
   config::RunSpec spec;  // its target decodes
   int gpu = -1;          // the worker's device, -1 for the CPU
@@ -24,6 +33,7 @@ struct EvalWork {
   std::string run_id;      // log lines
   int64_t step = -1;
   bool measure_baseline = false;  // also time plain greedy decoding of the same prompts
+  DecodeGroupWork group;
 };
 
 // One context-length bucket of an evaluation (common/spec AcceptanceStats::by_context).
@@ -60,6 +70,7 @@ struct GenerateWork {
   int64_t top_k = 0;
   uint64_t seed = 0;
   int64_t max_batch = 0;  // sequences decoded together; 0: all
+  DecodeGroupWork group;
 };
 
 struct GenerateReport {
@@ -75,6 +86,11 @@ class Evaluator {
   virtual ~Evaluator() = default;
   virtual absl::StatusOr<EvalReport> Evaluate(const EvalWork& work) = 0;
   virtual absl::StatusOr<GenerateReport> Generate(const GenerateWork& work) = 0;
+  // Rank 0 of a decoding group on `collective` nccl: a fresh NCCL unique id (its bootstrap root
+  // lives in this process until the group has formed), for every rank's Evaluate or Generate.
+  virtual absl::StatusOr<std::string> OpenDecodeGroup(const std::string& collective, int gpu) {
+    return absl::UnimplementedError("this worker does not decode in groups");
+  }
 };
 
 using EvaluatorFactory = std::function<std::unique_ptr<Evaluator>()>;

@@ -42,10 +42,8 @@ absl::StatusOr<v1::EvaluateResponse> WorkerCore::Evaluate(const v1::EvaluateRequ
   if (!spec.ok()) return spec.status();
   EvalWork work;
   work.spec = *std::move(spec);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    work.gpu = self_.device().kind() == "cuda" ? self_.device().index() : -1;
-  }
+  work.gpu = Gpu();
+  ASSIGN_OR_RETURN(work.group, GroupOf(req.group()));
   work.drafter_dir = req.drafter_dir();
   for (const v1::TokenIds& p : req.prompts())
     work.prompts.emplace_back(p.ids().begin(), p.ids().end());
@@ -105,10 +103,8 @@ absl::StatusOr<v1::GenerateResponse> WorkerCore::Generate(const v1::GenerateRequ
   if (!spec.ok()) return spec.status();
   GenerateWork work;
   work.spec = *std::move(spec);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    work.gpu = self_.device().kind() == "cuda" ? self_.device().index() : -1;
-  }
+  work.gpu = Gpu();
+  ASSIGN_OR_RETURN(work.group, GroupOf(req.group()));
   for (int i = 0; i < req.prompts_size(); ++i) {
     work.prompts.emplace_back(req.prompts(i).ids().begin(), req.prompts(i).ids().end());
     work.max_new_tokens.push_back(req.max_new_tokens(req.max_new_tokens_size() == 1 ? 0 : i));
@@ -131,6 +127,38 @@ absl::StatusOr<v1::GenerateResponse> WorkerCore::Generate(const v1::GenerateRequ
   }
   resp.set_seconds(r.seconds);
   return resp;
+}
+
+absl::StatusOr<v1::OpenDecodeGroupResponse> WorkerCore::OpenDecodeGroup(
+    const v1::OpenDecodeGroupRequest& req) {
+  if (evaluator_ == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("worker ", self_.name(), " does not decode (a target worker does)"));
+  }
+  ASSIGN_OR_RETURN(std::string id, evaluator_->OpenDecodeGroup(req.collective(), Gpu()));
+  v1::OpenDecodeGroupResponse resp;
+  resp.set_nccl_unique_id(id);
+  return resp;
+}
+
+absl::StatusOr<DecodeGroupWork> WorkerCore::GroupOf(const v1::DecodeGroup& g) {
+  DecodeGroupWork w;
+  if (g.world() <= 1) return w;
+  if (g.rank() < 0 || g.rank() >= g.world()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group.rank: ", g.rank(), " is outside [0, ", g.world(), ")"));
+  }
+  w.rank = g.rank();
+  w.world = g.world();
+  w.collective = g.collective();
+  w.name = g.name();
+  w.nccl_unique_id = g.nccl_unique_id();
+  return w;
+}
+
+int WorkerCore::Gpu() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return self_.device().kind() == "cuda" ? self_.device().index() : -1;
 }
 
 absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareRunRequest& req) {

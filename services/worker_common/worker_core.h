@@ -38,6 +38,9 @@ class WorkerCore {
   absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::EvaluateRequest& req);
   // Target workers: plain generation (dflashctl regen).
   absl::StatusOr<v1::GenerateResponse> Generate(const v1::GenerateRequest& req);
+  // Target workers: rank 0 of a tensor-parallel decoding group on NCCL makes its unique id.
+  absl::StatusOr<v1::OpenDecodeGroupResponse> OpenDecodeGroup(
+      const v1::OpenDecodeGroupRequest& req);
   void SetEvaluator(std::unique_ptr<Evaluator> evaluator) { evaluator_ = std::move(evaluator); }
 
   // Coordinator says which run this worker holds (heartbeat reply); drops any other.
@@ -51,6 +54,9 @@ class WorkerCore {
 
  private:
   void UpdateStepMetrics(const StepReport& report);
+  // The request's decoding group, checked (INVALID_ARGUMENT naming the group field).
+  static absl::StatusOr<DecodeGroupWork> GroupOf(const v1::DecodeGroup& g);
+  int Gpu();  // this worker's device, -1 for the CPU
 
   std::mutex mu_;
   v1::WorkerInfo self_;

@@ -71,6 +71,15 @@ class TargetWorkerService final : public WorkerControlService<v1::TargetWorker::
       return grpc::Status::OK;
     });
   }
+  grpc::Status OpenDecodeGroup(grpc::ServerContext*, const v1::OpenDecodeGroupRequest* req,
+                               v1::OpenDecodeGroupResponse* resp) override {
+    return Guarded("OpenDecodeGroup", [&] {
+      auto r = core_->OpenDecodeGroup(*req);
+      if (!r.ok()) return ToGrpcStatus(r.status());
+      *resp = *std::move(r);
+      return grpc::Status::OK;
+    });
+  }
 };
 
 }  // namespace dflash::worker

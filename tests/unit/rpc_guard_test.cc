@@ -58,6 +58,9 @@ class ThrowingEvaluator : public Evaluator {
     throw std::runtime_error("evaluate threw");
   }
   absl::StatusOr<GenerateReport> Generate(const GenerateWork&) override { throw std::bad_alloc(); }
+  absl::StatusOr<std::string> OpenDecodeGroup(const std::string&, int) override {
+    throw std::runtime_error("open threw");
+  }
 };
 
 constexpr char kRunYaml[] =
@@ -147,6 +150,12 @@ TEST(WorkerHandlers, AnswerAStatusWhenTheirDependencyThrows) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     EXPECT_NE(s.error_message().find("Generate: out of host memory"), std::string::npos)
         << s.error_message();
+    v1::OpenDecodeGroupRequest open;
+    open.set_collective("nccl");
+    v1::OpenDecodeGroupResponse open_resp;
+    s = w.service.OpenDecodeGroup(&w.ctx, &open, &open_resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+    EXPECT_EQ(s.error_message(), "OpenDecodeGroup: open threw");
   }
 }
 
