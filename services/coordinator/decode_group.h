@@ -1,8 +1,8 @@
 // Decoding with a tensor-parallel target (placement.target_parallel = n > 1): `dflashctl eval`,
 // `regen` and evaluations during training run on a group of n target workers, each rank decoding
 // the same request with its shard of the target in step with the others (they sum partial layer
-// outputs over the group); rank 0's answer is the result (docs/method.md, "Tensor-parallel
-// targets"). With n = 1 a group is one worker and the calls are the plain ones.
+// outputs over the group); rank 0's answer is the result (docs/models.md, "Generating with a
+// tensor-parallel target"). With n = 1 a group is one worker and the calls are the plain ones.
 #pragma once
 
 #include <cstdint>

@@ -3,8 +3,8 @@
 // with training), reads the drafter snapshot, and measures the acceptance length by speculative
 // decoding (common/spec), or generates (regen). A rank of a tensor-parallel decoding group takes
 // its shard instead and joins the group for the call: every rank runs the same decoding, summing
-// partial layer outputs over the group, and gets the same tokens (docs/method.md, "Tensor-parallel
-// targets").
+// partial layer outputs over the group, and gets the same tokens (docs/models.md, "Generating with a
+// tensor-parallel target").
 #include "services/worker_common/evaluator.h"
 
 #include <c10/core/Device.h>

@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tests/integration/training_cluster.h"
@@ -86,12 +88,65 @@ TEST_F(TrainingCluster, ATensorParallelTargetTrainsOnTheOneProcessCurveAndSurviv
   for (const auto& [step, loss] : got) EXPECT_EQ(resumed.at(step), loss) << "step " << step;
 }
 
-TEST_F(TrainingCluster, ATensorParallelRunWithEvaluationIsRefusedNamingTheField) {
-  std::string yaml = Yaml("eval", 2);
-  yaml += "eval: {every_steps: 4, prompts: \"builtin:tiny-chat\"}\n";
-  CtlResult r = RunCtl(address_, {"submit", WriteRunYaml("eval.yaml", yaml)});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.err, HasSubstr("placement.target_parallel"));
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Tensor-parallel decoding: a run with placement.target_parallel 2 evaluates during training on
+// its two target ranks (each decodes with its shard over a group of its own while the run's group
+// carries the steps); `dflashctl eval` and `regen` with target_parallel 2 run on a group of two
+// idle targets and give what one target gives (fp32 on the CPU: the same greedy tokens).
+TEST_F(TrainingCluster, ATensorParallelTargetEvaluatesAndRegeneratesAsOneProcessDoes) {
+  StartWorker("target", "t0");
+  StartWorker("target", "t1");
+  StartWorker("drafter", "d0");
+  const std::string eval_yaml =
+      "eval: {every_steps: 4, prompts: \"builtin:tiny-chat\", max_prompts: 3, "
+      "max_new_tokens: 16}\n";
+  const std::string two = WriteRunYaml("two.yaml", Yaml("two", 2) + eval_yaml);
+  CtlResult r = RunCtl(address_, {"submit", two});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("running -> done: trained 12 steps"));
+  json runs = json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"];
+  ASSERT_EQ(runs.size(), 1u);
+  const std::string id = runs[0]["run_id"];
+  const std::string run_dir = Status(id)["run_dir"];
+  const std::vector<std::string> evals = Lines(run_dir + "/eval/results.jsonl");
+  ASSERT_EQ(evals.size(), 3u) << ReadFile(dir_ + "/coordinator.log");
+  for (const std::string& line : evals) {
+    const json e = json::parse(line);
+    EXPECT_EQ(e["worker"], "t0|t1") << line;
+    EXPECT_GT(e["tau"].get<double>(), 0.0) << line;
+  }
+  EXPECT_THAT(ReadFile(run_dir + "/logs/target-t1.log"), HasSubstr("rank 1 of 2: evaluated"));
+
+  // The exported drafter, evaluated by the group and by one target.
+  ASSERT_EQ(RunCtl(address_, {"export", id, "--out", dir_ + "/drafter"}).exit_code, 0);
+  const std::string one = WriteRunYaml("one.yaml", Yaml("one", 1) + eval_yaml);
+  CtlResult by_two = RunCtl(address_, {"eval", two, "--drafter", dir_ + "/drafter", "-o", "json"});
+  CtlResult by_one = RunCtl(address_, {"eval", one, "--drafter", dir_ + "/drafter", "-o", "json"});
+  ASSERT_EQ(by_two.exit_code, 0) << by_two.err;
+  ASSERT_EQ(by_one.exit_code, 0) << by_one.err;
+  const json a = json::parse(by_two.out), b = json::parse(by_one.out);
+  EXPECT_EQ(a["worker"], "t0|t1");
+  EXPECT_EQ(a["new_tokens"], b["new_tokens"]);
+  EXPECT_EQ(a["verifications"], b["verifications"]);
+  EXPECT_DOUBLE_EQ(a["tau"].get<double>(), b["tau"].get<double>());
+  EXPECT_EQ(a["baseline_identical_prompts"], a["prompts"]) << by_two.out;
+
+  // Regeneration: the same answers, greedy.
+  for (const auto& [yaml, out] :
+       {std::make_pair(two, dir_ + "/two.jsonl"), std::make_pair(one, dir_ + "/one.jsonl")}) {
+    CtlResult g = RunCtl(address_, {"-o", "json", "regen", yaml, "--out", out, "--max_records", "6",
+                                    "--max_new_tokens", "12"});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+  }
+  ASSERT_EQ(Lines(dir_ + "/two.jsonl").size(), 6u);
+  EXPECT_EQ(Lines(dir_ + "/two.jsonl"), Lines(dir_ + "/one.jsonl"));
+  EXPECT_THAT(ReadFile(dir_ + "/coordinator.log"), HasSubstr("groups of 2 workers)"));
 }
 
 TEST_F(TrainingCluster, ATensorParallelWidthTheTargetCannotSplitIsRefusedAtSubmit) {
