@@ -5,6 +5,7 @@
 // per script version into the build tree.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,9 +21,19 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
+// Today's local date: Llama 3.x templates render it (strftime_now), so the references hold for the
+// day they were written and are written again on another (a build tree used across midnight).
+std::string Today() {
+  const std::time_t now = std::time(nullptr);
+  char day[16];
+  std::strftime(day, sizeof(day), "%Y-%m-%d", std::localtime(&now));
+  return day;
+}
+
 std::vector<json> ReadCases(const std::string& file) {
   const std::string error = dflash::testing::RunPythonOracleOnce(
-      DFLASH_PYTHON, DFLASH_JINJA_ORACLE_SCRIPT, fs::path(DFLASH_JINJA_ORACLE_DIR));
+      DFLASH_PYTHON, DFLASH_JINJA_ORACLE_SCRIPT, fs::path(DFLASH_JINJA_ORACLE_DIR), "",
+      "rendered on " + Today());
   EXPECT_EQ(error, "");
   std::vector<json> cases;
   std::ifstream in(fs::path(DFLASH_JINJA_ORACLE_DIR) / file);
