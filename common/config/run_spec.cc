@@ -66,7 +66,8 @@ void ValidateField(const RunField& f, const RunSpecOptions& opt, RunSpec* spec, 
 }  // namespace
 
 const std::vector<std::string>& BuiltinTargets() {
-  static const std::vector<std::string> names = {"tiny-qwen3", "qwen3-8b-random"};
+  static const std::vector<std::string> names = {"tiny-qwen3", "qwen3-8b-random",
+                                                 "qwen3.5-27b-random"};
   return names;
 }
 

@@ -5,7 +5,9 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/Utils.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/rand.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
@@ -49,6 +51,52 @@ std::map<std::string, at::Tensor> RandomQwen3Weights(
     w[p + "mlp.down_proj.weight"] = matrix(h, inter);
   }
   w["model.norm.weight"] = at::ones({h}, ones_options);
+  return w;
+}
+
+std::map<std::string, at::Tensor> RandomHybridWeights(const model::TransformerConfig& c,
+                                                      int64_t num_layers,
+                                                      const at::TensorOptions& opt) {
+  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
+  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
+  const int64_t hv = c.linear_num_value_heads, vd = hv * c.linear_value_head_dim;
+  const int64_t cd = 2 * c.linear_num_key_heads * c.linear_key_head_dim + vd;
+  const int64_t kernel = c.linear_conv_kernel_dim;
+  auto matrix = [&](std::vector<int64_t> shape) {
+    const double in = static_cast<double>(shape.back());
+    return at::randn(shape, opt).div_(std::sqrt(in));
+  };
+  std::map<std::string, at::Tensor> w;
+  w["model.embed_tokens.weight"] = at::randn({c.vocab_size, h}, opt);
+  w["lm_head.weight"] = matrix({c.vocab_size, h});
+  w["model.norm.weight"] = at::zeros({h}, opt);
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    w[p + "input_layernorm.weight"] = at::zeros({h}, opt);
+    w[p + "post_attention_layernorm.weight"] = at::zeros({h}, opt);
+    if (model::IsLinearAttentionLayer(c, i)) {
+      const std::string l = p + "linear_attn.";
+      w[l + "in_proj_qkv.weight"] = matrix({cd, h});
+      w[l + "in_proj_z.weight"] = matrix({vd, h});
+      w[l + "in_proj_b.weight"] = matrix({hv, h});
+      w[l + "in_proj_a.weight"] = matrix({hv, h});
+      w[l + "conv1d.weight"] = matrix({cd, 1, kernel}).mul_(std::sqrt(1.0 / kernel));
+      w[l + "dt_bias"] = at::ones({hv}, opt);
+      w[l + "A_log"] = (at::rand({hv}, opt) * 4.0 - 3.0);
+      w[l + "norm.weight"] = at::ones({c.linear_value_head_dim}, opt);
+      w[l + "out_proj.weight"] = matrix({h, vd});
+    } else {
+      w[p + "self_attn.q_norm.weight"] = at::zeros({d}, opt);
+      w[p + "self_attn.k_norm.weight"] = at::zeros({d}, opt);
+      w[p + "self_attn.q_proj.weight"] = matrix({2 * q, h});
+      w[p + "self_attn.k_proj.weight"] = matrix({kv, h});
+      w[p + "self_attn.v_proj.weight"] = matrix({kv, h});
+      w[p + "self_attn.o_proj.weight"] = matrix({h, q});
+    }
+    w[p + "mlp.gate_proj.weight"] = matrix({inter, h});
+    w[p + "mlp.up_proj.weight"] = matrix({inter, h});
+    w[p + "mlp.down_proj.weight"] = matrix({h, inter});
+  }
   return w;
 }
 
@@ -108,6 +156,9 @@ absl::StatusOr<std::unique_ptr<TargetModel>> BuiltinTarget(const std::string& na
   int64_t layers = t.num_hidden_layers;
   if (!options.layer_ids.empty() && !options.full) {
     layers = 1 + *std::max_element(options.layer_ids.begin(), options.layer_ids.end());
+  }
+  if (model::IsHybrid(t)) {  // qwen3.5-27b-random
+    return TargetModel::FromTensors(t, RandomHybridWeights(t, layers, opts), options);
   }
   // The large shape: sharp logits, as a trained model's lm_head gives (with a normed hidden state
   // of RMS 1 each logit has a standard deviation of 4). tiny-qwen3's lm_head is replaced below.

@@ -1,7 +1,8 @@
-// run.yaml `target.path: builtin:NAME`: targets built in memory for the embedded CPU demo and
-// tests. builtin:tiny-qwen3 is a Qwen3-shaped decoder (config::TinyQwen3) whose weights are drawn
-// from a fixed seed with LibTorch's CPU generator, so every process (target and drafter workers)
-// builds the same model without any file.
+// run.yaml `target.path: builtin:NAME`: targets built in memory for the embedded CPU demo, tests
+// and benchmarks (qwen3-8b-random: Qwen3-8B's shape; qwen3.5-27b-random: Qwen3.5-27B's hybrid
+// text backbone; random weights drawn on the target's device). builtin:tiny-qwen3 is a Qwen3-shaped
+// decoder (config::TinyQwen3) whose weights are drawn from a fixed seed with LibTorch's CPU
+// generator, so every process (target and drafter workers) builds the same model without any file.
 #pragma once
 
 #include <functional>
@@ -24,6 +25,15 @@ std::map<std::string, at::Tensor> RandomQwen3Weights(
     const model::TransformerConfig& config, int64_t num_layers,
     const std::function<at::Tensor(at::IntArrayRef)>& normal, const at::TensorOptions& ones_options,
     double lm_head_divisor);
+
+// Random weights of a Qwen3.5 text backbone (hybrid: gated delta-rule and gated-attention layers)
+// under HF names for layers 0..num_layers-1, drawn with `options` (dtype, device) from that
+// device's default generator: matrices N(0, 1/in), embeddings N(0, 1), zero-centered norms 0
+// (scale 1), the delta rule's norm 1, decays A = exp(A_log) in [0.05, 2.7], convolution
+// N(0, 1/kernel). builtin:qwen3.5-27b-random and the benchmarks draw their hybrid targets with it.
+std::map<std::string, at::Tensor> RandomHybridWeights(const model::TransformerConfig& config,
+                                                      int64_t num_layers,
+                                                      const at::TensorOptions& options);
 
 // The config of a built-in target (name without "builtin:"); NOT_FOUND for an unknown name.
 absl::StatusOr<model::TransformerConfig> BuiltinTargetConfig(const std::string& name);

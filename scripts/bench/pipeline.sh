@@ -5,7 +5,8 @@
 # 200-2000 tokens), 5-layer drafter, block 16. Prints per-geometry steps/s, context tokens/s and
 # the peak GPU memory of each worker process (LibTorch's caching allocator).
 # Env: GEOMS ("8192:512 16384:1024"), each tokens:anchors[:drafter_layers[:recompute]]
-# (drafter.recompute: none, mlp or layers).
+# (drafter.recompute: none, mlp or layers); TARGET (builtin:qwen3-8b-random; or
+# builtin:qwen3.5-27b-random, Qwen3.5-27B's hybrid shape: 54 GB of bf16 weights).
 #   scripts/bench/pipeline.sh BUILD_DIR [STEPS] [OUT_DIR]
 set -euo pipefail
 build=${1:?usage: pipeline.sh BUILD_DIR [STEPS] [OUT_DIR]}
@@ -49,7 +50,7 @@ for geom in $geoms; do
   done
   cat >"$d/run.yaml" <<YAML
 name: bench-$1
-target: {path: "builtin:qwen3-8b-random", dtype: bfloat16}
+target: {path: "${TARGET:-builtin:qwen3-8b-random}", dtype: bfloat16}
 drafter: {layers: $layers, block_size: 16, recompute: $recompute}
 data: {train: "builtin:long-synthetic", max_length: 2048}
 batching: {token_budget: $1, max_anchors: $2, grad_accum: 1}

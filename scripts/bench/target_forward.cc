@@ -151,53 +151,11 @@ std::map<std::string, at::Tensor> RandomMoeWeights(const model::TransformerConfi
   return w;
 }
 
-// A Qwen3.5 text backbone's random weights: as RandomMoeWeights draws matrices; zero-centered
-// norms 0 (scale 1), the delta rule's norm 1, decays A = exp(A_log) in [0.05, 2.7], convolution
-// N(0, 1/kernel).
+// A Qwen3.5 text backbone's random weights on the GPU in bf16 (nn::RandomHybridWeights).
 std::map<std::string, at::Tensor> RandomHybridWeights(const model::TransformerConfig& c,
                                                       int64_t num_layers) {
-  const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-  const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
-  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
-  const int64_t hv = c.linear_num_value_heads, vd = hv * c.linear_value_head_dim;
-  const int64_t cd = 2 * c.linear_num_key_heads * c.linear_key_head_dim + vd;
-  const int64_t kernel = c.linear_conv_kernel_dim;
-  auto matrix = [&](std::vector<int64_t> shape) {
-    const double in = static_cast<double>(shape.back());
-    return at::randn(shape, opt).div_(std::sqrt(in));
-  };
-  std::map<std::string, at::Tensor> w;
-  w["model.embed_tokens.weight"] = at::randn({c.vocab_size, h}, opt);
-  w["lm_head.weight"] = matrix({c.vocab_size, h});
-  w["model.norm.weight"] = at::zeros({h}, opt);
-  for (int64_t i = 0; i < num_layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    w[p + "input_layernorm.weight"] = at::zeros({h}, opt);
-    w[p + "post_attention_layernorm.weight"] = at::zeros({h}, opt);
-    if (model::IsLinearAttentionLayer(c, i)) {
-      const std::string l = p + "linear_attn.";
-      w[l + "in_proj_qkv.weight"] = matrix({cd, h});
-      w[l + "in_proj_z.weight"] = matrix({vd, h});
-      w[l + "in_proj_b.weight"] = matrix({hv, h});
-      w[l + "in_proj_a.weight"] = matrix({hv, h});
-      w[l + "conv1d.weight"] = matrix({cd, 1, kernel}).mul_(std::sqrt(1.0 / kernel));
-      w[l + "dt_bias"] = at::ones({hv}, opt);
-      w[l + "A_log"] = (at::rand({hv}, opt) * 4.0 - 3.0);
-      w[l + "norm.weight"] = at::ones({c.linear_value_head_dim}, opt);
-      w[l + "out_proj.weight"] = matrix({h, vd});
-    } else {
-      w[p + "self_attn.q_norm.weight"] = at::zeros({d}, opt);
-      w[p + "self_attn.k_norm.weight"] = at::zeros({d}, opt);
-      w[p + "self_attn.q_proj.weight"] = matrix({2 * q, h});
-      w[p + "self_attn.k_proj.weight"] = matrix({kv, h});
-      w[p + "self_attn.v_proj.weight"] = matrix({kv, h});
-      w[p + "self_attn.o_proj.weight"] = matrix({h, q});
-    }
-    w[p + "mlp.gate_proj.weight"] = matrix({inter, h});
-    w[p + "mlp.up_proj.weight"] = matrix({inter, h});
-    w[p + "mlp.down_proj.weight"] = matrix({h, inter});
-  }
-  return w;
+  return nn::RandomHybridWeights(c, num_layers,
+                                 at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA));
 }
 
 // Model FLOPs of one forward: 2 per multiply-add of the four GEMMs of each run layer (for a MoE

@@ -8,6 +8,7 @@
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/conv1d.h>
+#include <ATen/ops/isfinite.h>
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
@@ -24,6 +25,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/drafter/drafter_model.h"
 #include "common/model/hf_config.h"
+#include "common/nn/builtin_target.h"
 #include "common/nn/gated_delta.h"
 #include "common/nn/generate.h"
 #include "common/nn/target_model.h"
@@ -247,6 +249,33 @@ TEST_F(HybridTargetTest, SpeculativeDecodingEqualsGreedyDecoding) {
       if (right == kBlock - 1) EXPECT_EQ(out->replays, 0) << family;  // every block kept whole
       if (right < kBlock - 1) EXPECT_GT(out->replays, 0) << family;
     }
+  }
+}
+
+// nn::RandomHybridWeights (builtin:qwen3.5-27b-random's weights) under the names and shapes that
+// the loader checks for a real Qwen3.5 text backbone (as the built-in parses Qwen3.5-27B's
+// text_config): the oracle's tiny one, drawn on the CPU, loads with every layer and runs a finite
+// forward.
+TEST_F(HybridTargetTest, RandomHybridWeightsLoadAsTheConfigsModel) {
+  for (const std::string family : {"qwen3_5"}) {
+    const nlohmann::json j =
+        nlohmann::json::parse(testing::ReadFileText((Dir() / family / "config.json").string()));
+    auto config = model::ParseHfConfig(j.at("text_config").dump(), "text_config");
+    ASSERT_TRUE(config.ok()) << config.status();
+    at::manual_seed(3);
+    TargetModelOptions o = Fp32();
+    o.full = true;
+    auto model =
+        TargetModel::FromTensors(*config,
+                                 RandomHybridWeights(*config, config->num_hidden_layers,
+                                                     at::TensorOptions().dtype(at::kFloat)),
+                                 o);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const at::Tensor ids = at::arange(12, at::kLong);
+    auto features =
+        (*model)->Forward(ids, ids, at::tensor({0, 12}, at::TensorOptions().dtype(at::kInt)));
+    ASSERT_TRUE(features.ok()) << features.status();
+    EXPECT_TRUE(features->isfinite().all().item<bool>());
   }
 }
 

@@ -233,6 +233,31 @@ TEST(MemoryPlanTest, AHybridTargetCountsItsDeltaRuleLayers) {
                                                 2);
 }
 
+// builtin:qwen3.5-27b-random is the same model as the Qwen3.5-27B config above (its weights
+// random). Its five-layer drafter alone on a 96 GiB card (features over nccl): the largest token
+// budget in steps of 1024 (anchors one per 16 tokens) whose planned device total fits, at least
+// the 16384 that the speed issue asks for. Printed, for docs/memory.md.
+TEST(MemoryPlanTest, TheBuiltinQwen35_27bIsTheHybridAndItsDrafterFitsA96GiBCard) {
+  config::RunSpec whole = Spec(8192, 512, 5, "builtin:qwen3.5-27b-random");
+  whole.eval.every_steps = 1000;  // the whole target
+  whole.eval.prompts = "builtin:tiny-chat";
+  EXPECT_EQ(TermBytes(Plan(whole).target, "weights"), int64_t{26895998464} * 2);
+  const int64_t card = int64_t{96} << 30;
+  int64_t largest = 0;
+  for (int64_t tokens = 2048; tokens <= 65536; tokens += 1024) {
+    const RunPlan p =
+        Plan(Spec(tokens, tokens / 16, 5, "builtin:qwen3.5-27b-random"), Transport::kNccl);
+    if (p.drafter.device_bytes > card) break;
+    largest = tokens;
+  }
+  const RunPlan at = Plan(Spec(16384, 1024, 5, "builtin:qwen3.5-27b-random"), Transport::kNccl);
+  std::printf(
+      "qwen3.5-27b-random drafter (5 layers) alone: %.2f GiB planned at 16384 tokens / "
+      "1024 anchors; largest budget on 96 GiB: %ld tokens\n",
+      static_cast<double>(at.drafter.device_bytes) / kGiB, static_cast<long>(largest));
+  EXPECT_GE(largest, 16384);
+}
+
 // Sliding-attention layers run the reference attention on the GPU (the fused kernel declines
 // them): each keeps its dense per-block probabilities for the backward, in the compute dtype and
 // softmax's fp32, anchors x B x heads x (T + B) values.
