@@ -225,7 +225,7 @@ const BadCase kBadCases[] = {
     {"MissingDataTrain", WithData("format: chat"), "data.train: required field is missing"},
     // Builtins.
     {"UnknownBuiltinTarget", WithTarget("path: \"builtin:huge-model\""),
-     "target.path: unknown builtin 'huge-model' (known: tiny-qwen3, qwen3-8b-random)"},
+     "target.path: unknown builtin 'huge-model' (known: tiny-qwen3, qwen3-8b-random, qwen3.5-27b-random)"},
     {"UnknownBuiltinDataset", WithData("train: \"builtin:nope\""),
      "data.train: unknown builtin 'nope' (known: tiny-chat, long-synthetic)"},
     {"RecomputeUnknown", Minimal("drafter: {recompute: all}\n"),
