@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -138,6 +139,8 @@ at::Tensor DrafterModel::RunCachedLayer(int64_t layer, const at::Tensor& x, cons
   const double eps = c.rms_norm_eps;
   const c10::ScalarType dtype = compute_dtype();
   at::Tensor h = nn::RmsNorm(x, w.input_norm.to(dtype), eps);
+  at::Tensor attn_delta;  // DFlash2: the attention's output-side kernel offsets
+  if (config_.dflash2()) std::tie(h, attn_delta) = ConvIn(h, w.attn_conv_base, w.attn_conv_proj);
   at::Tensor q =
       nn::RmsNorm(CastLinear(h, w.q_proj, dtype).reshape({q_rows, c.num_attention_heads, d}),
                   w.q_norm.to(dtype), eps);
@@ -149,7 +152,7 @@ at::Tensor DrafterModel::RunCachedLayer(int64_t layer, const at::Tensor& x, cons
   k = at::cat({ctx_k, nn::ApplyRope(k, p.q_rope)}, 0);
   at::Tensor v = at::cat(
       {ctx_v, CastLinear(h, w.v_proj, dtype).reshape({q_rows, c.num_key_value_heads, d})}, 0);
-  return FinishLayer(layer, x, q, k, v, p);
+  return FinishLayer(layer, x, q, k, v, p, attn_delta);
 }
 
 absl::StatusOr<at::Tensor> DrafterModel::ForwardCached(

@@ -28,6 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kConfigName = "config.json";
+constexpr const char* kArchitecture2 = "DFlash2DraftModel";
 constexpr const char* kWeightsName = "model.safetensors";
 constexpr const char* kArchitecture = "DFlashDraftModel";
 
@@ -190,6 +191,84 @@ absl::Status CompareConfigs(const DrafterConfig& got, const DrafterConfig& want,
     return Mismatch(source, "sliding_window", absl::StrCat(got.sliding_window),
                     absl::StrCat(want.sliding_window));
   }
+  const std::pair<const char*, std::pair<int64_t, int64_t>> dflash2[] = {
+      {"conv_kernel_size", {got.conv_kernel_size, want.conv_kernel_size}},
+      {"conv_group_size", {got.conv_group_size, want.conv_group_size}},
+      {"selector_rank", {got.selector_rank, want.selector_rank}},
+      {"selector_top_k", {got.selector_top_k, want.selector_top_k}},
+  };
+  for (const auto& [field, values] : dflash2) {
+    if (values.first != values.second) {
+      return Mismatch(source, field, absl::StrCat(values.first), absl::StrCat(values.second));
+    }
+  }
+  const std::pair<const char*, std::pair<double, double>> scales[] = {
+      {"output_multiplier", {got.output_multiplier, want.output_multiplier}},
+      {"final_logit_softcapping", {got.final_logit_softcapping, want.final_logit_softcapping}},
+      {"input_embedding_scale", {got.input_embedding_scale, want.input_embedding_scale}},
+  };
+  for (const auto& [field, values] : scales) {
+    if (values.first != values.second) {
+      return Mismatch(source, field, absl::StrCat(values.first), absl::StrCat(values.second));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The serving format's DFlash2 fields and output-head scales: in dflash_config, else at the top
+// level (as the reference package's _draft_value reads them). INVALID_ARGUMENT naming the field.
+absl::Status ReadDraftValues(const std::string& source, bool dflash2, DrafterConfig* c) {
+  const std::string text = [&] {
+    std::FILE* f = std::fopen(source.c_str(), "rb");
+    std::string out;
+    if (f == nullptr) return out;
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
+    std::fclose(f);
+    return out;
+  }();
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
+  }
+  auto value = [&](const char* name) -> const nlohmann::json* {
+    if (j.contains("dflash_config") && j["dflash_config"].is_object() &&
+        j["dflash_config"].contains(name)) {
+      return &j["dflash_config"][name];
+    }
+    return j.contains(name) ? &j[name] : nullptr;
+  };
+  auto number = [&](const char* name, double* out) -> absl::Status {
+    const nlohmann::json* v = value(name);
+    if (v == nullptr || v->is_null()) return absl::OkStatus();
+    if (!v->is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", name, ": must be a number"));
+    }
+    *out = v->get<double>();
+    return absl::OkStatus();
+  };
+  auto integer = [&](const char* name, int64_t* out) -> absl::Status {
+    const nlohmann::json* v = value(name);
+    if (v == nullptr || !v->is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": ", name, ": required, an integer (a DFlash2 drafter)"));
+    }
+    *out = v->get<int64_t>();
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(number("output_multiplier", &c->output_multiplier));
+  RETURN_IF_ERROR(number("final_logit_softcapping", &c->final_logit_softcapping));
+  RETURN_IF_ERROR(number("input_embedding_scale", &c->input_embedding_scale));
+  if (!dflash2) return absl::OkStatus();
+  RETURN_IF_ERROR(integer("conv_kernel_size", &c->conv_kernel_size));
+  RETURN_IF_ERROR(integer("conv_group_size", &c->conv_group_size));
+  RETURN_IF_ERROR(integer("selector_rank", &c->selector_rank));
+  RETURN_IF_ERROR(integer("selector_top_k", &c->selector_top_k));
+  if (c->conv_kernel_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": conv_kernel_size: a DFlash2 drafter needs at least 1, got ",
+                     c->conv_kernel_size));
+  }
   return absl::OkStatus();
 }
 
@@ -229,8 +308,8 @@ absl::Status CheckTensors(const model::Checkpoint& ckpt, const std::vector<Named
     ASSIGN_OR_RETURN(model::TensorView view, ckpt.Get(name));
     return absl::InvalidArgumentError(absl::StrCat(
         view.file, ": unexpected tensor '", name,
-        "' (a drafter checkpoint holds only fc, hidden_norm, layers.*, norm; no embed_tokens or "
-        "lm_head)"));
+        "' (a drafter checkpoint holds only fc, hidden_norm, layers.*, norm and, for DFlash2, "
+        "candidate_selector.*; no embed_tokens or lm_head)"));
   }
   return absl::OkStatus();
 }
@@ -240,7 +319,7 @@ absl::Status CheckTensors(const model::Checkpoint& ckpt, const std::vector<Named
 std::string DrafterConfigJson(const DrafterConfig& config, model::DType dtype) {
   const model::TransformerConfig& t = config.target;
   nlohmann::ordered_json j;
-  j["architectures"] = {kArchitecture};
+  j["architectures"] = {config.dflash2() ? kArchitecture2 : kArchitecture};
   j["model_type"] = "qwen3";  // the drafter's layers are Qwen3 layers (q_norm, k_norm), no biases
   j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
@@ -250,6 +329,21 @@ std::string DrafterConfigJson(const DrafterConfig& config, model::DType dtype) {
   j["dflash_config"] = {{"block_size", config.block_size},
                         {"mask_token_id", config.mask_token_id},
                         {"target_layer_ids", config.target_layer_ids}};
+  if (config.output_multiplier != 1.0) {
+    j["dflash_config"]["output_multiplier"] = config.output_multiplier;
+  }
+  if (config.final_logit_softcapping > 0) {
+    j["dflash_config"]["final_logit_softcapping"] = config.final_logit_softcapping;
+  }
+  if (config.input_embedding_scale != 1.0) {
+    j["dflash_config"]["input_embedding_scale"] = config.input_embedding_scale;
+  }
+  if (config.dflash2()) {
+    j["dflash_config"]["conv_kernel_size"] = config.conv_kernel_size;
+    j["dflash_config"]["conv_group_size"] = config.conv_group_size;
+    j["dflash_config"]["selector_rank"] = config.selector_rank;
+    j["dflash_config"]["selector_top_k"] = config.selector_top_k;
+  }
   j["head_dim"] = t.head_dim;
   j["hidden_act"] = "silu";
   j["hidden_size"] = t.hidden_size;
@@ -302,11 +396,14 @@ absl::Status ExportDrafter(const DrafterModel& model, const std::string& dir,
 absl::StatusOr<DrafterConfig> ReadDrafterConfig(const std::string& dir) {
   ASSIGN_OR_RETURN(model::TransformerConfig t, model::LoadHfConfig(dir));
   const std::string source = (fs::path(dir) / kConfigName).string();
-  bool drafter = false;
-  for (const std::string& a : t.architectures) drafter |= (a == kArchitecture);
-  if (!drafter) {
+  bool drafter = false, dflash2 = false;
+  for (const std::string& a : t.architectures) {
+    drafter |= (a == kArchitecture);
+    dflash2 |= (a == kArchitecture2);
+  }
+  if (!drafter && !dflash2) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": architectures must list ", kArchitecture));
+        absl::StrCat(source, ": architectures must list ", kArchitecture, " or ", kArchitecture2));
   }
   if (!t.mask_token_id.has_value()) {
     return absl::InvalidArgumentError(
@@ -326,6 +423,7 @@ absl::StatusOr<DrafterConfig> ReadDrafterConfig(const std::string& dir) {
   c.target.architectures.clear();
   c.target.layer_types.clear();  // the drafter's, not the target's
   c.target.sliding_window = 0;
+  RETURN_IF_ERROR(ReadDraftValues(source, dflash2, &c));
   RETURN_IF_ERROR(Annotate(ValidateDrafterConfig(c), source));
   return c;
 }

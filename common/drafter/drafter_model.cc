@@ -21,6 +21,7 @@
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/silu.h>
+#include <ATen/ops/tanh.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
@@ -32,8 +33,10 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
@@ -60,10 +63,11 @@ struct LayerSpec {
   at::Tensor DrafterLayerParams::*field;
 };
 
-std::vector<LayerSpec> LayerSpecs(const model::TransformerConfig& c) {
+std::vector<LayerSpec> LayerSpecs(const DrafterConfig& config) {
+  const model::TransformerConfig& c = config.target;
   const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
-  return {
+  std::vector<LayerSpec> specs = {
       {"input_layernorm.weight", {h}, &DrafterLayerParams::input_norm},
       {"self_attn.q_proj.weight", {q, h}, &DrafterLayerParams::q_proj},
       {"self_attn.k_proj.weight", {kv, h}, &DrafterLayerParams::k_proj},
@@ -76,6 +80,17 @@ std::vector<LayerSpec> LayerSpecs(const model::TransformerConfig& c) {
       {"mlp.up_proj.weight", {inter, h}, &DrafterLayerParams::up},
       {"mlp.down_proj.weight", {h, inter}, &DrafterLayerParams::down},
   };
+  if (config.dflash2()) {
+    const int64_t k = config.conv_kernel_size, g = h / config.conv_group_size;
+    specs.push_back({"attention_conv.base_kernel", {2, k, h}, &DrafterLayerParams::attn_conv_base});
+    specs.push_back({"attention_conv.kernel_projection.weight",
+                     {2 * k * g, h},
+                     &DrafterLayerParams::attn_conv_proj});
+    specs.push_back({"mlp_conv.base_kernel", {2, k, h}, &DrafterLayerParams::mlp_conv_base});
+    specs.push_back(
+        {"mlp_conv.kernel_projection.weight", {2 * k * g, h}, &DrafterLayerParams::mlp_conv_proj});
+  }
+  return specs;
 }
 
 bool IsNormName(const std::string& name) {
@@ -292,6 +307,40 @@ absl::Status ValidateDrafterConfig(const DrafterConfig& c) {
   if (c.sliding_window < 0) {
     return FieldError("sliding_window", absl::StrCat("must be at least 0, got ", c.sliding_window));
   }
+  if (!(c.output_multiplier > 0) || !std::isfinite(c.output_multiplier)) {
+    return FieldError("output_multiplier",
+                      absl::StrCat("must be positive, got ", c.output_multiplier));
+  }
+  if (!(c.final_logit_softcapping >= 0) || !std::isfinite(c.final_logit_softcapping)) {
+    return FieldError("final_logit_softcapping",
+                      absl::StrCat("must be >= 0 (0: off), got ", c.final_logit_softcapping));
+  }
+  if (!(c.input_embedding_scale > 0) || !std::isfinite(c.input_embedding_scale)) {
+    return FieldError("input_embedding_scale",
+                      absl::StrCat("must be positive, got ", c.input_embedding_scale));
+  }
+  if (c.conv_kernel_size < 0) {
+    return FieldError("conv_kernel_size", absl::StrCat("must be >= 0, got ", c.conv_kernel_size));
+  }
+  if (c.dflash2()) {
+    if (c.conv_kernel_size > c.block_size) {
+      return FieldError("conv_kernel_size",
+                        absl::StrCat(c.conv_kernel_size, " exceeds the block size ", c.block_size));
+    }
+    if (c.conv_group_size < 1 || c.target.hidden_size % c.conv_group_size != 0) {
+      return FieldError("conv_group_size",
+                        absl::StrCat(c.conv_group_size, " does not divide the hidden size ",
+                                     c.target.hidden_size));
+    }
+    if (c.selector_rank < 1) {
+      return FieldError("selector_rank", absl::StrCat("must be >= 1, got ", c.selector_rank));
+    }
+    if (c.selector_top_k < 1 || c.selector_top_k > c.target.vocab_size) {
+      return FieldError("selector_top_k",
+                        absl::StrCat("must be in 1..", c.target.vocab_size,
+                                     " (the vocabulary), got ", c.selector_top_k));
+    }
+  }
   std::set<int64_t> seen;
   for (int64_t id : c.target_layer_ids) {
     if (id < 0 || id >= c.target.num_hidden_layers) {
@@ -309,13 +358,19 @@ std::vector<NamedParameter> ParameterSpecs(const DrafterConfig& c) {
   const int64_t h = c.target.hidden_size;
   std::vector<NamedParameter> specs = {{"fc.weight", {h, c.feature_dim()}, {}},
                                        {"hidden_norm.weight", {h}, {}}};
-  const std::vector<LayerSpec> layer = LayerSpecs(c.target);
+  const std::vector<LayerSpec> layer = LayerSpecs(c);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     for (const LayerSpec& s : layer) {
       specs.push_back({absl::StrCat("layers.", i, ".", s.suffix), s.shape, {}});
     }
   }
   specs.push_back({"norm.weight", {h}, {}});
+  if (c.dflash2()) {
+    const int64_t v = c.target.vocab_size, r = c.selector_rank;
+    specs.push_back({"candidate_selector.predecessor_codebook", {v, r}, {}});
+    specs.push_back({"candidate_selector.successor_codebook", {v, r}, {}});
+    specs.push_back({"candidate_selector.hidden_projection.weight", {r, h}, {}});
+  }
   return specs;
 }
 
@@ -372,15 +427,28 @@ void DrafterModel::InitParameters(const at::Tensor& embed_tokens, const at::Tens
   for (NamedParameter& p : params_) {
     at::Tensor cpu = IsNormName(p.name) ? at::ones(p.shape, at::kFloat)
                                         : at::randn(p.shape, gen, at::kFloat) * options_.init_std;
+    // DFlash2's convolutions start as the identity (DFlash's layer): tap 0 of the base kernel 1,
+    // the rest and the kernel projection 0.
+    if (absl::EndsWith(p.name, "conv.base_kernel")) {
+      cpu = at::zeros(p.shape, at::kFloat);
+      cpu.select(1, 0).fill_(1.0);
+    } else if (absl::StrContains(p.name, "conv.kernel_projection")) {
+      cpu = at::zeros(p.shape, at::kFloat);
+    }
     p.tensor = cpu.to(device, options_.dtype).detach().requires_grad_(true);
     by_name[p.name] = p.tensor;
   }
   fc_ = by_name.at("fc.weight");
   hidden_norm_ = by_name.at("hidden_norm.weight");
   norm_ = by_name.at("norm.weight");
+  if (config_.dflash2()) {
+    predecessor_codebook_ = by_name.at("candidate_selector.predecessor_codebook");
+    successor_codebook_ = by_name.at("candidate_selector.successor_codebook");
+    selector_projection_ = by_name.at("candidate_selector.hidden_projection.weight");
+  }
   layers_.assign(static_cast<size_t>(config_.num_layers), DrafterLayerParams{});
   for (int64_t i = 0; i < config_.num_layers; ++i) {
-    for (const LayerSpec& s : LayerSpecs(config_.target)) {
+    for (const LayerSpec& s : LayerSpecs(config_)) {
       layers_[i].*s.field = by_name.at(absl::StrCat("layers.", i, ".", s.suffix));
     }
   }
@@ -448,7 +516,7 @@ at::Tensor DrafterModel::RunForward(const std::shared_ptr<const Prepared>& prepa
     // Only x and ctx are kept; the backward runs the layer again (`prepared` lives as long as the
     // graph does).
     std::vector<at::Tensor> weights;
-    for (const LayerSpec& s : LayerSpecs(config_.target)) weights.push_back(w.*s.field);
+    for (const LayerSpec& s : LayerSpecs(config_)) weights.push_back(w.*s.field);
     x = Checkpoint(
         [this, i, prepared](const std::vector<at::Tensor>& in) {
           return RunLayer(i, in[0], in[1], *prepared);
@@ -488,6 +556,7 @@ at::Tensor DrafterModel::EmbedBlocks(const Prepared& p) const {
     rows = staged.to(options_.device, /*non_blocking=*/true);
   }
   const int64_t h = rows.size(1), b = config_.block_size;
+  if (config_.input_embedding_scale != 1.0) rows = rows * config_.input_embedding_scale;
   at::Tensor mask = rows.narrow(0, p.n, 1).unsqueeze(0).expand({p.n, b - 1, h});
   return at::cat({rows.narrow(0, 0, p.n).unsqueeze(1), mask}, 1).reshape({p.n * b, h});
 }
@@ -504,6 +573,8 @@ at::Tensor DrafterModel::RunLayer(int64_t layer, const at::Tensor& x, const at::
   const c10::ScalarType dtype = compute_dtype();
 
   at::Tensor h = nn::RmsNorm(x, w.input_norm.to(dtype), eps);
+  at::Tensor attn_delta;  // DFlash2: the attention's output-side kernel offsets
+  if (config_.dflash2()) std::tie(h, attn_delta) = ConvIn(h, w.attn_conv_base, w.attn_conv_proj);
   at::Tensor q =
       nn::RmsNorm(CastLinear(h, w.q_proj, dtype).reshape({q_rows, hq, d}), w.q_norm.to(dtype), eps);
   q = nn::ApplyRope(q, p.q_rope);  // at the block positions
@@ -516,12 +587,12 @@ at::Tensor DrafterModel::RunLayer(int64_t layer, const at::Tensor& x, const at::
   at::Tensor k = nn::RmsNorm(project(w.k_proj), w.k_norm.to(dtype), eps);
   k = nn::ApplyRope(k, p.k_rope);  // context positions, then block positions
   at::Tensor v = project(w.v_proj);
-  return FinishLayer(layer, x, q, k, v, p);
+  return FinishLayer(layer, x, q, k, v, p, attn_delta);
 }
 
 at::Tensor DrafterModel::FinishLayer(int64_t layer, const at::Tensor& x, const at::Tensor& q,
-                                     const at::Tensor& k, const at::Tensor& v,
-                                     const Prepared& p) const {
+                                     const at::Tensor& k, const at::Tensor& v, const Prepared& p,
+                                     const at::Tensor& attn_delta) const {
   const DrafterLayerParams& w = layers_[static_cast<size_t>(layer)];
   const model::TransformerConfig& c = config_.target;
   const int64_t q_rows = x.size(0), d = c.head_dim, hq = c.num_attention_heads;
@@ -533,10 +604,18 @@ at::Tensor DrafterModel::FinishLayer(int64_t layer, const at::Tensor& x, const a
     mask.window = config_.sliding_window;
   }
   at::Tensor attn = attention_->Forward(q, k, v, mask, scale).reshape({q_rows, hq * d});
-  at::Tensor y = x + CastLinear(attn, w.o_proj, dtype);  // [Q, H]
+  at::Tensor out = CastLinear(attn, w.o_proj, dtype);  // [Q, H]
+  if (attn_delta.defined()) out = ConvOut(out, attn_delta, w.attn_conv_base);
+  at::Tensor y = x + out;
 
   at::Tensor h = nn::RmsNorm(y, w.post_norm.to(dtype), c.rms_norm_eps);
-  return y + SwiGluMlp(h, w.gate, w.up, w.down, dtype, options_.recompute == Recompute::kMlp);
+  if (!config_.dflash2()) {
+    return y + SwiGluMlp(h, w.gate, w.up, w.down, dtype, options_.recompute == Recompute::kMlp);
+  }
+  auto [conv_h, mlp_delta] = ConvIn(h, w.mlp_conv_base, w.mlp_conv_proj);
+  const at::Tensor m =
+      SwiGluMlp(conv_h, w.gate, w.up, w.down, dtype, options_.recompute == Recompute::kMlp);
+  return y + ConvOut(m, mlp_delta, w.mlp_conv_base);
 }
 
 absl::StatusOr<at::Tensor> DrafterModel::Forward(const DrafterBatch& batch) const {
@@ -557,7 +636,13 @@ absl::StatusOr<at::Tensor> DrafterModel::Logits(const at::Tensor& hidden) const 
   try {
     // As in the loss: the matmul in lm_head's dtype, returned in the compute dtype.
     at::Tensor h = hidden.to(lm_head_.device(), lm_head_.scalar_type());
-    return at::matmul(h, lm_head_.t()).to(compute_dtype());
+    at::Tensor logits = at::matmul(h, lm_head_.t()).to(compute_dtype());
+    if (config_.output_multiplier != 1.0) logits = logits * config_.output_multiplier;
+    if (config_.final_logit_softcapping > 0) {
+      const double cap = config_.final_logit_softcapping;
+      logits = at::tanh(logits / cap) * cap;
+    }
+    return logits;
   } catch (const c10::Error& e) {
     return TorchError(e, "drafter logits");
   }
@@ -608,6 +693,12 @@ at::Tensor DpaceWeights(const at::Tensor& mask, const at::Tensor& ce, double alp
 
 absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const at::Tensor& hidden,
                                                const LossOptions& options) const {
+  if (config_.dflash2() || config_.output_multiplier != 1.0 ||
+      config_.final_logit_softcapping > 0) {
+    return absl::UnimplementedError(
+        "training a DFlash2 drafter, or one whose output head is scaled or soft-capped, is not "
+        "implemented: such a drafter is decoded and evaluated only (docs/method.md §2.2)");
+  }
   const double gamma =
       options.gamma > 0 ? options.gamma : config::DefaultGamma(config_.block_size).value_or(0.0);
   if (gamma <= 0) {

@@ -16,6 +16,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,19 @@ struct DrafterConfig {
   // sliding_window positions before its own.
   std::vector<std::string> layer_types;
   int64_t sliding_window = 0;  // 0: sliding layers without a window (causal only)
+  // The output head (both kinds, as the serving format's compute_logits): logits times
+  // output_multiplier, then soft-capped to c * tanh(logits / c) with c = final_logit_softcapping
+  // when it is above 0; noise (slot) embeddings times input_embedding_scale.
+  double output_multiplier = 1.0, final_logit_softcapping = 0.0, input_embedding_scale = 1.0;
+  // DFlash2 (docs/method.md §2.2; the serving format's DFlash2DraftModel): conv_kernel_size > 0
+  // puts a grouped dynamic causal convolution over each block's slots around every layer's
+  // attention and MLP (channels in groups of conv_group_size share a kernel), and a candidate
+  // selector of rank selector_rank reranks the output head's top selector_top_k tokens of each
+  // slot given the slot before it.
+  int64_t conv_kernel_size = 0, conv_group_size = 0;
+  int64_t selector_rank = 0, selector_top_k = 0;
+
+  bool dflash2() const { return conv_kernel_size > 0; }
 
   bool sliding(int64_t layer) const {
     return layer < static_cast<int64_t>(layer_types.size()) &&
@@ -164,7 +178,19 @@ struct DrafterLayerParams {
   at::Tensor gate;        // mlp.gate_proj.weight [I, H]
   at::Tensor up;          // mlp.up_proj.weight [I, H]
   at::Tensor down;        // mlp.down_proj.weight [H, I]
+  // DFlash2 (config.dflash2()), undefined otherwise: attention_conv.* and mlp_conv.*.
+  at::Tensor attn_conv_base;  // attention_conv.base_kernel [2, Kc, H]: input, output side
+  at::Tensor attn_conv_proj;  // attention_conv.kernel_projection.weight [2 * Kc * G, H]
+  at::Tensor mlp_conv_base;   // mlp_conv.base_kernel [2, Kc, H]
+  at::Tensor mlp_conv_proj;   // mlp_conv.kernel_projection.weight [2 * Kc * G, H]
 };
+
+// DFlash2's grouped dynamic causal convolution over the slots of each block (docs/method.md
+// §2.2): x [Q, H] with Q = n * B rows, row j*B + k slot k of block j; delta [Q, Kc, G] the
+// row's kernel offsets per tap and channel group; base [Kc, H]. Slot k's output is
+// sum over taps t <= k, t < Kc of x[slot k - t] * (base[t] + delta[slot k, t, group]).
+at::Tensor BlockConvolution(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& base,
+                            int64_t block_size, int64_t group_size);
 
 // Names and shapes of every drafter tensor, in checkpoint order (fc, hidden_norm, layers, norm).
 std::vector<NamedParameter> ParameterSpecs(const DrafterConfig& config);
@@ -214,9 +240,22 @@ class DrafterModel {
   // sequence's context keys and values taken from its cache, which is first extended by the new
   // rows (drafter_cached_forward.cc). Rows j*B + k as Forward's; no autograd graph.
   absl::StatusOr<at::Tensor> ForwardCached(const std::vector<CachedBlock>& blocks) const;
-  // lm_head(hidden): [rows, V] in the compute dtype. Materializes every row's logits: for
+  // lm_head(hidden): [rows, V] in the compute dtype, times config.output_multiplier and
+  // soft-capped by config.final_logit_softcapping. Materializes every row's logits: for
   // inspection and small batches; training uses Loss.
   absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden) const;
+  // DFlash2's candidate selector (config.dflash2()) over n blocks: hidden [n*B, H] from Forward
+  // or ForwardCached, and each block's slot-0 token. Slot k (1..B-1) drafts one of the top
+  // selector_top_k tokens of its logits, scored by its logit plus the low-rank transition from
+  // the token drafted before it (slot 0's for slot 1): `pick` receives the scores [n, K] (fp32)
+  // of one slot of every block and returns the chosen index per block (argmax: greedy). Returns
+  // the drafted tokens [n, B-1] (int64, CPU); `candidates` receives [n, B-1, K] and `scores` each
+  // slot's [n, K] when not null.
+  using PickFn = std::function<at::Tensor(const at::Tensor& scores)>;
+  absl::StatusOr<at::Tensor> SelectCandidates(const at::Tensor& hidden,
+                                              const std::vector<int64_t>& anchor_tokens,
+                                              const PickFn& pick, at::Tensor* candidates,
+                                              std::vector<at::Tensor>* scores) const;
   // The weighted loss of Forward's output `hidden` for the same batch.
   absl::StatusOr<DrafterLoss> Loss(const DrafterBatch& batch, const at::Tensor& hidden,
                                    const LossOptions& options) const;
@@ -249,9 +288,11 @@ class DrafterModel {
                       const Prepared& p) const;
   BlockTargets MakeTargets(const Prepared& p, double gamma) const;
   // A layer from its q [Q, Hq, D] and k, v [T + Q, Hkv, D] on: attention (the layer's mask),
-  // o_proj with the residual, then the MLP block.
+  // o_proj (DFlash2: its output convolution with `attn_delta`) with the residual, then the MLP
+  // block.
   at::Tensor FinishLayer(int64_t layer, const at::Tensor& x, const at::Tensor& q,
-                         const at::Tensor& k, const at::Tensor& v, const Prepared& p) const;
+                         const at::Tensor& k, const at::Tensor& v, const Prepared& p,
+                         const at::Tensor& attn_delta) const;
   // ForwardCached's parts: the caches extended by the new rows; a layer over the block rows with
   // the context's keys and values given ([T, Hkv, D] each, in the packed layout of `p`).
   void ExtendCaches(const std::vector<CachedBlock>& blocks) const;
@@ -263,6 +304,13 @@ class DrafterModel {
   std::vector<NamedParameter> params_;
   std::vector<DrafterLayerParams> layers_;  // the same tensors as params_, by role
   at::Tensor fc_, hidden_norm_, norm_;
+  // DFlash2's selector: candidate_selector.predecessor_codebook / successor_codebook [V, R],
+  // hidden_projection.weight [R, H].
+  at::Tensor predecessor_codebook_, successor_codebook_, selector_projection_;
+  // A DFlash2 sublayer's input side: (convolved input, its output-side kernel offsets).
+  std::pair<at::Tensor, at::Tensor> ConvIn(const at::Tensor& h, const at::Tensor& base,
+                                           const at::Tensor& proj) const;
+  at::Tensor ConvOut(const at::Tensor& y, const at::Tensor& delta, const at::Tensor& base) const;
   at::Tensor embed_tokens_, lm_head_;  // frozen, detached
   at::Tensor inv_freq_;                // [D/2] fp32 on the device
   std::shared_ptr<const DrafterAttention> attention_;

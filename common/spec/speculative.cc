@@ -4,6 +4,8 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
@@ -128,6 +130,41 @@ absl::StatusOr<at::Tensor> CachedHidden(const drafter::DrafterModel& drafter,
   return drafter.ForwardCached(blocks);
 }
 
+// A DFlash2 drafter's proposals: the candidate selector's path through each slot's top-k
+// (docs/method.md §2.2), greedy (the best score) or sampled from softmax(scores / temperature)
+// over the candidates; q is that distribution placed on the candidates' ids (0 elsewhere), so the
+// lossless acceptance rule applies unchanged.
+absl::StatusOr<Drafts> SelectorDraft(const drafter::DrafterModel& drafter, const at::Tensor& hidden,
+                                     const std::vector<const DraftContext*>& active,
+                                     const SamplingOptions& sampling, Sampler* sampler) {
+  const int64_t n = static_cast<int64_t>(active.size()), b = drafter.config().block_size;
+  std::vector<int64_t> anchors;
+  for (const DraftContext* s : active) anchors.push_back(s->tokens.back());
+  std::vector<at::Tensor> q_rows;  // per slot [n, K]
+  const drafter::DrafterModel::PickFn pick = [&](const at::Tensor& scores) {
+    if (sampler == nullptr) return at::argmax(scores, -1);
+    const at::Tensor q = at::softmax(scores / sampling.temperature, -1);
+    q_rows.push_back(q);
+    const std::vector<int64_t> drawn = sampler->Sample(q);
+    return at::tensor(drawn, at::TensorOptions().dtype(at::kLong));
+  };
+  at::Tensor candidates;  // [n, B-1, K]
+  ASSIGN_OR_RETURN(at::Tensor path,
+                   drafter.SelectCandidates(hidden, anchors, pick, &candidates, nullptr));
+  Drafts out;
+  const at::Tensor ids = path.contiguous();
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t* row = ids.data_ptr<int64_t>() + j * (b - 1);
+    out.tokens.emplace_back(row, row + (b - 1));
+  }
+  if (sampler != nullptr) {
+    const int64_t v = drafter.config().target.vocab_size;
+    const at::Tensor q = at::stack(q_rows, 1);  // [n, B-1, K]
+    out.q = at::zeros({n, b - 1, v}, q.options()).scatter_(2, candidates.to(q.device()), q);
+  }
+  return out;
+}
+
 // The drafter's proposals (slots 1..B-1) for each active sequence, one batched forward: its argmax
 // (greedy; `sampler` null), or drawn from its sampling distribution q. `caches`: the drafter keeps
 // each sequence's context keys and values (null: the whole context at every block).
@@ -142,8 +179,12 @@ absl::StatusOr<Drafts> Draft(const drafter::DrafterModel& drafter,
   } else {
     ASSIGN_OR_RETURN(hidden, UncachedHidden(drafter, active));
   }
-  ASSIGN_OR_RETURN(at::Tensor logits, drafter.Logits(hidden));
   Drafts out;
+  if (drafter.config().dflash2()) {
+    ASSIGN_OR_RETURN(out, SelectorDraft(drafter, hidden, active, sampling, sampler));
+    return out;
+  }
+  ASSIGN_OR_RETURN(at::Tensor logits, drafter.Logits(hidden));
   std::vector<int64_t> picks;  // [n * (B-1)]
   if (sampler == nullptr) {
     const std::vector<int64_t> all = Argmax(logits);  // [n * B]

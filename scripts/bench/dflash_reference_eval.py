@@ -136,8 +136,13 @@ def main(argv=None):
 
     target = AutoModelForCausalLM.from_pretrained(args.target, attn_implementation="sdpa",
                                                   dtype=dtype).to(device).eval()
-    draft, info = dm.DFlashDraftModel.from_pretrained(args.drafter, attn_implementation="sdpa",
-                                                      dtype=dtype, output_loading_info=True)
+    # The class the export names: DFlashDraftModel, or DFlash2DraftModel (convolutions and the
+    # candidate selector).
+    with open(os.path.join(args.drafter, "config.json")) as f:
+        architectures = json.load(f).get("architectures", [])
+    cls = dm.DFlash2DraftModel if "DFlash2DraftModel" in architectures else dm.DFlashDraftModel
+    draft, info = cls.from_pretrained(args.drafter, attn_implementation="sdpa", dtype=dtype,
+                                      output_loading_info=True)
     problems = {k: v for k, v in info.items() if v and k != "error_msgs"} if info else {}
     if problems or (info and info.get("error_msgs")):
         sys.exit(f"{args.drafter}: the reference package did not load every tensor: {info}")

@@ -16,10 +16,14 @@ tokens emitted at every verification, and the same pooled and per-prompt taus an
 The set-up must exercise what differs most easily: accepted proposals, a stop token, and the
 shorter last block at the token limit; otherwise the test fails as too weak.
 
-All of it twice: a drafter of full-attention layers, and one whose second layer is a
+All of it three times: a drafter of full-attention layers; one whose second layer is a
 sliding-attention layer with a window of 4 (method.md §2.1: causal inside the block, each slot
 seeing only the rows less than 4 positions before its own), exported with layer_types,
-sliding_window and use_sliding_window, which the package reads through transformers' Qwen3Config.
+sliding_window and use_sliding_window, which the package reads through transformers' Qwen3Config;
+and a DFlash2 drafter (method.md §2.2: the full one's weights with convolutions off the identity,
+a random candidate selector, an output multiplier and soft-capping), which the package loads as
+DFlash2DraftModel: also the selector's greedy proposals of each first block are compared, and
+the decoded tokens are the selector's.
 """
 
 import argparse
@@ -62,11 +66,15 @@ def build_target(path):
 
 def reference_logits(target_dir, drafter_dir, prompts_path):
     """The package's drafter logits of slots 1..B-1 of the first block after each prompt (fp32),
-    as dflash_generate's first step computes them, and its anchor tokens."""
+    as dflash_generate's first step computes them, its anchor tokens and (DFlash2) the selector's
+    greedy proposals."""
     import dflash.model as dm  # noqa: E402  (the package, on the path set above)
     target = transformers.LlamaForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    draft = dm.DFlashDraftModel.from_pretrained(drafter_dir, dtype=torch.float32).eval()
-    out, anchors = [], []
+    with open(os.path.join(drafter_dir, "config.json")) as f:
+        dflash2 = "DFlash2DraftModel" in json.load(f)["architectures"]
+    cls = dm.DFlash2DraftModel if dflash2 else dm.DFlashDraftModel
+    draft = cls.from_pretrained(drafter_dir, dtype=torch.float32).eval()
+    out, anchors, proposals = [], [], []
     with open(prompts_path) as f, torch.no_grad():
         for line in f:
             ids = json.loads(line)["input_ids"]
@@ -80,7 +88,10 @@ def reference_logits(target_dir, drafter_dir, prompts_path):
             h = draft(target_hidden=hidden, noise_embedding=noise, position_ids=pos)
             out.append(draft.compute_logits(h[:, 1:, :], dm._output_head(target))[0].double())
             anchors.append(g)
-    return out, anchors
+            if dflash2:
+                path, _, _ = draft.propose(h[:, 1:, :], block[:, 0], dm._output_head(target), 0.0)
+                proposals.append(path[0].tolist())
+    return out, anchors, proposals
 
 
 def run(cmd):
@@ -101,13 +112,14 @@ def main():
     target = os.path.join(args.work, "target")
     build_target(target)
     failed = False
-    for variant, extra in (("full", []), ("sliding", ["--sliding_layers", "1",
-                                                      "--sliding_window", "4"])):
+    for variant, extra in (("full", []),
+                           ("sliding", ["--sliding_layers", "1", "--sliding_window", "4"]),
+                           ("dflash2", ["--dflash2", "2,16,8,6"])):
         failed |= not compare(args, target, variant, extra)
     if failed:
         sys.exit(1)
     print("PASS: logits, tokens and every verification's acceptance equal to dflash==0.1.0, "
-          "full and sliding layers")
+          "full and sliding layers, and DFlash2")
 
 
 def compare(args, target, variant, extra):
@@ -132,7 +144,14 @@ def compare(args, target, variant, extra):
     # The logits of the first block after each prompt, against the package's (fp32).
     ours = json.loads(run([args.tool, "logits", "--target", target, "--drafter", drafter,
                            "--prompts", prompts]))
-    ref_logits, ref_anchors = reference_logits(target, drafter, prompts)
+    ref_logits, ref_anchors, ref_proposals = reference_logits(target, drafter, prompts)
+    if ours["proposals"] != ref_proposals:
+        print(f"FAIL ({variant}): the selector's proposals differ: {ours['proposals']}, "
+              f"{ref_proposals}")
+        return False
+    if variant == "dflash2":
+        print(f"{variant}: the selector's greedy proposals of {len(ref_proposals)} first blocks "
+              f"equal the package's")
     if ours["anchor_tokens"] != ref_anchors:
         print(f"FAIL ({variant}): anchor tokens differ: {ours['anchor_tokens']}, {ref_anchors}")
         return False

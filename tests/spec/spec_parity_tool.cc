@@ -17,6 +17,7 @@
 //     decoding of the same prompts; prints one JSON object: per prompt the tokens of both and
 //     each verification's emitted and accepted counts, and the eval measures.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/ScalarType.h>
 
@@ -24,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -150,6 +152,39 @@ void Train(const nn::TargetModel& target, const Flags& f, drafter::DrafterModel*
   }
 }
 
+// The DFlash drafter `trained` as a DFlash2 drafter of conv kernel, group size, selector rank and
+// top-k `shape` (docs/method.md §2.2): its weights copied, the convolutions moved off the identity
+// and the selector drawn, both small enough that the trained proposals mostly survive but large
+// enough to change some of them (DFlash2 is not trained here: only decoded).
+std::unique_ptr<drafter::DrafterModel> ToDflash2(const nn::TargetModel& target,
+                                                 const std::vector<int64_t>& shape,
+                                                 const drafter::DrafterModel& trained) {
+  if (shape.size() != 4) Fail("--dflash2: kernel,group,rank,top_k");
+  drafter::DrafterConfig c = trained.config();
+  c.conv_kernel_size = shape[0];
+  c.conv_group_size = shape[1];
+  c.selector_rank = shape[2];
+  c.selector_top_k = shape[3];
+  c.output_multiplier = 1.25;
+  c.final_logit_softcapping = 30.0;
+  auto model = OrDie(
+      drafter::DrafterModel::Create(c, trained.options(), target.embed_tokens(), target.lm_head()));
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  std::map<std::string, at::Tensor> old;
+  for (const drafter::NamedParameter& p : trained.parameters()) old[p.name] = p.tensor;
+  for (const drafter::NamedParameter& p : model->parameters()) {
+    if (old.count(p.name) > 0) {
+      p.tensor.copy_(old[p.name]);
+    } else if (p.name.find("candidate_selector") != std::string::npos) {
+      p.tensor.copy_(at::randn(p.tensor.sizes(), gen) * 0.5);
+    } else {  // a convolution: its identity start plus noise
+      p.tensor.add_(at::randn(p.tensor.sizes(), gen) * 0.05);
+    }
+  }
+  return model;
+}
+
 int Export(const Flags& f) {
   const std::string target_dir = Need(f, "target");
   drafter::DrafterConfig c;
@@ -180,6 +215,7 @@ int Export(const Flags& f) {
   auto model =
       OrDie(drafter::DrafterModel::Create(c, o, target->embed_tokens(), target->lm_head()));
   if (to.full) Train(*target, f, model.get());
+  if (f.count("dflash2") > 0) model = ToDflash2(*target, IdsOr(f, "dflash2"), *model);
   drafter::ExportOptions eo;
   eo.dtype = DtypeOr(f, "bfloat16") == c10::kFloat ? model::DType::kF32 : model::DType::kBF16;
   eo.overwrite = true;
@@ -265,6 +301,7 @@ int Logits(const Flags& f) {
   auto target = OrDie(nn::TargetModel::Load(Need(f, "target"), to));
   auto drafter = OrDie(spec::LoadExportedDrafter(*target, drafter_dir));
   nlohmann::json logits = nlohmann::json::array(), anchors = nlohmann::json::array();
+  nlohmann::json proposals = nlohmann::json::array();  // DFlash2: the selector's greedy path
   for (const std::vector<int64_t>& prompt : ReadPrompts(Need(f, "prompts"))) {
     nn::GenerateOptions go;
     go.max_new_tokens = 1;
@@ -294,8 +331,18 @@ int Logits(const Flags& f) {
     }
     logits.push_back(rows);
     anchors.push_back(g);
+    if (dc.dflash2()) {
+      const at::Tensor path = OrDie(drafter->SelectCandidates(
+          hidden, {g}, [](const at::Tensor& s) { return s.argmax(-1); }, nullptr, nullptr));
+      proposals.push_back(
+          std::vector<int64_t>(path.data_ptr<int64_t>(), path.data_ptr<int64_t>() + path.numel()));
+    }
   }
-  std::cout << nlohmann::json{{"logits", logits}, {"anchor_tokens", anchors}}.dump() << "\n";
+  std::cout << nlohmann::json{{"logits", logits},
+                              {"anchor_tokens", anchors},
+                              {"proposals", proposals}}
+                   .dump()
+            << "\n";
   return 0;
 }
 
