@@ -271,6 +271,41 @@ TEST_F(SamplingTest, SpeculativeSamplingWithTheDraftersQIsDistributedAsPlainSamp
   EXPECT_LT(stat, Bound(df));
 }
 
+// A DFlash2 drafter (docs/method.md §2.2) drafts from its candidate selector: q is softmax(scores
+// / temperature) over each slot's top-k candidates, zero elsewhere. Lossless all the same.
+TEST_F(SamplingTest, SpeculativeSamplingWithADflash2SelectorIsDistributedAsPlainSampling) {
+  auto target = Target();
+  ASSERT_TRUE(target);
+  drafter::DrafterConfig config;
+  config.target = target->config();
+  config.num_layers = 1;
+  config.block_size = 4;
+  config.mask_token_id = 1;
+  config.target_layer_ids = target->layer_ids();
+  config.conv_kernel_size = 2;
+  config.conv_group_size = 8;
+  config.selector_rank = 8;
+  config.selector_top_k = 6;
+  drafter::DrafterOptions options;
+  options.seed = 5;
+  options.init_std = 0.2;  // a selector that moves the candidates' order
+  options.device = kDevice;
+  auto drafter =
+      drafter::DrafterModel::Create(config, options, target->embed_tokens(), target->lm_head());
+  ASSERT_TRUE(drafter.ok()) << drafter.status();
+  const SamplingOptions o = Sampled(2.0, 4, 7);
+  constexpr int64_t kFewer = 1500;
+  const Draws r = Decode(*target, drafter->get(), nullptr, nullptr, kPrompt, kFewer, o);
+  int df = 0;
+  const double stat = ChiSquare(r.counts, kFewer, ExactFirstThree(*target, kPrompt, o), &df);
+  std::cerr << "[sampling_test] a DFlash2 selector's q: chi-square " << stat << " on " << df
+            << " degrees of freedom (bound " << Bound(df) << "); " << r.accepted
+            << " proposals kept in " << r.verifications << " verifications\n";
+  ASSERT_GE(df, 5);
+  EXPECT_LT(stat, Bound(df));
+  EXPECT_GT(r.accepted, 0);
+}
+
 TEST_F(SamplingTest, SpeculativeSamplingWithCertainProposalsIsDistributedAsPlainSampling) {
   auto target = Target();
   ASSERT_TRUE(target);
