@@ -3,15 +3,21 @@
 // selector that reranks the output head's top-k tokens of a slot given the token drafted before it.
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/logsumexp.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/topk.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -112,6 +118,57 @@ absl::StatusOr<at::Tensor> DrafterModel::SelectCandidates(const at::Tensor& hidd
   } catch (const c10::Error& e) {
     return nn::TorchStatus(e, "drafter candidate selector");
   }
+}
+
+DrafterModel::SelectorTerm DrafterModel::SelectorLoss(const at::Tensor& hidden,
+                                                      const at::Tensor& labels,
+                                                      const at::Tensor& predecessors,
+                                                      const at::Tensor& weights,
+                                                      const LossOptions& options) const {
+  const int64_t s = hidden.size(0), k = config_.selector_top_k;
+  const c10::Device device = hidden.device();
+  const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong).device(device);
+  const at::Tensor label = labels.to(device, at::kLong);
+  const at::Tensor w = weights.to(device, at::kFloat);
+  const c10::ScalarType head_dtype = lm_head_.scalar_type();
+  // Each row's unary top-k, without gradient, one chunk of logits at a time.
+  at::Tensor cand = at::empty({0, k}, long_opts);
+  {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> parts;
+    const int64_t chunk = std::max<int64_t>(1, options.logits_chunk_rows);
+    for (int64_t r = 0; r < s; r += chunk) {
+      const int64_t m = std::min(chunk, s - r);
+      const at::Tensor logits =
+          at::matmul(hidden.narrow(0, r, m).detach().to(head_dtype), lm_head_.t());
+      parts.push_back(std::get<1>(at::topk(logits.to(at::kFloat), k, -1)));
+    }
+    if (!parts.empty()) cand = at::cat(parts, 0);
+  }
+  // The training candidates: the label replaces the weakest where the top-k lacks it, so that
+  // every row has a K-way target (the serving set is the top-k itself).
+  const at::Tensor match = cand.eq(label.unsqueeze(1));
+  const at::Tensor contains = match.any(1);
+  at::Tensor train = cand.clone();
+  train.select(1, k - 1).copy_(at::where(contains, cand.select(1, k - 1), label));
+  const at::Tensor target =
+      at::where(contains, match.to(at::kLong).argmax(1), at::full({s}, k - 1, long_opts));
+  // The candidates' logits, differentiable in hidden: the K lm_head rows of each row.
+  const at::Tensor head_rows = lm_head_.index_select(0, train.reshape({-1})).view({s, k, -1});
+  const at::Tensor unary =
+      at::bmm(head_rows, hidden.to(head_dtype).unsqueeze(2)).squeeze(2).to(at::kFloat);
+  const at::Tensor projected =
+      CastLinear(hidden, selector_projection_, compute_dtype()).to(at::kFloat);  // [S, R]
+  const at::Tensor context =
+      at::embedding(predecessor_codebook_, predecessors.to(device, at::kLong)).to(at::kFloat) *
+      projected;
+  const at::Tensor successors = at::embedding(successor_codebook_, train).to(at::kFloat);
+  const at::Tensor scores = unary + (successors * context.unsqueeze(1)).sum(-1);  // [S, K]
+  const at::Tensor ce = at::logsumexp(scores, 1) - scores.gather(1, target.unsqueeze(1)).squeeze(1);
+  SelectorTerm term;
+  term.numerator = (ce * w).sum();
+  term.correct = scores.detach().argmax(1).eq(target) & contains;
+  return term;
 }
 
 }  // namespace dflash::drafter

@@ -693,11 +693,11 @@ at::Tensor DpaceWeights(const at::Tensor& mask, const at::Tensor& ce, double alp
 
 absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const at::Tensor& hidden,
                                                const LossOptions& options) const {
-  if (config_.dflash2() || config_.output_multiplier != 1.0 ||
-      config_.final_logit_softcapping > 0) {
+  if (config_.output_multiplier != 1.0 || config_.final_logit_softcapping > 0) {
     return absl::UnimplementedError(
-        "training a DFlash2 drafter, or one whose output head is scaled or soft-capped, is not "
-        "implemented: such a drafter is decoded and evaluated only (docs/method.md §2.2)");
+        "training a drafter whose output head is scaled or soft-capped (output_multiplier, "
+        "final_logit_softcapping) is not implemented: such a drafter is decoded and evaluated "
+        "only (docs/method.md §2.2)");
   }
   const double gamma =
       options.gamma > 0 ? options.gamma : config::DefaultGamma(config_.block_size).value_or(0.0);
@@ -746,7 +746,17 @@ absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const 
     loss.numerator = ce.numerator;
     loss.denominator = targets.weights.sum();
     loss.slot_total = at::bincount(slot, {}, b);
-    loss.slot_correct = at::bincount(slot.masked_select(ce.correct), {}, b);
+    at::Tensor correct = ce.correct;
+    if (config_.dflash2()) {
+      // The selector's K-way loss beside the unary one; correct: the selector's teacher-forced
+      // choice is the label (what it drafts), not the unary argmax.
+      const at::Tensor predecessors = targets.labels.index_select(0, rows - 1);
+      SelectorTerm sel = SelectorLoss(supervised_hidden, supervised_labels, predecessors,
+                                      targets.weights.index_select(0, rows), options);
+      loss.numerator = loss.numerator + sel.numerator * options.selector_loss_alpha;
+      correct = sel.correct;
+    }
+    loss.slot_correct = at::bincount(slot.masked_select(correct.to(slot.device())), {}, b);
     return loss;
   } catch (const c10::Error& e) {
     return TorchError(e, "drafter loss");

@@ -135,6 +135,8 @@ struct LossOptions {
   double dpace_alpha = 0.5;  // D-PACE's confidence smoothing, in (0, 1]
   // Query rows whose logits exist at once (method.md §6): 1024 rows x 151936 tokens = 622 MB fp32.
   int64_t logits_chunk_rows = 1024;
+  // DFlash2: the candidate selector's loss is added times this (docs/method.md §2.2).
+  double selector_loss_alpha = 1.0;
 };
 
 // method.md §3.4-3.6 for one micro-batch. The caller sums numerators and denominators over the
@@ -307,6 +309,15 @@ class DrafterModel {
   // DFlash2's selector: candidate_selector.predecessor_codebook / successor_codebook [V, R],
   // hidden_projection.weight [R, H].
   at::Tensor predecessor_codebook_, successor_codebook_, selector_projection_;
+  // DFlash2's selector loss over the supervised rows (docs/method.md §2.2): hidden [S, H],
+  // labels and predecessors [S] (the tokens at the row's slot and the slot before), weights [S].
+  struct SelectorTerm {
+    at::Tensor numerator;  // 0-dim fp32, differentiable: sum w * CE over the K candidates
+    at::Tensor correct;    // [S] bool: the selector's best candidate is the label (in its top-k)
+  };
+  SelectorTerm SelectorLoss(const at::Tensor& hidden, const at::Tensor& labels,
+                            const at::Tensor& predecessors, const at::Tensor& weights,
+                            const LossOptions& options) const;
   // A DFlash2 sublayer's input side: (convolved input, its output-side kernel offsets).
   std::pair<at::Tensor, at::Tensor> ConvIn(const at::Tensor& h, const at::Tensor& base,
                                            const at::Tensor& proj) const;

@@ -16,7 +16,13 @@ its own fp32 forward, loss and gradients against these files. Layout under --out
                             numerator [], denominator [], slot_correct [B], slot_total [B] int64,
                             grad.<param> for every drafter tensor, grad.features [T, K*H]
                             (gradients of the numerator); dpace.weights, dpace.numerator,
-                            dpace.denominator, dpace.grad.* the same under D-PACE weighting
+                            dpace.denominator, dpace.grad.* the same under D-PACE weighting;
+                            dflash2.hidden, dflash2.numerator, dflash2.slot_correct,
+                            dflash2.grad.* of the DFlash2 drafter below
+  drafter2/config.json, drafter2/model.safetensors
+                            a DFlash2 drafter (method.md §2.2): the same weights plus
+                            convolutions (random, far from the identity) and a candidate
+                            selector; its loss adds the selector's K-way cross-entropy
 """
 
 import argparse
@@ -44,6 +50,10 @@ THETA = 10000.0
 GAMMA = 3.0
 DPACE_ALPHA = 0.5
 DOC_LENGTHS = [11, 17, 8]
+CONV_KERNEL = 2
+CONV_GROUP = 16
+SELECTOR_RANK = 8
+SELECTOR_TOP_K = 5
 SEED = 1234
 
 DTYPE = torch.float64
@@ -79,6 +89,33 @@ def drafter_config():
         dflash_config={"mask_token_id": MASK_ID, "target_layer_ids": LAYER_IDS},
     )
     return cfg
+
+
+def drafter2_config():
+    cfg = drafter_config()
+    cfg["architectures"] = ["DFlash2DraftModel"]
+    cfg["dflash_config"].update(conv_kernel_size=CONV_KERNEL, conv_group_size=CONV_GROUP,
+                                selector_rank=SELECTOR_RANK, selector_top_k=SELECTOR_TOP_K)
+    return cfg
+
+
+def make_dflash2_weights(gen):
+    """The DFlash2 additions (method.md §2.2): per layer two convolutions, base [2, Kc, H] and the
+    kernel projection [2 Kc G, H]; the selector's codebooks [V, R] and projection [R, H]."""
+    groups = HIDDEN // CONV_GROUP
+    w = {}
+    for i in range(DRAFTER_LAYERS):
+        for conv in ("attention_conv", "mlp_conv"):
+            p = f"layers.{i}.{conv}."
+            w[p + "base_kernel"] = 0.5 * torch.randn(2, CONV_KERNEL, HIDDEN, generator=gen) + \
+                torch.tensor([1.0] + [0.0] * (CONV_KERNEL - 1))[None, :, None]
+            w[p + "kernel_projection.weight"] = \
+                0.3 * torch.randn(2 * CONV_KERNEL * groups, HIDDEN, generator=gen) / math.sqrt(HIDDEN)
+    w["candidate_selector.predecessor_codebook"] = torch.randn(VOCAB, SELECTOR_RANK, generator=gen)
+    w["candidate_selector.successor_codebook"] = torch.randn(VOCAB, SELECTOR_RANK, generator=gen)
+    w["candidate_selector.hidden_projection.weight"] = \
+        torch.randn(SELECTOR_RANK, HIDDEN, generator=gen) / math.sqrt(HIDDEN)
+    return w
 
 
 def make_weights(gen):
@@ -215,7 +252,29 @@ def attention(q, k, v, mask):
     return torch.einsum("hqk,khd->qhd", probs, v)
 
 
-def drafter_forward(w, features, embed, batch):
+def block_conv(x, base, delta):
+    """method.md §2.2, slot by slot: x [Q, H] in blocks of BLOCK rows, base [Kc, H], delta
+    [Q, Kc, G]; out[k] = sum over taps t <= k, t < Kc of x[k - t] * (base[t] + delta[k, t, g])
+    with g the channel's group."""
+    rows = []
+    for r in range(x.shape[0]):
+        k = r % BLOCK
+        acc = torch.zeros(HIDDEN, dtype=x.dtype)
+        for t in range(min(k + 1, CONV_KERNEL)):
+            coef = base[t] + delta[r, t].repeat_interleave(CONV_GROUP)
+            acc = acc + x[r - t] * coef
+        rows.append(acc)
+    return torch.stack(rows)
+
+
+def conv_in(w, prefix, h):
+    """A sublayer's input convolved, and its output side's kernel offsets."""
+    groups = HIDDEN // CONV_GROUP
+    d = (h @ w[prefix + "kernel_projection.weight"].T).view(-1, 2, CONV_KERNEL, groups)
+    return block_conv(h, w[prefix + "base_kernel"][0], d[:, 0]), d[:, 1]
+
+
+def drafter_forward(w, features, embed, batch, dflash2=False):
     tokens, q_positions = block_inputs(batch)
     mask = attention_mask(batch)
     t = features.shape[0]
@@ -225,6 +284,8 @@ def drafter_forward(w, features, embed, batch):
     for i in range(DRAFTER_LAYERS):
         p = f"layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"])
+        if dflash2:
+            h, out_delta = conv_in(w, p + "attention_conv.", h)
         q = (h @ w[p + "self_attn.q_proj.weight"].T).view(-1, HEADS, HEAD_DIM)
         q = rope(rms_norm(q, w[p + "self_attn.q_norm.weight"]), q_positions)
         both = torch.cat([ctx, h], dim=0)
@@ -233,10 +294,18 @@ def drafter_forward(w, features, embed, batch):
         v = (both @ w[p + "self_attn.v_proj.weight"].T).view(-1, KV_HEADS, HEAD_DIM)
         assert k.shape[0] == t + x.shape[0]
         a = attention(q, k, v, mask).reshape(x.shape[0], HEADS * HEAD_DIM)
-        x = x + a @ w[p + "self_attn.o_proj.weight"].T
+        o = a @ w[p + "self_attn.o_proj.weight"].T
+        if dflash2:
+            o = block_conv(o, w[p + "attention_conv.base_kernel"][1], out_delta)
+        x = x + o
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"])
+        if dflash2:
+            h, out_delta = conv_in(w, p + "mlp_conv.", h)
         gate = F.silu(h @ w[p + "mlp.gate_proj.weight"].T)
-        x = x + (gate * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        m = (gate * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        if dflash2:
+            m = block_conv(m, w[p + "mlp_conv.base_kernel"][1], out_delta)
+        x = x + m
     return rms_norm(x, w["norm.weight"])
 
 
@@ -271,6 +340,36 @@ def dpace_weights(mask, ce):
         for k in range(BLOCK):
             out.append(sum(prefix[i] for i in range(k, BLOCK) if mask[j + i]) if mask[j + k] else 0.0)
     return torch.tensor(out, dtype=DTYPE)
+
+
+def selector_loss(w, hidden, logits, labels, loss_w, batch):
+    """method.md §2.2's selector loss, row by row: for each supervised row (slot k of block j),
+    the top-K of its logits (the label replacing the K-th when absent), scored by logit plus
+    <E_pred[token at slot k-1] * (W h), E_succ[candidate]>; cross-entropy toward the label,
+    weighted as the unary loss. Returns the weighted sum and, per row, whether the best candidate
+    is the label (and among the top-K)."""
+    total = torch.zeros((), dtype=DTYPE)
+    correct = []
+    ids = batch["input_ids"]
+    for r in range(hidden.shape[0]):
+        if loss_w[r] <= 0:
+            correct.append(False)
+            continue
+        j, k = divmod(r, BLOCK)
+        predecessor = int(ids[batch["anchors"][j] + k - 1])
+        top = torch.topk(logits[r].detach(), SELECTOR_TOP_K).indices.tolist()
+        label = int(labels[r])
+        contains = label in top
+        if not contains:
+            top[-1] = label
+        target = top.index(label)
+        context = w["candidate_selector.predecessor_codebook"][predecessor] * \
+            (w["candidate_selector.hidden_projection.weight"] @ hidden[r])
+        scores = torch.stack([logits[r, c] + (context * w["candidate_selector.successor_codebook"][c]).sum()
+                              for c in top])
+        total = total + loss_w[r] * (torch.logsumexp(scores, 0) - scores[target])
+        correct.append(contains and int(scores.detach().argmax()) == target)
+    return total, torch.tensor(correct)
 
 
 def main():
@@ -320,6 +419,29 @@ def main():
     expected["dpace.grad.features"] = dpace_grads[0].float()
     for name, g in zip(w64, dpace_grads[1:]):
         expected["dpace.grad." + name] = g.float()
+
+    # DFlash2: the same weights and batch, with convolutions and a selector.
+    extra = make_dflash2_weights(gen)
+    w2 = {k: v.to(DTYPE).requires_grad_(True) for k, v in {**weights, **extra}.items()}
+    features2 = batch["features"].to(DTYPE).requires_grad_(True)
+    hidden2 = drafter_forward(w2, features2, embed.to(DTYPE), batch, dflash2=True)
+    logits2 = hidden2 @ lm_head.to(DTYPE).T
+    unary2 = (loss_w * F.cross_entropy(logits2, labels, reduction="none")).sum()
+    selector2, correct2 = selector_loss(w2, hidden2, logits2, labels, loss_w, batch)
+    numerator2 = unary2 + selector2
+    numerator2.backward()
+    expected["dflash2.hidden"] = hidden2.detach().float()
+    expected["dflash2.numerator"] = numerator2.detach().float()
+    expected["dflash2.slot_correct"] = torch.bincount(slots[correct2 & supervised],
+                                                      minlength=BLOCK)
+    expected["dflash2.grad.features"] = features2.grad.float()
+    for name, p in w2.items():
+        expected["dflash2.grad." + name] = p.grad.float()
+    os.makedirs(os.path.join(out, "drafter2"), exist_ok=True)
+    with open(os.path.join(out, "drafter2", "config.json"), "w") as f:
+        json.dump(drafter2_config(), f, indent=2)
+    save_file({**weights, **extra}, os.path.join(out, "drafter2", "model.safetensors"),
+              metadata={"format": "pt"})
 
     with open(os.path.join(out, "target", "config.json"), "w") as f:
         json.dump(target_config(), f, indent=2)

@@ -60,19 +60,28 @@ class ReferenceParityTest : public ::testing::Test {
   // Forward, loss and backward with `options`; max relative error of the hidden states, loss
   // weights, numerator and denominator, slot counts and every gradient (parameters and features)
   // against the float64 reference, each checked against `tolerance` and printed.
-  // dpace: the loss under D-PACE weighting, against the reference's "dpace." tensors.
+  // dpace: the loss under D-PACE weighting, against the reference's "dpace." tensors; dflash2:
+  // the DFlash2 drafter (drafter2/: convolutions, selector loss) against its "dflash2." tensors.
   void RunAndCompare(const DrafterOptions& options, double tolerance, const char* label,
-                     bool dpace = false) {
-    const std::string x = dpace ? "dpace." : "";
+                     bool dpace = false, bool dflash2 = false) {
+    const std::string x = dpace ? "dpace." : dflash2 ? "dflash2." : "";
+    const std::string h = dflash2 ? "dflash2." : "";
     auto target = model::LoadHfConfig((dir_ / "target").string());
     ASSERT_TRUE(target.ok()) << target.status();
     DrafterConfig config = TinyConfig();
     config.target = *target;
+    if (dflash2) {
+      config.conv_kernel_size = 2;
+      config.conv_group_size = 16;
+      config.selector_rank = 8;
+      config.selector_top_k = 5;
+    }
     auto frozen = testing::ReadAll(dir_ / "frozen.safetensors");
     auto created = DrafterModel::Create(config, options, frozen["embed_tokens"], frozen["lm_head"]);
     ASSERT_TRUE(created.ok()) << created.status();
     DrafterModel& model = **created;
-    absl::Status imported = ImportDrafter((dir_ / "drafter").string(), &model);
+    absl::Status imported =
+        ImportDrafter((dir_ / (dflash2 ? "drafter2" : "drafter")).string(), &model);
     ASSERT_TRUE(imported.ok()) << imported;
 
     auto in = testing::ReadAll(dir_ / "batch.safetensors");
@@ -99,10 +108,12 @@ class ReferenceParityTest : public ::testing::Test {
     loss->numerator.backward();
 
     std::vector<std::pair<std::string, double>> errors = {
-        {"hidden", MaxRelError(*hidden, expected_["hidden"])},
+        {h + "hidden", MaxRelError(*hidden, expected_[h + "hidden"])},
         {"weights", MaxRelError(targets->weights, expected_["weights"])},
         {x + "numerator", MaxRelError(loss->numerator, expected_[x + "numerator"])},
-        {x + "denominator", MaxRelError(loss->denominator, expected_[x + "denominator"])},
+        {x + "denominator",
+         MaxRelError(loss->denominator,
+                     expected_[(dpace ? "dpace." : "") + std::string("denominator")])},
         {x + "grad.features", MaxRelError(batch.features.grad(), expected_[x + "grad.features"])},
     };
     for (const NamedParameter& p : model.parameters()) {
@@ -124,7 +135,7 @@ class ReferenceParityTest : public ::testing::Test {
     EXPECT_FALSE(frozen["embed_tokens"].grad().defined());
     EXPECT_FALSE(frozen["lm_head"].grad().defined());
     if (tolerance <= kFp32Tolerance) {
-      EXPECT_TRUE(at::equal(loss->slot_correct, expected_["slot_correct"]));
+      EXPECT_TRUE(at::equal(loss->slot_correct, expected_[h + "slot_correct"]));
     }
   }
 
@@ -139,6 +150,13 @@ TEST_F(ReferenceParityTest, Fp32ForwardLossAndGradientsMatch) {
 // loss.weighting: dpace against the reference's slot-by-slot D-PACE weights (docs/method.md).
 TEST_F(ReferenceParityTest, Fp32DpaceLossAndGradientsMatch) {
   RunAndCompare(DrafterOptions{}, kFp32Tolerance, "fp32 dpace", /*dpace=*/true);
+}
+
+// DFlash2 (docs/method.md §2.2): the convolutions in the forward and the selector's K-way loss
+// beside the unary one, forward, loss and every gradient against the float64 reference.
+TEST_F(ReferenceParityTest, Fp32Dflash2ForwardSelectorLossAndGradientsMatch) {
+  RunAndCompare(DrafterOptions{}, kFp32Tolerance, "fp32 dflash2", /*dpace=*/false,
+                /*dflash2=*/true);
 }
 
 // A block by hand: supervised slots 1, 2 and 4 of 5 (slot 3 unsupervised passes its product on),
