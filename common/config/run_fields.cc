@@ -199,6 +199,42 @@ void CheckBetas(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
   }
 }
 
+// drafter.kind and DFlash2's settings (docs/method.md §2.2): taken by dflash2 only (set with
+// dflash: refused naming the field), auto resolved to their defaults.
+void CheckDrafterKind(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
+  DrafterSpec& d = s->drafter;
+  if (d.kind != "dflash" && d.kind != "dflash2") {
+    e->Add("drafter.kind", absl::StrCat("must be one of dflash|dflash2, got '", d.kind, "'"));
+    return;
+  }
+  struct Setting {
+    const char* path;
+    std::optional<int64_t>* value;
+    int64_t fallback, lo, hi;
+  };
+  const Setting settings[] = {
+      {"drafter.conv_kernel_size", &d.conv_kernel_size, 2, 1, 64},
+      {"drafter.conv_group_size", &d.conv_group_size, 16, 1, 65536},
+      {"drafter.selector_rank", &d.selector_rank, 256, 1, 65536},
+      {"drafter.selector_top_k", &d.selector_top_k, 16, 1, 1048576},
+  };
+  for (const Setting& x : settings) {
+    if (d.kind == "dflash") {
+      if (x.value->has_value()) {
+        e->Add(x.path, "taken by drafter.kind dflash2 only (this run's drafter.kind is dflash)");
+      }
+      continue;
+    }
+    if (!x.value->has_value()) *x.value = x.fallback;
+    CheckRange(e, x.path, **x.value, x.lo, x.hi);
+  }
+  if (d.kind == "dflash2" && d.conv_kernel_size.value_or(0) > d.block_size) {
+    e->Add("drafter.conv_kernel_size",
+           absl::StrCat(*d.conv_kernel_size, " exceeds drafter.block_size ", d.block_size,
+                        " (the convolution runs over a block's slots)"));
+  }
+}
+
 void CheckGamma(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
   if (s->loss.gamma) {
     CheckRange(e, "loss.gamma", *s->loss.gamma, 0.0, 1000.0, /*min_exclusive=*/true);
@@ -292,6 +328,11 @@ std::vector<RunField> MakeFields() {
       {"drafter", "sliding_layers", false, false, DFLASH_AT(s.drafter.sliding_layers), {}, D},
       {"drafter", "sliding_window", false, false, DFLASH_AT(s.drafter.sliding_window),
        Custom(CheckSliding), D},
+      {"drafter", "kind", false, false, DFLASH_AT(s.drafter.kind), Custom(CheckDrafterKind), D},
+      {"drafter", "conv_kernel_size", false, false, DFLASH_AT(s.drafter.conv_kernel_size), {}, D},
+      {"drafter", "conv_group_size", false, false, DFLASH_AT(s.drafter.conv_group_size), {}, D},
+      {"drafter", "selector_rank", false, false, DFLASH_AT(s.drafter.selector_rank), {}, D},
+      {"drafter", "selector_top_k", false, false, DFLASH_AT(s.drafter.selector_top_k), {}, D},
 
       {"data", "train", true, false, DFLASH_AT(s.data.train), Custom(CheckTrain)},
       {"data", "format", false, false, DFLASH_AT(s.data.format),
@@ -329,6 +370,8 @@ std::vector<RunField> MakeFields() {
       {"loss", "weighting", false, false, DFLASH_AT(s.loss.weighting), OneOf({"decay", "dpace"}),
        D},
       {"loss", "dpace_alpha", false, false, DFLASH_AT(s.loss.dpace_alpha), Range(0.0, 1.0, true),
+       D},
+      {"loss", "selector_alpha", false, false, DFLASH_AT(s.loss.selector_alpha), Range(0.0, 100.0),
        D},
 
       {"placement", "pairs", false, false, DFLASH_AT(s.placement.pairs), IntRange(1, 1024), D},

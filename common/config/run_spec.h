@@ -29,6 +29,10 @@ struct DrafterSpec {
   // config, else none). sliding_window: their window; 0 with auto = init_from's.
   std::optional<std::vector<int64_t>> sliding_layers;
   int64_t sliding_window = 0;
+  // dflash | dflash2 (docs/method.md §2.2). DFlash2's settings, nullopt = auto (their defaults
+  // with dflash2; refused when set with dflash).
+  std::string kind = "dflash";
+  std::optional<int64_t> conv_kernel_size, conv_group_size, selector_rank, selector_top_k;
 };
 
 struct DataSpec {
@@ -66,6 +70,7 @@ struct LossSpec {
   std::optional<double> gamma;      // nullopt = auto from block_size
   std::string weighting = "decay";  // decay|dpace: how a block's slots weigh (docs/method.md)
   double dpace_alpha = 0.5;         // D-PACE's confidence smoothing, (0, 1]
+  double selector_alpha = 1.0;      // drafter.kind dflash2: the selector loss's factor
 };
 
 struct PlacementSpec {

@@ -32,6 +32,7 @@ absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, 
   o.loss.weighting = spec.loss.weighting == "dpace" ? drafter::LossWeighting::kDpace
                                                     : drafter::LossWeighting::kDecay;
   o.loss.dpace_alpha = spec.loss.dpace_alpha;
+  o.loss.selector_loss_alpha = spec.loss.selector_alpha;
   const config::OptimSpec& opt = spec.optim;
   o.optim.lr = opt.lr;
   o.optim.warmup_ratio = opt.warmup_ratio;

@@ -31,6 +31,12 @@ absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& s
   absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
   if (!sliding.ok()) return sliding.status();
   drafter::SetSlidingLayers(&c, sliding->layers, sliding->window);
+  if (spec.drafter.kind == "dflash2") {  // auto: the defaults CheckDrafterKind resolves to
+    c.conv_kernel_size = spec.drafter.conv_kernel_size.value_or(2);
+    c.conv_group_size = spec.drafter.conv_group_size.value_or(16);
+    c.selector_rank = spec.drafter.selector_rank.value_or(256);
+    c.selector_top_k = spec.drafter.selector_top_k.value_or(16);
+  }
   if (absl::Status s = drafter::ValidateDrafterConfig(c); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("drafter: ", s.message()));
   }

@@ -545,7 +545,7 @@ TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
                                         "placement: {pairs: 1, transport: host}\n");
   CtlResult follow = RunCtl(address_, {"submit", yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 17 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 23 settings"));
   EXPECT_THAT(follow.out, HasSubstr("running -> done: trained 16 steps"));
   const std::string run =
       json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];
@@ -562,6 +562,67 @@ TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
 // drafter.sliding_layers through the workers: the drafter builds and echoes them (17 settings,
 // the run starts only when they equal the resolved config), trains, and the export writes them as
 // the serving format has them (layer_types, sliding_window with use_sliding_window).
+// drafter.kind: dflash2 (docs/method.md §2.2) through the processes: the drafter echoes its
+// DFlash2 settings, trains (convolutions and the selector's loss), the export is a
+// DFlash2DraftModel that `dflashctl eval` decodes with its selector. A DFlash2 setting with
+// drafter.kind dflash, and a selector top-k above the target's vocabulary, are refused at submit
+// naming the field.
+TEST_F(TrainingCluster, ADflash2RunTrainsExportsAndIsEvaluated) {
+  StartWorker("target", "t0");
+  StartWorker("drafter", "d0");
+  auto yaml = [](const std::string& name, const std::string& drafter) {
+    return absl::StrCat("name: ", name,
+                        "\nseed: 3\n"
+                        "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
+                        "drafter: {layers: 1, block_size: 8",
+                        drafter,
+                        "}\n"
+                        "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+                        "batching: {token_budget: 512, max_anchors: 64}\n"
+                        "optim: {lr: 2.0e-2, max_steps: 10}\n"
+                        "placement: {pairs: 1, transport: host}\n"
+                        "eval: {prompts: \"builtin:tiny-chat\", max_prompts: 3, "
+                        "max_new_tokens: 16}\n");
+  };
+  CtlResult wrong =
+      RunCtl(address_, {"submit", WriteRunYaml("wrong.yaml", yaml("wrong", ", selector_rank: 8"))});
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_THAT(wrong.err, HasSubstr("drafter.selector_rank: taken by drafter.kind dflash2 only"));
+  CtlResult wide =
+      RunCtl(address_, {"submit", WriteRunYaml("wide.yaml", yaml("wide",
+                                                                 ", kind: dflash2, "
+                                                                 "selector_top_k: 100000"))});
+  EXPECT_NE(wide.exit_code, 0);
+  EXPECT_THAT(wide.err, HasSubstr("drafter.selector_top_k: 100000 is above the target's "
+                                  "vocabulary of 512 tokens"));
+
+  const std::string two =
+      WriteRunYaml("two.yaml", yaml("two",
+                                    ", kind: dflash2, conv_group_size: 8, selector_rank: 16, "
+                                    "selector_top_k: 8"));
+  CtlResult follow = RunCtl(address_, {"submit", two});
+  ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 23 settings"));
+  const json runs = json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"];
+  ASSERT_EQ(runs.size(), 1u) << "a refused run was stored";
+  const std::string run = runs[0]["run_id"];
+  const std::map<int64_t, double> losses = Losses(run);
+  ASSERT_EQ(losses.size(), 10u);
+  EXPECT_LT(losses.at(9), losses.at(0));
+  CtlResult exported = RunCtl(address_, {"export", run, "--out", dir_ + "/export2"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.out << exported.err;
+  const json config = json::parse(ReadFile(dir_ + "/export2/config.json"));
+  EXPECT_EQ(config["architectures"], json({"DFlash2DraftModel"}));
+  EXPECT_EQ(config["dflash_config"]["conv_kernel_size"], 2);
+  EXPECT_EQ(config["dflash_config"]["selector_top_k"], 8);
+  CtlResult eval = RunCtl(address_, {"eval", two, "--drafter", dir_ + "/export2", "-o", "json"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const json measured = json::parse(eval.out);
+  EXPECT_GE(measured["tau"].get<double>(), 1.0) << eval.out;
+  // fp32 on the CPU: the selector's drafts are verified, the output is plain greedy decoding's.
+  EXPECT_EQ(measured["baseline_identical_prompts"], measured["prompts"]) << eval.out;
+}
+
 TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
   StartWorker("target", "t0");
   StartWorker("drafter", "d0");
@@ -576,7 +637,7 @@ TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
                    "placement: {pairs: 1, transport: host}\n");
   CtlResult follow = RunCtl(address_, {"submit", yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 17 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 23 settings"));
   const std::string run =
       json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];
   const std::map<int64_t, double> losses = Losses(run);
@@ -609,7 +670,7 @@ TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
                                 "placement: {pairs: 1, transport: host}\n"));
   CtlResult adopted = RunCtl(address_, {"submit", from});
   ASSERT_EQ(adopted.exit_code, 0) << adopted.out << adopted.err;
-  EXPECT_THAT(adopted.out, HasSubstr("d0 applied 17 settings"));
+  EXPECT_THAT(adopted.out, HasSubstr("d0 applied 23 settings"));
   std::string run2;
   const json listed = json::parse(RunCtl(address_, {"list", "-o", "json"}).out);
   for (const json& r : listed["runs"]) {
