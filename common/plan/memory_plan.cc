@@ -310,8 +310,18 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   WorkerPlan& dw = plan.drafter;
   dw.role = "drafter";
   const int64_t ld = spec.drafter.layers;
-  const int64_t drafter_params =
-      ld * LayerParams(s, /*qk_norm=*/true, false, false) + k * s.h * s.h + 2 * s.h;
+  // DFlash2 (docs/method.md §2.2): per layer two convolutions (base [2, Kc, H] and the kernel
+  // projection [2 Kc G, H]), and the selector's codebooks [V, R] and projection [R, H].
+  const bool dflash2 = spec.drafter.kind == "dflash2";
+  const int64_t conv_k = spec.drafter.conv_kernel_size.value_or(2);
+  const int64_t groups = s.h / std::max<int64_t>(1, spec.drafter.conv_group_size.value_or(16));
+  const int64_t rank = spec.drafter.selector_rank.value_or(256);
+  const int64_t top_k = spec.drafter.selector_top_k.value_or(16);
+  const int64_t dflash2_params = dflash2 ? ld * 2 * (2 * conv_k * s.h + 2 * conv_k * groups * s.h) +
+                                               2 * s.vocab * rank + rank * s.h
+                                         : 0;
+  const int64_t drafter_params = ld * LayerParams(s, /*qk_norm=*/true, false, false) +
+                                 k * s.h * s.h + 2 * s.h + dflash2_params;
   const size_t master =
       Add(&dw, "master weights",
           absl::StrCat("fp32, ", drafter_params, " parameters (", ld, " layers + fc)"),
@@ -372,7 +382,14 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   const size_t chunk =
       Add(&dw, "loss chunk", absl::StrCat("fp32 logits, ", kLossChunkRows, " rows x ", s.vocab),
           kLossChunkRows * s.vocab * 4);
-  AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk});
+  // DFlash2's selector loss keeps, for the backward, each query row's K lm_head rows (in
+  // lm_head's dtype) and its fp32 scores and successor codes.
+  const size_t selector = Add(&dw, "selector loss",
+                              dflash2 ? absl::StrCat(q_rows, " rows x ", top_k, " candidates x ",
+                                                     s.h, " (lm_head rows) + ", rank, " (codes)")
+                                      : std::string("none (drafter.kind dflash)"),
+                              dflash2 ? q_rows * top_k * (s.h * db + (rank + 2) * 4) : 0);
+  AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk, selector});
   AddPhase(&dw, "end of the backward", {master, adam, grads, frozen, casts, feats, last_layer});
   Finish(&dw, {acts, last_layer, feats}, buffers.drafter_receive_buffers * features,
          absl::StrCat(name, ": ", buffers.drafter_receive_buffers, " receive buffers of ", t, " x ",

@@ -258,6 +258,27 @@ TEST(MemoryPlanTest, TheBuiltinQwen35_27bIsTheHybridAndItsDrafterFitsA96GiBCard)
   EXPECT_GE(largest, 16384);
 }
 
+// DFlash2 (docs/method.md §2.2): the convolutions' and the selector's parameters (with their
+// gradients and AdamW state) and the selector loss's gathered lm_head rows.
+TEST(MemoryPlanTest, ADflash2DrafterCountsItsSelectorAndConvolutions) {
+  config::RunSpec spec = Spec(8192, 512, 5);
+  const RunPlan plain = Plan(spec);
+  spec.drafter.kind = "dflash2";
+  spec.drafter.conv_kernel_size = 2;
+  spec.drafter.conv_group_size = 16;
+  spec.drafter.selector_rank = 256;
+  spec.drafter.selector_top_k = 16;
+  const RunPlan two = Plan(spec);
+  const int64_t h = 4096, v = 151936;
+  const int64_t extra = 5 * 2 * (2 * 2 * h + 2 * 2 * (h / 16) * h) + 2 * v * 256 + 256 * h;
+  EXPECT_EQ(TermBytes(two.drafter, "master weights") - TermBytes(plain.drafter, "master weights"),
+            extra * 4);
+  EXPECT_EQ(TermBytes(two.drafter, "AdamW state") - TermBytes(plain.drafter, "AdamW state"),
+            extra * 8);
+  EXPECT_EQ(TermBytes(two.drafter, "selector loss"), int64_t{512} * 16 * 16 * (h * 2 + 258 * 4));
+  EXPECT_EQ(TermBytes(plain.drafter, "selector loss"), 0);
+}
+
 // Sliding-attention layers run the reference attention on the GPU (the fused kernel declines
 // them): each keeps its dense per-block probabilities for the backward, in the compute dtype and
 // softmax's fp32, anchors x B x heads x (T + B) values.
