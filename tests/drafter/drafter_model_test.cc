@@ -159,6 +159,15 @@ TEST_F(ReferenceParityTest, Fp32Dflash2ForwardSelectorLossAndGradientsMatch) {
                 /*dflash2=*/true);
 }
 
+// The same with each layer recomputed in the backward (drafter.recompute: layers): the
+// convolutions' weights reach the checkpointed layer as its inputs, so they get gradients.
+TEST_F(ReferenceParityTest, Fp32Dflash2WithRecomputedLayersMatches) {
+  DrafterOptions options;
+  options.recompute = Recompute::kLayers;
+  RunAndCompare(options, kFp32Tolerance, "fp32 dflash2 recompute layers", /*dpace=*/false,
+                /*dflash2=*/true);
+}
+
 // A block by hand: supervised slots 1, 2 and 4 of 5 (slot 3 unsupervised passes its product on),
 // alpha 0.5, confidences exp(-ce) = 0.8, 0.4, 0.6: s = 0.9, 0.7, 0.8; P = 1, 0.9, 0.63, 0.63,
 // 0.504; weights 0, 0.9 + 0.63 + 0.504, 0.63 + 0.504, 0, 0.504.
