@@ -33,6 +33,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/common/read_file.h"
 #include "tests/nn/oracle.h"
+#include "tests/nn/proposers.h"
 
 namespace dflash::nn {
 namespace {
@@ -224,24 +225,7 @@ TEST_F(HybridTargetTest, SpeculativeDecodingEqualsGreedyDecoding) {
     }
     for (int64_t right : {int64_t{0}, int64_t{2}, kBlock - 1}) {
       // Right for the first `right` slots of every block, wrong after.
-      const spec::Proposer knowing = [&](const std::vector<const spec::DraftContext*>& contexts) {
-        std::vector<std::vector<int64_t>> out;
-        for (const spec::DraftContext* c : contexts) {
-          size_t which = 0;
-          while (!std::equal(prompts[which].begin(), prompts[which].end(), c->tokens.begin())) {
-            ++which;
-          }
-          const size_t emitted = c->tokens.size() - prompts[which].size();
-          std::vector<int64_t> p;
-          for (int64_t k = 0; k < kBlock - 1; ++k) {
-            const size_t at = emitted + static_cast<size_t>(k);
-            const int64_t next = at < want[which].size() ? want[which][at] : 0;
-            p.push_back(k < right ? next : (next + 1) % 256);
-          }
-          out.push_back(p);
-        }
-        return absl::StatusOr<std::vector<std::vector<int64_t>>>(out);
-      };
+      const spec::Proposer knowing = testing::KnowingProposer(prompts, want, kBlock, right);
       auto out = spec::SpeculativeGenerate(**model, kBlock, knowing, prompts, so);
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_EQ(out->tokens, want) << family << " right " << right;
@@ -258,8 +242,8 @@ TEST_F(HybridTargetTest, SpeculativeDecodingEqualsGreedyDecoding) {
 // forward.
 TEST_F(HybridTargetTest, RandomHybridWeightsLoadAsTheConfigsModel) {
   for (const std::string family : {"qwen3_5"}) {
-    const nlohmann::json j =
-        nlohmann::json::parse(testing::ReadFileText((Dir() / family / "config.json").string()));
+    const nlohmann::json j = nlohmann::json::parse(
+        dflash::testing::ReadFileText((Dir() / family / "config.json").string()));
     auto config = model::ParseHfConfig(j.at("text_config").dump(), "text_config");
     ASSERT_TRUE(config.ok()) << config.status();
     at::manual_seed(3);

@@ -26,6 +26,7 @@
 #include "common/spec/speculative.h"
 #include "common/transport/host_communicator.h"
 #include "tests/nn/oracle.h"
+#include "tests/nn/proposers.h"
 
 namespace dflash::nn {
 namespace {
@@ -166,24 +167,7 @@ TEST_P(TensorParallelTest, TwoRanksGenerateTheSingleProcessTokens) {
         if (!g.ok()) return g.status().ToString();
         for (const Generation& out : *g) plain[rank].push_back(out.tokens);
         // Right for the first two slots of every block, wrong after.
-        const spec::Proposer knowing = [&](const std::vector<const spec::DraftContext*>& cs) {
-          std::vector<std::vector<int64_t>> out;
-          for (const spec::DraftContext* c : cs) {
-            size_t which = 0;
-            while (!std::equal(prompts[which].begin(), prompts[which].end(), c->tokens.begin())) {
-              ++which;
-            }
-            const size_t emitted = c->tokens.size() - prompts[which].size();
-            std::vector<int64_t> p;
-            for (int64_t k = 0; k < kBlock - 1; ++k) {
-              const size_t at = emitted + static_cast<size_t>(k);
-              const int64_t next = at < want[which].size() ? want[which][at] : 0;
-              p.push_back(k < 2 ? next : (next + 1) % 256);
-            }
-            out.push_back(p);
-          }
-          return absl::StatusOr<std::vector<std::vector<int64_t>>>(out);
-        };
+        const spec::Proposer knowing = testing::KnowingProposer(prompts, want, kBlock, 2);
         spec::SpecDecodeOptions so;
         so.max_new_tokens = kNew;
         auto s = spec::SpeculativeGenerate(**model, kBlock, knowing, prompts, so);
