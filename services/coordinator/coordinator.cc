@@ -351,24 +351,11 @@ absl::StatusOr<v1::EvalResult> Coordinator::EvaluateDrafter(const v1::EvaluateDr
   }
   const DecodeGroupWorkers& group = groups.front();
   const int64_t start = clock_->NowUnixMs();
-  ASSIGN_OR_RETURN(std::vector<v1::DecodeGroup> fields,
-                   OpenDecodeGroup(group, DecodeGroupName("eval"), workers_));
-  absl::StatusOr<v1::EvaluateResponse> resp = OnEveryRank<v1::EvaluateResponse>(
-      group, fields,
-      [&](const v1::WorkerInfo& rank,
-          const v1::DecodeGroup& field) -> absl::StatusOr<v1::EvaluateResponse> {
-        v1::EvaluateRequest call = eval;
-        if (field.world() > 1) *call.mutable_group() = field;
-        absl::StatusOr<v1::EvaluateResponse> r = workers_->Evaluate(rank, call);
-        if (!r.ok()) return WorkerFailure(r.status(), rank.name());
-        return r;
-      });
-  if (!resp.ok()) return resp.status();
-  std::string names;
-  for (const v1::WorkerInfo& w : group) names += (names.empty() ? "" : "|") + w.name();
+  ASSIGN_OR_RETURN(v1::EvaluateResponse resp, EvaluateOnGroup(group, eval, workers_));
+  const std::string names = GroupNames(group);
   LOG(INFO) << "evaluated " << spec.drafter.init_from << " on " << names << ": "
-            << resp->verifications() << " verifications";
-  return ToEvalResult(*resp, names, spec.drafter.init_from, 0, start);
+            << resp.verifications() << " verifications";
+  return ToEvalResult(resp, names, spec.drafter.init_from, 0, start);
 }
 
 absl::Status Coordinator::Regenerate(

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "common/transport/transport.h"
+#include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
 
 namespace dflash::coordinator {
@@ -47,6 +48,48 @@ absl::StatusOr<std::vector<v1::DecodeGroup>> OpenDecodeGroup(const DecodeGroupWo
     fields[r].set_nccl_unique_id(id);
   }
   return fields;
+}
+
+std::string GroupNames(const DecodeGroupWorkers& group) {
+  std::string names;
+  for (const v1::WorkerInfo& w : group) names += (names.empty() ? "" : "|") + w.name();
+  return names;
+}
+
+absl::StatusOr<v1::EvaluateResponse> EvaluateOnGroup(const DecodeGroupWorkers& group,
+                                                     const v1::EvaluateRequest& req,
+                                                     WorkerControl* control) {
+  absl::StatusOr<std::vector<v1::DecodeGroup>> fields =
+      OpenDecodeGroup(group, DecodeGroupName("eval"), control);
+  if (!fields.ok()) return fields.status();
+  return OnEveryRank<v1::EvaluateResponse>(
+      group, *fields,
+      [&](const v1::WorkerInfo& rank,
+          const v1::DecodeGroup& field) -> absl::StatusOr<v1::EvaluateResponse> {
+        v1::EvaluateRequest call = req;
+        if (field.world() > 1) *call.mutable_group() = field;
+        absl::StatusOr<v1::EvaluateResponse> r = control->Evaluate(rank, call);
+        if (!r.ok()) return WorkerFailure(r.status(), rank.name());
+        return r;
+      });
+}
+
+absl::StatusOr<v1::GenerateResponse> GenerateOnGroup(const DecodeGroupWorkers& group,
+                                                     const v1::GenerateRequest& req,
+                                                     WorkerControl* control) {
+  absl::StatusOr<std::vector<v1::DecodeGroup>> fields =
+      OpenDecodeGroup(group, DecodeGroupName("regen"), control);
+  if (!fields.ok()) return fields.status();
+  return OnEveryRank<v1::GenerateResponse>(
+      group, *fields,
+      [&](const v1::WorkerInfo& rank,
+          const v1::DecodeGroup& field) -> absl::StatusOr<v1::GenerateResponse> {
+        v1::GenerateRequest call = req;
+        if (field.world() > 1) *call.mutable_group() = field;
+        absl::StatusOr<v1::GenerateResponse> r = control->Generate(rank, call);
+        if (!r.ok()) return WorkerFailure(r.status(), rank.name());
+        return r;
+      });
 }
 
 absl::Status GroupFailure(const std::vector<absl::Status>& failures) {

@@ -67,4 +67,16 @@ absl::StatusOr<Response> OnEveryRank(
   return std::move(answers[0]);
 }
 
+// The group's worker names, "t0|t1" (one worker: its name): what eval results name as worker.
+std::string GroupNames(const DecodeGroupWorkers& group);
+
+// `req` decoded by every rank of `group` (a fresh group named for `what`: eval, regen), each
+// rank's failure named as evaluation.h's WorkerFailure names a worker's; rank 0's answer.
+absl::StatusOr<v1::EvaluateResponse> EvaluateOnGroup(const DecodeGroupWorkers& group,
+                                                     const v1::EvaluateRequest& req,
+                                                     WorkerControl* control);
+absl::StatusOr<v1::GenerateResponse> GenerateOnGroup(const DecodeGroupWorkers& group,
+                                                     const v1::GenerateRequest& req,
+                                                     WorkerControl* control);
+
 }  // namespace dflash::coordinator

@@ -209,19 +209,7 @@ absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items, 
       // Per batch: the run's seed, the batch's first record and the turn (not the batch index,
       // which a resume shifts).
       g.set_seed(SeedHash(req.seed(), {items[first].record, turn}));
-      absl::StatusOr<std::vector<v1::DecodeGroup>> fields =
-          OpenDecodeGroup(group, DecodeGroupName("regen"), control);
-      if (!fields.ok()) return fields.status();
-      absl::StatusOr<v1::GenerateResponse> answer = OnEveryRank<v1::GenerateResponse>(
-          group, *fields,
-          [&](const v1::WorkerInfo& rank,
-              const v1::DecodeGroup& field) -> absl::StatusOr<v1::GenerateResponse> {
-            v1::GenerateRequest call = g;
-            if (field.world() > 1) *call.mutable_group() = field;
-            absl::StatusOr<v1::GenerateResponse> r = control->Generate(rank, call);
-            if (!r.ok()) return WorkerFailure(r.status(), rank.name());
-            return r;
-          });
+      absl::StatusOr<v1::GenerateResponse> answer = GenerateOnGroup(group, g, control);
       if (!answer.ok()) return answer.status();
       const v1::GenerateResponse& resp = *answer;
       if (resp.outputs_size() != static_cast<int>(last - first)) {

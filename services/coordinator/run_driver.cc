@@ -252,7 +252,11 @@ void RunDriver::StartEvaluation(const PlannedStep& cur) {
   CollectEvaluation(/*wait=*/true);  // one at a time
   v1::EvalInProgress e;
   e.set_step(cur.step + 1);
-  e.set_worker(t->p.pairs[0].first.name());
+  std::string who = t->p.pairs[0].first.name();  // and its tensor-parallel ranks, "t0|t1"
+  if (!t->p.target_ranks.empty()) {
+    for (const v1::WorkerInfo& w : t->p.target_ranks[0]) who += "|" + w.name();
+  }
+  e.set_worker(who);
   e.set_drafter_dir(cur.eval_dir);
   e.set_started_unix_ms(clock_->NowUnixMs());
   host_->EvaluationStarted(t->p.run_id, e);
@@ -295,19 +299,8 @@ absl::StatusOr<v1::EvalResult> RunDriver::Evaluate(const std::string& dir, int64
     group.insert(group.end(), t->p.target_ranks[0].begin(), t->p.target_ranks[0].end());
   }
   const int64_t start = clock_->NowUnixMs();
-  ASSIGN_OR_RETURN(std::vector<v1::DecodeGroup> fields,
-                   OpenDecodeGroup(group, DecodeGroupName("eval"), workers_));
-  ASSIGN_OR_RETURN(
-      v1::EvaluateResponse resp,
-      OnEveryRank<v1::EvaluateResponse>(
-          group, fields, [&](const v1::WorkerInfo& rank, const v1::DecodeGroup& field) {
-            v1::EvaluateRequest call = req;
-            if (field.world() > 1) *call.mutable_group() = field;
-            return workers_->Evaluate(rank, call);
-          }));
-  std::string names;
-  for (const v1::WorkerInfo& w : group) names += (names.empty() ? "" : "|") + w.name();
-  v1::EvalResult r = ToEvalResult(resp, names, dir, step, start);
+  ASSIGN_OR_RETURN(v1::EvaluateResponse resp, EvaluateOnGroup(group, req, workers_));
+  v1::EvalResult r = ToEvalResult(resp, GroupNames(group), dir, step, start);
   LOG_RUN(INFO, run_id, step - 1) << absl::StrFormat(
       "evaluated the drafter of step %d: tau %.3f over %d prompts (%d tokens, %.1f tokens/s)", step,
       r.tau(), r.prompts(), r.new_tokens(), r.tokens_per_second());
