@@ -43,8 +43,15 @@ DrafterBatch Batch(const DrafterConfig& c, c10::Device device) {
                       at::tensor(loss_mask, at::kLong).to(device)};
 }
 
-Result RunDrafter(c10::Device device, std::optional<c10::ScalarType> compute_dtype) {
-  const DrafterConfig config = TinyConfig();
+Result RunDrafter(c10::Device device, std::optional<c10::ScalarType> compute_dtype,
+                  bool dflash2 = false) {
+  DrafterConfig config = TinyConfig();
+  if (dflash2) {  // docs/method.md §2.2
+    config.conv_kernel_size = 2;
+    config.conv_group_size = 16;
+    config.selector_rank = 8;
+    config.selector_top_k = 5;
+  }
   DrafterOptions options;
   options.device = device;
   options.compute_dtype = compute_dtype;
@@ -91,6 +98,14 @@ TEST(DrafterGpu, Fp32MatchesTheCpuDrafter) {
   if (device::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   const Result cpu = RunDrafter(c10::Device(c10::kCPU), std::nullopt);
   const Result gpu = RunDrafter(c10::Device(c10::kCUDA, 0), std::nullopt);
+  ExpectClose(gpu, cpu, 1e-4);
+}
+
+// DFlash2: the convolutions and the selector's loss (top-k, gathered lm_head rows) on CUDA.
+TEST(DrafterGpu, Dflash2Fp32MatchesTheCpuDrafter) {
+  if (device::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  const Result cpu = RunDrafter(c10::Device(c10::kCPU), std::nullopt, /*dflash2=*/true);
+  const Result gpu = RunDrafter(c10::Device(c10::kCUDA, 0), std::nullopt, /*dflash2=*/true);
   ExpectClose(gpu, cpu, 1e-4);
 }
 
