@@ -51,9 +51,8 @@ struct Geometry {
 // What one run needed, measured.
 struct Measured {
   std::string run_id;
-  // The GPU's free memory before the run minus after it (workers idle), plus what the workers'
-  // allocators reserved during the run beyond what they keep after it (the feature slots, the
-  // forward's cached blocks): the pair's footprint while it trains.
+  // The GPU's free memory before the run minus its lowest while the run trains (the workers'
+  // heartbeats): the pair's footprint, its cudaMalloc'd feature slots and contexts included.
   int64_t need = 0;
   // Per worker ("t", "d"): allocator reserved (the most seen during the run), peak allocated.
   std::map<std::string, int64_t> reserved, peak;
@@ -248,18 +247,32 @@ class MemoryGpu : public TrainingCluster {
     const auto start = std::chrono::steady_clock::now();
     FreshWorkers(name, drafter_gpu);
     Measured m;
-    const int64_t before = FreeNow();
+    // The GPU's free memory as the workers' heartbeats report it (cudaMemGetInfo: everything on
+    // the device, the run's cudaMalloc'd feature slots and the CUDA contexts included), before
+    // the run and at its lowest while it trains: what the pair needs. (Free memory after the run
+    // would miss what the workers free when they release it.)
+    const auto heartbeat_free = [&](const std::string& w) {
+      return Int(Worker(w + name).value("device", json::object()), "free_bytes");
+    };
+    const int64_t before_ms = NowMs();
+    EXPECT_TRUE(
+        WaitFor([&] { return Int(Worker("t" + name), "last_heartbeat_unix_ms") > before_ms + 50; },
+                ms(10000)));
+    const int64_t before = heartbeat_free("t");
     m.run_id = Submit(WriteRunYaml(name + ".yaml", yaml));
-    // Each worker's reservation, sampled through the run (heartbeats every 100 ms; a caching
-    // allocator's reservation only grows while it trains, so the last samples hold the most).
+    // Each worker's allocator reservation and the GPU's free memory, sampled through the run
+    // (heartbeats every 100 ms; a caching allocator's reservation only grows while it trains).
     std::map<std::string, int64_t> during;
+    int64_t lowest = before;
     std::string state;
     EXPECT_TRUE(WaitFor(
         [&] {
           for (const std::string w : {"t", "d"}) {
-            const int64_t r =
-                Int(Worker(w + name).value("device", json::object()), "process_reserved_bytes");
-            during[w] = std::max(during[w], r);
+            const json device = Worker(w + name).value("device", json::object());
+            during[w] = std::max(during[w], Int(device, "process_reserved_bytes"));
+            if (w == "t" && Int(device, "free_bytes") > 0) {
+              lowest = std::min(lowest, Int(device, "free_bytes"));
+            }
           }
           state = Status(m.run_id).value("state", "");
           return state == "RUN_STATE_DONE" || state == "RUN_STATE_FAILED" ||
@@ -268,12 +281,11 @@ class MemoryGpu : public TrainingCluster {
         ms(600000)));
     EXPECT_EQ(state, "RUN_STATE_DONE") << Status(m.run_id).dump();
     const int64_t done_ms = NowMs();
-    m.need = before - FreeNow();
+    m.need = before - lowest;
     for (const std::string w : {"t" + name, "d" + name}) {
       const std::string k = w.substr(0, 1);
       const int64_t idle = Int(Worker(w).value("device", json::object()), "process_reserved_bytes");
       m.reserved[k] = std::max(idle, during[k]);
-      m.need += m.reserved[k] - idle;
       m.peak[k] =
           static_cast<int64_t>(WorkerGauge(w, "dflash_worker_gpu_memory_peak_bytes", done_ms));
     }
