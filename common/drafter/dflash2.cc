@@ -18,6 +18,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -30,6 +32,54 @@
 #include "common/nn/weights.h"
 
 namespace dflash::drafter {
+namespace {
+
+absl::Status Dflash2FieldError(const std::string& field, const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat("drafter config: ", field, ": ", msg));
+}
+
+}  // namespace
+
+absl::Status ValidateDflash2Config(const DrafterConfig& c) {
+  if (!(c.output_multiplier > 0) || !std::isfinite(c.output_multiplier)) {
+    return Dflash2FieldError("output_multiplier",
+                             absl::StrCat("must be positive, got ", c.output_multiplier));
+  }
+  if (!(c.final_logit_softcapping >= 0) || !std::isfinite(c.final_logit_softcapping)) {
+    return Dflash2FieldError("final_logit_softcapping", absl::StrCat("must be >= 0 (0: off), got ",
+                                                                     c.final_logit_softcapping));
+  }
+  if (!(c.input_embedding_scale > 0) || !std::isfinite(c.input_embedding_scale)) {
+    return Dflash2FieldError("input_embedding_scale",
+                             absl::StrCat("must be positive, got ", c.input_embedding_scale));
+  }
+  if (c.conv_kernel_size < 0) {
+    return Dflash2FieldError("conv_kernel_size",
+                             absl::StrCat("must be >= 0, got ", c.conv_kernel_size));
+  }
+  if (c.dflash2()) {
+    if (c.conv_kernel_size > c.block_size) {
+      return Dflash2FieldError(
+          "conv_kernel_size",
+          absl::StrCat(c.conv_kernel_size, " exceeds the block size ", c.block_size));
+    }
+    if (c.conv_group_size < 1 || c.target.hidden_size % c.conv_group_size != 0) {
+      return Dflash2FieldError("conv_group_size",
+                               absl::StrCat(c.conv_group_size, " does not divide the hidden size ",
+                                            c.target.hidden_size));
+    }
+    if (c.selector_rank < 1) {
+      return Dflash2FieldError("selector_rank",
+                               absl::StrCat("must be >= 1, got ", c.selector_rank));
+    }
+    if (c.selector_top_k < 1 || c.selector_top_k > c.target.vocab_size) {
+      return Dflash2FieldError("selector_top_k",
+                               absl::StrCat("must be in 1..", c.target.vocab_size,
+                                            " (the vocabulary), got ", c.selector_top_k));
+    }
+  }
+  return absl::OkStatus();
+}
 
 at::Tensor BlockConvolution(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& base,
                             int64_t block_size, int64_t group_size) {

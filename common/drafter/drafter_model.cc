@@ -307,40 +307,7 @@ absl::Status ValidateDrafterConfig(const DrafterConfig& c) {
   if (c.sliding_window < 0) {
     return FieldError("sliding_window", absl::StrCat("must be at least 0, got ", c.sliding_window));
   }
-  if (!(c.output_multiplier > 0) || !std::isfinite(c.output_multiplier)) {
-    return FieldError("output_multiplier",
-                      absl::StrCat("must be positive, got ", c.output_multiplier));
-  }
-  if (!(c.final_logit_softcapping >= 0) || !std::isfinite(c.final_logit_softcapping)) {
-    return FieldError("final_logit_softcapping",
-                      absl::StrCat("must be >= 0 (0: off), got ", c.final_logit_softcapping));
-  }
-  if (!(c.input_embedding_scale > 0) || !std::isfinite(c.input_embedding_scale)) {
-    return FieldError("input_embedding_scale",
-                      absl::StrCat("must be positive, got ", c.input_embedding_scale));
-  }
-  if (c.conv_kernel_size < 0) {
-    return FieldError("conv_kernel_size", absl::StrCat("must be >= 0, got ", c.conv_kernel_size));
-  }
-  if (c.dflash2()) {
-    if (c.conv_kernel_size > c.block_size) {
-      return FieldError("conv_kernel_size",
-                        absl::StrCat(c.conv_kernel_size, " exceeds the block size ", c.block_size));
-    }
-    if (c.conv_group_size < 1 || c.target.hidden_size % c.conv_group_size != 0) {
-      return FieldError("conv_group_size",
-                        absl::StrCat(c.conv_group_size, " does not divide the hidden size ",
-                                     c.target.hidden_size));
-    }
-    if (c.selector_rank < 1) {
-      return FieldError("selector_rank", absl::StrCat("must be >= 1, got ", c.selector_rank));
-    }
-    if (c.selector_top_k < 1 || c.selector_top_k > c.target.vocab_size) {
-      return FieldError("selector_top_k",
-                        absl::StrCat("must be in 1..", c.target.vocab_size,
-                                     " (the vocabulary), got ", c.selector_top_k));
-    }
-  }
+  RETURN_IF_ERROR(ValidateDflash2Config(c));
   std::set<int64_t> seen;
   for (int64_t id : c.target_layer_ids) {
     if (id < 0 || id >= c.target.num_hidden_layers) {

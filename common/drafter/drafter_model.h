@@ -85,6 +85,8 @@ void SetSlidingLayers(DrafterConfig* config, const std::vector<int64_t>& ids, in
 
 // INVALID_ARGUMENT naming the field when the drafter cannot be built from `config`.
 absl::Status ValidateDrafterConfig(const DrafterConfig& config);
+// Its part for the output-head scales and DFlash2's settings (dflash2.cc).
+absl::Status ValidateDflash2Config(const DrafterConfig& config);
 
 // What the backward computes again instead of keeping from the forward (docs/memory.md): nothing
 // beyond the cheap elementwise ops; the MLP's gate and up projections; or each whole layer (only
