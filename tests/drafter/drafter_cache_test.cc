@@ -2,12 +2,15 @@
 // whole context: the same hidden states for blocks after contexts of several lengths, with the
 // cache extended between calls by some rows, none, or many; short blocks; a sliding layer with a
 // window; and its refusals (fp32, CPU).
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "common/drafter/drafter_model.h"
@@ -77,6 +80,13 @@ void CheckCacheAgainstWholeContext(const DrafterConfig& config) {
   at::manual_seed(3);
   std::unique_ptr<DrafterModel> m = MakeModel(config, 11);
   ASSERT_NE(m, nullptr);
+  {  // DFlash2's convolutions off their identity start, so that the blocks' slots mix
+    at::NoGradGuard no_grad;
+    for (const NamedParameter& p : m->parameters()) {
+      if (p.name.find("conv.") != std::string::npos)
+        p.tensor.add_(at::randn(p.tensor.sizes()) * 0.2);
+    }
+  }
   std::vector<Seq> seqs(3);
   for (size_t j = 0; j < seqs.size(); ++j) seqs[j].tokens = {static_cast<int64_t>(10 + j)};
   seqs[1].block_length = 2;  // a short last block
@@ -94,6 +104,17 @@ TEST(DrafterCache, ForwardCachedEqualsForwardOverTheWholeContext) {
 TEST(DrafterCache, ASlidingLayerWithAWindowToo) {
   DrafterConfig config = TinyConfig();
   SetSlidingLayers(&config, {1}, 6);
+  CheckCacheAgainstWholeContext(config);
+}
+
+// DFlash2 (docs/method.md §2.2): the convolutions run over the block's slots alone, so the cached
+// forward gives the same rows.
+TEST(DrafterCache, ADflash2DrafterToo) {
+  DrafterConfig config = TinyConfig();
+  config.conv_kernel_size = 3;
+  config.conv_group_size = 16;
+  config.selector_rank = 8;
+  config.selector_top_k = 5;
   CheckCacheAgainstWholeContext(config);
 }
 
