@@ -177,6 +177,8 @@ bool RunDriver::RunOneStep() {
   }
   if (!CommitStep(*cur, results)) return false;
   t->step = cur->step + 1;
+  // Between steps (EvaluatesBetweenSteps): the next step starts when the evaluation has ended.
+  if (!cur->eval_dir.empty() && EvaluatesBetweenSteps()) CollectEvaluation(/*wait=*/true);
   if (!t->ahead_error.ok()) {
     host_->EndRun(*t, t->ahead_error);
     return false;
@@ -195,7 +197,10 @@ RunDriver::StepResults RunDriver::AwaitStep(PlannedStep* cur) {
   bool targets_ok = true;
   for (const PairResult& p : r.pairs) targets_ok = targets_ok && p.target.ok();
   for (const TpRankResult& tp : r.tp_ranks) targets_ok = targets_ok && tp.result.ok();
-  if (targets_ok && cur->step + 1 < t->total_steps) {
+  // No target ahead of a step whose evaluation the steps wait for: its forwards' collectives
+  // would run beside the decoding group's.
+  const bool evaluation_next = !cur->eval_dir.empty() && EvaluatesBetweenSteps();
+  if (targets_ok && cur->step + 1 < t->total_steps && !evaluation_next) {
     // Run ahead: plan the next step and start its targets while the drafters train on this one.
     absl::StatusOr<std::unique_ptr<PlannedStep>> next = PlanStep();
     if (next.ok()) {
@@ -257,6 +262,11 @@ void RunDriver::StartEvaluation(const PlannedStep& cur) {
     for (const v1::WorkerInfo& w : t->p.target_ranks[0]) who += "|" + w.name();
   }
   e.set_worker(who);
+  // A tensor-parallel target on GPUs: its ranks' decoding group and the run's group would run
+  // NCCL collectives at once, in orders the ranks do not share, which NCCL does not promise to
+  // complete; the steps wait for the evaluation instead (docs/models.md).
+  const bool between_steps = EvaluatesBetweenSteps();
+  e.set_between_steps(between_steps);
   e.set_drafter_dir(cur.eval_dir);
   e.set_started_unix_ms(clock_->NowUnixMs());
   host_->EvaluationStarted(t->p.run_id, e);
@@ -270,6 +280,12 @@ void RunDriver::StartEvaluation(const PlannedStep& cur) {
     host_->EvaluationEnded(t_->p.run_id);
     return eval;
   });
+}
+
+bool RunDriver::EvaluatesBetweenSteps() const {
+  const Training* const t = t_.get();
+  return !t->p.target_ranks.empty() && !t->p.target_ranks[0].empty() &&
+         t->p.pairs[0].first.device().kind() == "cuda";
 }
 
 void RunDriver::CollectEvaluation(bool wait) {

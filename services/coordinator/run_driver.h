@@ -90,6 +90,10 @@ class RunDriver {
   // The running evaluation's end, waited for when `wait`, else taken only if it has ended: its
   // tau is committed with the next step; a failure is logged (it never stops training).
   void CollectEvaluation(bool wait);
+  // Whether evaluations run between steps, not beside them: pair 0's target is a tensor-parallel
+  // group on GPUs, whose decoding group and training group would otherwise run NCCL collectives
+  // at once (docs/models.md). Then the step before an evaluation runs no target ahead either.
+  bool EvaluatesBetweenSteps() const;
   // Has pair 0's target decode with the drafter snapshot at `dir` (eval.*); records the result.
   absl::StatusOr<v1::EvalResult> Evaluate(const std::string& dir, int64_t step);
   // The step's figures, the host's commit, the log line, checkpoint pruning. False when the

@@ -265,6 +265,78 @@ TEST_F(CoordinatorTest, TrainingGoesOnWhileASnapshotIsEvaluated) {
   EXPECT_DOUBLE_EQ(after.last_step().measured_acceptance_length(), 3.0);  // the last one's
 }
 
+// A tensor-parallel target on GPUs evaluates between the steps (docs/models.md): its decoding
+// group's NCCL collectives must not run beside the run's group's. No target runs ahead of a step
+// whose snapshot is evaluated, the steps wait for the evaluation, the status says so, and every
+// rank gets the request with the group that rank 0 opened.
+TEST_F(CoordinatorTest, ATensorParallelGpuTargetEvaluatesBetweenSteps) {
+  auto worker = [&](const std::string& name, v1::WorkerRole role, int index) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address(absl::StrCat("10.0.0.1:", 100 + index));
+    w.mutable_device()->set_kind("cuda");
+    w.mutable_device()->set_index(index);
+    return coordinator_->Register(w)->worker_id();
+  };
+  auto run = *coordinator_->SubmitRun(
+      absl::StrCat(kRunYaml,
+                   "placement: {target_parallel: 2}\n"
+                   "eval: {every_steps: 2, prompts: \"builtin:tiny-chat\", max_prompts: 3, "
+                   "max_new_tokens: 8}\n"),
+      "run.yaml", false);
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<int64_t> dispatched_at_eval;  // the highest step dispatched when each rank decodes
+  workers_.on_evaluate = [&] {
+    int64_t highest = -1;
+    {
+      std::lock_guard<std::mutex> lock(workers_.mu_);
+      for (const v1::RunStepRequest& r : workers_.requests) highest = std::max(highest, r.step());
+    }
+    std::unique_lock<std::mutex> lock(m);
+    dispatched_at_eval.push_back(highest);
+    if (dispatched_at_eval.size() <= 2) cv.wait(lock, [&] { return release; });
+  };
+  worker("t0", v1::WORKER_ROLE_TARGET, 0);
+  worker("t1", v1::WORKER_ROLE_TARGET, 1);
+  worker("d0", v1::WORKER_ROLE_DRAFTER, 2);
+  std::thread trainer([&] { coordinator_->Tick(); });
+  v1::RunStatus seen;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    seen = *coordinator_->GetRun(run.run_id());
+    if (seen.has_evaluating()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(seen.has_evaluating());
+  EXPECT_TRUE(seen.evaluating().between_steps());
+  EXPECT_EQ(seen.evaluating().worker(), "t0|t1");
+  EXPECT_EQ(seen.evaluating().step(), 2);
+  EXPECT_EQ(seen.step(), 2) << "the steps wait for the evaluation";
+  {
+    std::lock_guard<std::mutex> lock(m);
+    release = true;
+  }
+  cv.notify_all();
+  trainer.join();
+  const v1::RunStatus after = *coordinator_->GetRun(run.run_id());
+  ASSERT_EQ(after.state(), v1::RUN_STATE_DONE) << after.message();
+  EXPECT_EQ(after.last_eval().worker(), "t0|t1");
+  // Three evaluations (steps 2, 4 and the export), each by both ranks: no step past the one
+  // whose snapshot they decode had been dispatched.
+  ASSERT_EQ(dispatched_at_eval.size(), 6u);
+  EXPECT_THAT(dispatched_at_eval, ::testing::ElementsAre(1, 1, 3, 3, 4, 4));
+  ASSERT_EQ(workers_.eval_requests.size(), 6u);
+  EXPECT_EQ(workers_.opened_groups.size(), 3u);
+  for (const v1::EvaluateRequest& r : workers_.eval_requests) {
+    EXPECT_EQ(r.group().world(), 2);
+    EXPECT_EQ(r.group().collective(), "nccl");
+    EXPECT_EQ(r.group().nccl_unique_id(), "group-of-t0");
+  }
+}
+
 // No exception leaves a coordinator handler (common/rpc/guarded.h): a worker call that throws
 // under EvaluateDrafter is answered INTERNAL naming the operation, and the coordinator answers the
 // next call.

@@ -86,6 +86,16 @@ class FakeWorkerControl : public WorkerControl {
     return resp;
   }
 
+  // Rank 0 of an NCCL decoding group: an id naming the worker.
+  absl::StatusOr<v1::OpenDecodeGroupResponse> OpenDecodeGroup(
+      const v1::WorkerInfo& worker, const v1::OpenDecodeGroupRequest& req) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    opened_groups.push_back(worker.name() + ":" + req.collective());
+    v1::OpenDecodeGroupResponse resp;
+    resp.set_nccl_unique_id("group-of-" + worker.name());
+    return resp;
+  }
+
   // Answers each prompt with its last token + 1, repeated up to its limit (a stop id ends it).
   absl::StatusOr<v1::GenerateResponse> Generate(const v1::WorkerInfo& worker,
                                                 const v1::GenerateRequest& req) override {
@@ -111,6 +121,7 @@ class FakeWorkerControl : public WorkerControl {
   std::vector<std::string> cancelled;  // worker ids, in CancelCalls order
   std::vector<v1::GenerateRequest> generate_requests;
   std::vector<v1::EvaluateRequest> eval_requests;
+  std::vector<std::string> opened_groups;  // "worker:collective", in OpenDecodeGroup order
   int64_t eval_accepted = 2;
   std::vector<std::string> steps;  // "worker:step" in call order
   std::vector<v1::RunStepRequest> requests;
