@@ -215,63 +215,6 @@ absl::Status CompareConfigs(const DrafterConfig& got, const DrafterConfig& want,
   return absl::OkStatus();
 }
 
-// The serving format's DFlash2 fields and output-head scales: in dflash_config, else at the top
-// level (as the reference package's _draft_value reads them). INVALID_ARGUMENT naming the field.
-absl::Status ReadDraftValues(const std::string& source, bool dflash2, DrafterConfig* c) {
-  const std::string text = [&] {
-    std::FILE* f = std::fopen(source.c_str(), "rb");
-    std::string out;
-    if (f == nullptr) return out;
-    char buf[65536];
-    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
-    std::fclose(f);
-    return out;
-  }();
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
-  }
-  auto value = [&](const char* name) -> const nlohmann::json* {
-    if (j.contains("dflash_config") && j["dflash_config"].is_object() &&
-        j["dflash_config"].contains(name)) {
-      return &j["dflash_config"][name];
-    }
-    return j.contains(name) ? &j[name] : nullptr;
-  };
-  auto number = [&](const char* name, double* out) -> absl::Status {
-    const nlohmann::json* v = value(name);
-    if (v == nullptr || v->is_null()) return absl::OkStatus();
-    if (!v->is_number()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": ", name, ": must be a number"));
-    }
-    *out = v->get<double>();
-    return absl::OkStatus();
-  };
-  auto integer = [&](const char* name, int64_t* out) -> absl::Status {
-    const nlohmann::json* v = value(name);
-    if (v == nullptr || !v->is_number_integer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": ", name, ": required, an integer (a DFlash2 drafter)"));
-    }
-    *out = v->get<int64_t>();
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(number("output_multiplier", &c->output_multiplier));
-  RETURN_IF_ERROR(number("final_logit_softcapping", &c->final_logit_softcapping));
-  RETURN_IF_ERROR(number("input_embedding_scale", &c->input_embedding_scale));
-  if (!dflash2) return absl::OkStatus();
-  RETURN_IF_ERROR(integer("conv_kernel_size", &c->conv_kernel_size));
-  RETURN_IF_ERROR(integer("conv_group_size", &c->conv_group_size));
-  RETURN_IF_ERROR(integer("selector_rank", &c->selector_rank));
-  RETURN_IF_ERROR(integer("selector_top_k", &c->selector_top_k));
-  if (c->conv_kernel_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": conv_kernel_size: a DFlash2 drafter needs at least 1, got ",
-                     c->conv_kernel_size));
-  }
-  return absl::OkStatus();
-}
-
 // Where the checkpoint's tensors are listed, for errors about absent tensors.
 std::string WeightsSource(const std::string& dir) {
   std::error_code ec;
@@ -418,12 +361,19 @@ absl::StatusOr<DrafterConfig> ReadDrafterConfig(const std::string& dir) {
                            : model::DefaultTargetLayerIds(t.num_target_layers, t.num_hidden_layers);
   c.layer_types = t.layer_types;
   c.sliding_window = t.sliding_window;
+  // The output head's scales and DFlash2's settings, as the config parser read them.
+  c.output_multiplier = t.output_multiplier;
+  c.final_logit_softcapping = t.final_logit_softcapping;
+  c.input_embedding_scale = t.input_embedding_scale;
+  c.conv_kernel_size = t.conv_kernel_size;
+  c.conv_group_size = t.conv_group_size;
+  c.selector_rank = t.selector_rank;
+  c.selector_top_k = t.selector_top_k;
   c.target = std::move(t);
   c.target.num_hidden_layers = c.target.num_target_layers;
   c.target.architectures.clear();
   c.target.layer_types.clear();  // the drafter's, not the target's
   c.target.sliding_window = 0;
-  RETURN_IF_ERROR(ReadDraftValues(source, dflash2, &c));
   RETURN_IF_ERROR(Annotate(ValidateDrafterConfig(c), source));
   return c;
 }

@@ -254,16 +254,48 @@ absl::Status ParseAttention(const Fields& f, TransformerConfig* cfg) {
   return absl::OkStatus();
 }
 
-// DFlashDraftModel fields (method.md §7). A drafter must say its block size and target depth.
+// The output-head scales and DFlash2's settings: in dflash_config, else at the top level (where
+// the reference inference package looks, in that order). DFlash2's are required by a
+// DFlash2DraftModel.
+absl::Status ParseDraftValues(const Fields& f, bool has_dc, bool dflash2, TransformerConfig* cfg) {
+  static const json* const kEmpty = new json(json::object());  // Fields keeps a reference
+  const Fields d(has_dc ? f.At("dflash_config") : *kEmpty, f.source(), "dflash_config.");
+  auto where = [&](const char* key) -> const Fields& { return d.Has(key) ? d : f; };
+  RETURN_IF_ERROR(
+      where("output_multiplier").Positive("output_multiplier", false, &cfg->output_multiplier));
+  RETURN_IF_ERROR(where("input_embedding_scale")
+                      .Positive("input_embedding_scale", false, &cfg->input_embedding_scale));
+  const Fields& cap = where("final_logit_softcapping");
+  if (cap.Has("final_logit_softcapping") &&
+      !(cap.At("final_logit_softcapping").is_number() &&
+        cap.At("final_logit_softcapping").get<double>() == 0)) {
+    RETURN_IF_ERROR(cap.Positive("final_logit_softcapping", false, &cfg->final_logit_softcapping));
+  }
+  constexpr int64_t kMax = int64_t{1} << 24;
+  for (const auto& [key, out] : {std::make_pair("conv_kernel_size", &cfg->conv_kernel_size),
+                                 std::make_pair("conv_group_size", &cfg->conv_group_size),
+                                 std::make_pair("selector_rank", &cfg->selector_rank),
+                                 std::make_pair("selector_top_k", &cfg->selector_top_k)}) {
+    if (dflash2) RETURN_IF_ERROR(where(key).Int(key, true, 1, kMax, out));
+  }
+  return absl::OkStatus();
+}
+
+// DFlashDraftModel (and DFlash2DraftModel) fields (method.md §7). A drafter must say its block
+// size and target depth.
 absl::Status ParseDrafter(const Fields& f, TransformerConfig* cfg) {
-  bool drafter = false;
-  for (const std::string& a : cfg->architectures) drafter |= (a == "DFlashDraftModel");
+  bool drafter = false, dflash2 = false;
+  for (const std::string& a : cfg->architectures) {
+    drafter |= (a == "DFlashDraftModel" || a == "DFlash2DraftModel");
+    dflash2 |= (a == "DFlash2DraftModel");
+  }
   RETURN_IF_ERROR(f.Int("num_target_layers", drafter, 1, kMaxLayers, &cfg->num_target_layers));
   const bool has_dc = f.Has("dflash_config");
   if (has_dc && !f.At("dflash_config").is_object()) {
     return f.Error("dflash_config",
                    absl::StrCat("must be an object, got ", f.At("dflash_config").dump()));
   }
+  if (drafter) RETURN_IF_ERROR(ParseDraftValues(f, has_dc, dflash2, cfg));
   // The block size is dflash_config.block_size (where the reference inference code looks first)
   // or the top-level block_size (older exports, SGLang); both written by ExportDrafter.
   const bool nested_block = has_dc && f.At("dflash_config").contains("block_size") &&

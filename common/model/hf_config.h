@@ -91,6 +91,12 @@ struct TransformerConfig {
   // A drafter's sliding layers' window (layer_types above holds full_attention and
   // sliding_attention for a drafter): sliding_window when use_sliding_window, else 0.
   int64_t sliding_window = 0;
+  // The drafter's output head and slot embeddings (DFlash and DFlash2; docs/method.md §2.2):
+  // logits times output_multiplier, soft-capped by final_logit_softcapping (0: off), slot
+  // embeddings times input_embedding_scale.
+  double output_multiplier = 1.0, final_logit_softcapping = 0.0, input_embedding_scale = 1.0;
+  // DFlash2DraftModel's convolution and candidate selector; 0 for a DFlash drafter.
+  int64_t conv_kernel_size = 0, conv_group_size = 0, selector_rank = 0, selector_top_k = 0;
 };
 
 // The model types dflash runs as targets, in the order errors list them.

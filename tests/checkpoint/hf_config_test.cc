@@ -165,6 +165,44 @@ TEST(HfConfig, DFlashDrafter) {
   EXPECT_EQ(cfg->torch_dtype, "bfloat16");  // from "dtype"
 }
 
+// A DFlash2DraftModel (docs/method.md §2.2): its settings in dflash_config or at the top level (as
+// the reference package reads them), the output head's scales with their defaults, and a missing
+// setting named.
+TEST(HfConfig, DFlash2Drafter) {
+  nlohmann::json j = nlohmann::json::parse(kDrafter);
+  auto plain = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->conv_kernel_size, 0);
+  EXPECT_EQ(plain->output_multiplier, 1.0);
+  EXPECT_EQ(plain->final_logit_softcapping, 0.0);
+  j["architectures"] = {"DFlash2DraftModel"};
+  j["dflash_config"]["conv_kernel_size"] = 2;
+  j["dflash_config"]["conv_group_size"] = 16;
+  j["dflash_config"]["selector_rank"] = 256;
+  j["selector_top_k"] = 16;  // top level
+  j["dflash_config"]["output_multiplier"] = 1.5;
+  j["final_logit_softcapping"] = 30;
+  auto cfg = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->conv_kernel_size, 2);
+  EXPECT_EQ(cfg->conv_group_size, 16);
+  EXPECT_EQ(cfg->selector_rank, 256);
+  EXPECT_EQ(cfg->selector_top_k, 16);
+  EXPECT_EQ(cfg->output_multiplier, 1.5);
+  EXPECT_EQ(cfg->final_logit_softcapping, 30.0);
+  EXPECT_EQ(cfg->input_embedding_scale, 1.0);
+  j["dflash_config"].erase("selector_rank");
+  auto missing = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("selector_rank: required"));
+  j["dflash_config"]["selector_rank"] = 256;
+  j["dflash_config"]["output_multiplier"] = -1;
+  auto negative = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(std::string(negative.status().message()),
+              HasSubstr("dflash_config.output_multiplier: must be a positive number"));
+}
+
 TEST(HfConfig, Defaults) {
   auto cfg = ParseHfConfig(R"({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 256,
       "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
