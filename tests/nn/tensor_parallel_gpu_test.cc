@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -72,6 +73,30 @@ class ThreadAllReduce {
   uint64_t generation_ = 0;
 };
 
+// Loads `dir` as the two ranks of a group (threads sharing the GPU, summing through a
+// ThreadAllReduce) with `options`, and runs `body(rank, model)` on each; each rank's error, "" when
+// none.
+std::vector<std::string> OnTwoRanks(
+    const fs::path& dir, const TargetModelOptions& options,
+    const std::function<absl::Status(int rank, const TargetModel& model)>& body) {
+  ThreadAllReduce sum(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      TargetModelOptions o = options;
+      o.tp_rank = rank;
+      o.tp_world = 2;
+      o.tp_all_reduce = [&sum, rank](const at::Tensor& t) { return sum.Sum(rank, t); };
+      auto model = TargetModel::Load(dir.string(), o);
+      const absl::Status s = model.ok() ? body(rank, **model) : model.status();
+      if (!s.ok()) errors[rank] = s.ToString();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
 class TensorParallelGpu : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
@@ -105,30 +130,14 @@ TEST_P(TensorParallelGpu, TwoRanksOnOneGpuGiveTheOneProcessFeatures) {
     auto want = (*single)->Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
     ASSERT_TRUE(want.ok()) << want.status();
 
-    ThreadAllReduce sum(2);
     std::vector<at::Tensor> got(2);
-    std::vector<std::string> errors(2);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < 2; ++rank) {
-      threads.emplace_back([&, rank] {
-        TargetModelOptions o = options;
-        o.tp_rank = rank;
-        o.tp_world = 2;
-        o.tp_all_reduce = [&sum, rank](const at::Tensor& t) { return sum.Sum(rank, t); };
-        auto model = TargetModel::Load(dir.string(), o);
-        if (!model.ok()) {
-          errors[rank] = model.status().ToString();
-          return;
-        }
-        auto out = (*model)->Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
-        if (!out.ok()) {
-          errors[rank] = out.status().ToString();
-          return;
-        }
-        got[rank] = out->cpu();
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<std::string> errors =
+        OnTwoRanks(dir, options, [&](int rank, const TargetModel& model) -> absl::Status {
+          auto out = model.Forward(refs["input_ids"], refs["positions"], refs["cu_seqlens"]);
+          if (!out.ok()) return out.status();
+          got[rank] = out->cpu();
+          return absl::OkStatus();
+        });
     ASSERT_EQ(errors[0], "");
     ASSERT_EQ(errors[1], "");
     EXPECT_TRUE(at::equal(got[0], got[1])) << "the ranks' features differ";
@@ -187,30 +196,14 @@ TEST_P(TensorParallelGpu, TwoRanksOnOneGpuGenerateTheCpuTokens) {
     ASSERT_TRUE(single.ok()) << single.status();
     auto alone = Generate(**single, prompts, greedy);
     ASSERT_TRUE(alone.ok()) << alone.status();
-    ThreadAllReduce sum(2);
     std::vector<std::vector<std::vector<int64_t>>> got(2);
-    std::vector<std::string> errors(2);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < 2; ++rank) {
-      threads.emplace_back([&, rank] {
-        TargetModelOptions o = options;
-        o.tp_rank = rank;
-        o.tp_world = 2;
-        o.tp_all_reduce = [&sum, rank](const at::Tensor& t) { return sum.Sum(rank, t); };
-        auto model = TargetModel::Load(dir.string(), o);
-        if (!model.ok()) {
-          errors[rank] = model.status().ToString();
-          return;
-        }
-        auto out = Generate(**model, prompts, greedy);
-        if (!out.ok()) {
-          errors[rank] = out.status().ToString();
-          return;
-        }
-        got[rank] = tokens(*out);
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<std::string> errors =
+        OnTwoRanks(dir, options, [&](int rank, const TargetModel& model) -> absl::Status {
+          auto out = Generate(model, prompts, greedy);
+          if (!out.ok()) return out.status();
+          got[rank] = tokens(*out);
+          return absl::OkStatus();
+        });
     ASSERT_EQ(errors[0], "");
     ASSERT_EQ(errors[1], "");
     EXPECT_EQ(got[0], got[1]) << family << ": the ranks generated different tokens";
