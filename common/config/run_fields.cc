@@ -207,16 +207,17 @@ void CheckDrafterKind(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
     e->Add("drafter.kind", absl::StrCat("must be one of dflash|dflash2, got '", d.kind, "'"));
     return;
   }
+  const Dflash2Settings resolved = ResolvedDflash2(d);  // auto's defaults
   struct Setting {
     const char* path;
     std::optional<int64_t>* value;
     int64_t fallback, lo, hi;
   };
   const Setting settings[] = {
-      {"drafter.conv_kernel_size", &d.conv_kernel_size, 2, 1, 64},
-      {"drafter.conv_group_size", &d.conv_group_size, 16, 1, 65536},
-      {"drafter.selector_rank", &d.selector_rank, 256, 1, 65536},
-      {"drafter.selector_top_k", &d.selector_top_k, 16, 1, 1048576},
+      {"drafter.conv_kernel_size", &d.conv_kernel_size, resolved.conv_kernel_size, 1, 64},
+      {"drafter.conv_group_size", &d.conv_group_size, resolved.conv_group_size, 1, 65536},
+      {"drafter.selector_rank", &d.selector_rank, resolved.selector_rank, 1, 65536},
+      {"drafter.selector_top_k", &d.selector_top_k, resolved.selector_top_k, 1, 1048576},
   };
   for (const Setting& x : settings) {
     if (d.kind == "dflash") {

@@ -81,6 +81,12 @@ const std::vector<std::string>& BuiltinDatasets() {
   return names;
 }
 
+Dflash2Settings ResolvedDflash2(const DrafterSpec& d) {
+  if (d.kind != "dflash2") return {};
+  return {d.conv_kernel_size.value_or(2), d.conv_group_size.value_or(16),
+          d.selector_rank.value_or(256), d.selector_top_k.value_or(16)};
+}
+
 std::optional<double> DefaultGamma(int64_t block_size) {
   switch (block_size) {
     case 16:

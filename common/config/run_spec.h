@@ -138,4 +138,12 @@ const std::vector<std::string>& RecomputeModes();
 // Default for loss.gamma given the block size (method.md §3): 7 for 16, 5 for 10, 4 for 8.
 std::optional<double> DefaultGamma(int64_t block_size);
 
+// DFlash2's settings as a run applies them (docs/method.md §2.2): with drafter.kind dflash2 each
+// one set, or its default when auto (conv kernel 2, group 16, selector rank 256, top-k 16); all 0
+// with dflash.
+struct Dflash2Settings {
+  int64_t conv_kernel_size = 0, conv_group_size = 0, selector_rank = 0, selector_top_k = 0;
+};
+Dflash2Settings ResolvedDflash2(const DrafterSpec& drafter);
+
 }  // namespace dflash::config

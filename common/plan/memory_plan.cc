@@ -313,10 +313,11 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   // DFlash2 (docs/method.md §2.2): per layer two convolutions (base [2, Kc, H] and the kernel
   // projection [2 Kc G, H]), and the selector's codebooks [V, R] and projection [R, H].
   const bool dflash2 = spec.drafter.kind == "dflash2";
-  const int64_t conv_k = spec.drafter.conv_kernel_size.value_or(2);
-  const int64_t groups = s.h / std::max<int64_t>(1, spec.drafter.conv_group_size.value_or(16));
-  const int64_t rank = spec.drafter.selector_rank.value_or(256);
-  const int64_t top_k = spec.drafter.selector_top_k.value_or(16);
+  const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
+  const int64_t conv_k = two.conv_kernel_size;
+  const int64_t groups = s.h / std::max<int64_t>(1, two.conv_group_size);
+  const int64_t rank = two.selector_rank;
+  const int64_t top_k = two.selector_top_k;
   const int64_t dflash2_params = dflash2 ? ld * 2 * (2 * conv_k * s.h + 2 * conv_k * groups * s.h) +
                                                2 * s.vocab * rank + rank * s.h
                                          : 0;

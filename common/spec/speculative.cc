@@ -4,7 +4,6 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/softmax.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
@@ -143,7 +142,9 @@ absl::StatusOr<Drafts> SelectorDraft(const drafter::DrafterModel& drafter, const
   std::vector<at::Tensor> q_rows;  // per slot [n, K]
   const drafter::DrafterModel::PickFn pick = [&](const at::Tensor& scores) {
     if (sampler == nullptr) return at::argmax(scores, -1);
-    const at::Tensor q = at::softmax(scores / sampling.temperature, -1);
+    nn::SamplingOptions over_candidates;  // temperature only, as the serving format samples
+    over_candidates.temperature = sampling.temperature;
+    const at::Tensor q = nn::SamplingProbabilities(scores, over_candidates);
     q_rows.push_back(q);
     const std::vector<int64_t> drawn = sampler->Sample(q);
     return at::tensor(drawn, at::TensorOptions().dtype(at::kLong));

@@ -31,12 +31,11 @@ absl::StatusOr<drafter::DrafterConfig> RunDrafterConfig(const config::RunSpec& s
   absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
   if (!sliding.ok()) return sliding.status();
   drafter::SetSlidingLayers(&c, sliding->layers, sliding->window);
-  if (spec.drafter.kind == "dflash2") {  // auto: the defaults CheckDrafterKind resolves to
-    c.conv_kernel_size = spec.drafter.conv_kernel_size.value_or(2);
-    c.conv_group_size = spec.drafter.conv_group_size.value_or(16);
-    c.selector_rank = spec.drafter.selector_rank.value_or(256);
-    c.selector_top_k = spec.drafter.selector_top_k.value_or(16);
-  }
+  const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
+  c.conv_kernel_size = two.conv_kernel_size;
+  c.conv_group_size = two.conv_group_size;
+  c.selector_rank = two.selector_rank;
+  c.selector_top_k = two.selector_top_k;
   if (absl::Status s = drafter::ValidateDrafterConfig(c); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("drafter: ", s.message()));
   }

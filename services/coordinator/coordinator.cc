@@ -157,14 +157,15 @@ absl::StatusOr<v1::ResolvedTarget> CheckRunTarget(const config::RunSpec& spec,
   }
   // DFlash2's settings against the target's shapes (docs/method.md §2.2).
   if (spec.drafter.kind == "dflash2") {
-    const int64_t group = spec.drafter.conv_group_size.value_or(16);
+    const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
+    const int64_t group = two.conv_group_size;
     if (target->hidden_size % group != 0) {
       return absl::InvalidArgumentError(absl::StrCat("drafter.conv_group_size: ", group,
                                                      " does not divide the target's hidden "
                                                      "size ",
                                                      target->hidden_size));
     }
-    const int64_t top_k = spec.drafter.selector_top_k.value_or(16);
+    const int64_t top_k = two.selector_top_k;
     if (top_k > target->vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("drafter.selector_top_k: ", top_k,
                                                      " is above the target's vocabulary of ",

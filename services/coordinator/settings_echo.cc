@@ -63,13 +63,11 @@ std::map<std::string, std::string> ExpectedSettings(
   e["drafter.sliding_window"] = sliding.ok() ? std::to_string(sliding->window) : "?";
   // DFlash2's settings as the drafter built them (0 for a DFlash drafter).
   e["drafter.kind"] = spec.drafter.kind;
-  const bool two = spec.drafter.kind == "dflash2";
-  e["drafter.conv_kernel_size"] =
-      std::to_string(two ? spec.drafter.conv_kernel_size.value_or(2) : 0);
-  e["drafter.conv_group_size"] =
-      std::to_string(two ? spec.drafter.conv_group_size.value_or(16) : 0);
-  e["drafter.selector_rank"] = std::to_string(two ? spec.drafter.selector_rank.value_or(256) : 0);
-  e["drafter.selector_top_k"] = std::to_string(two ? spec.drafter.selector_top_k.value_or(16) : 0);
+  const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
+  e["drafter.conv_kernel_size"] = std::to_string(two.conv_kernel_size);
+  e["drafter.conv_group_size"] = std::to_string(two.conv_group_size);
+  e["drafter.selector_rank"] = std::to_string(two.selector_rank);
+  e["drafter.selector_top_k"] = std::to_string(two.selector_top_k);
   e["loss.selector_alpha"] = absl::StrCat(spec.loss.selector_alpha);
   return e;
 }
