@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <limits>
 #include <mutex>
-#include <optional>
+#include <vector>
 
 #ifdef DFLASH_HAVE_FUSED_ATTN
 #include "common/kernels/dflash_attn/dflash_attn.h"
@@ -24,7 +24,8 @@ namespace dflash::drafter {
 struct KernelPlanCache {
   std::mutex mu;
 #ifdef DFLASH_HAVE_FUSED_ATTN
-  std::optional<kernels::DflashAttnPlan> plan;
+  // One plan per layer kind of the step (full attention; sliding window), built on first use.
+  std::vector<kernels::DflashAttnPlan> plans;
 #endif
 };
 
@@ -160,8 +161,10 @@ at::Tensor ReferenceDrafterAttention::Forward(const at::Tensor& q, const at::Ten
 bool FusedDrafterAttention::Supports(const at::Tensor& q, const at::Tensor& k,
                                      const BlockMask& mask) {
 #ifdef DFLASH_HAVE_FUSED_ATTN
+  // A window below the block size would hide block keys too: the reference takes it.
   return mask.kernel_plan != nullptr && mask.block_size <= 64 && !mask.block_lengths.defined() &&
-         !mask.causal && mask.window == 0 && kernels::SupportsFusedDflashAttention(q, k);
+         (mask.window == 0 || mask.window >= mask.block_size) &&
+         kernels::SupportsFusedDflashAttention(q, k);
 #else
   return false;
 #endif
@@ -177,10 +180,16 @@ at::Tensor FusedDrafterAttention::Forward(const at::Tensor& q, const at::Tensor&
   kernels::DflashAttnPlan plan;
   {
     const std::lock_guard<std::mutex> lock(mask.kernel_plan->mu);
-    auto& cached = mask.kernel_plan->plan;
-    if (!cached || cached->group != group || cached->fwd_items.device() != q.device()) {
-      cached = kernels::MakeDflashAttnPlan(mask.anchors, mask.ctx_begin, mask.doc_ids.size(0),
-                                           mask.block_size, group, q.device());
+    auto& plans = mask.kernel_plan->plans;
+    auto cached = std::find_if(plans.begin(), plans.end(), [&](const kernels::DflashAttnPlan& x) {
+      return x.group == group && x.fwd_items.device() == q.device() && x.window == mask.window &&
+             x.block_causal == mask.causal;
+    });
+    if (cached == plans.end()) {
+      plans.push_back(kernels::MakeDflashAttnPlan(mask.anchors, mask.ctx_begin,
+                                                  mask.doc_ids.size(0), mask.block_size, group,
+                                                  q.device(), mask.window, mask.causal));
+      cached = plans.end() - 1;
     }
     plan = *cached;
   }

@@ -48,9 +48,10 @@ struct BlockMask {
   // shorter last block of speculative decoding near the token limit). Inference only: the fused
   // kernel does not take it (the reference runs).
   at::Tensor block_lengths;
-  // A sliding-attention layer's view (the copy DrafterModel makes for that layer; the fused kernel
-  // does not take it: the reference runs): slot k sees its block's slots k' <= k only (causal),
-  // and with window > 0 only rows less than `window` positions before its own.
+  // A sliding-attention layer's view (the copy DrafterModel makes for that layer): slot k sees its
+  // block's slots k' <= k only (causal), and with window > 0 only rows less than `window`
+  // positions before its own. The fused kernel takes it when window is 0 or at least B, skipping
+  // the key tiles outside every window of a block (its cost falls with the window).
   bool causal = false;
   int64_t window = 0;
 };

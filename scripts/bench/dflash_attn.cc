@@ -2,7 +2,11 @@
 // forward and backward time, TFLOP/s counting only unmasked work, and peak extra memory.
 //   dflash_attn [--context 8192] [--anchors 512] [--block 16] [--hq 32] [--hkv 8] [--head-dim 128]
 //               [--doc-min 200] [--doc-max 2000] [--iters 20] [--seed 1] [--mask-out FILE]
-//               [--json FILE]
+//               [--json FILE] [--window W] [--reference 1]
+// --window W times a sliding-window layer (causal inside the block, context keys within W
+// positions; W = 0: causal block, whole context); without it, a full-attention layer. --reference 1
+// also times the unfused reference (drafter::ReferenceDrafterAttention on the GPU, what a sliding
+// layer ran before the kernels took windows).
 // --mask-out writes the generated mask (documents and anchors) for dflash_attn_flex.py, which times
 // PyTorch FlexAttention on the same mask in the same run (scripts/bench/dflash_attn.sh runs both).
 // Peak extra memory: the caching allocator's peak minus what was allocated before (q, k, v, dO).
@@ -67,7 +71,7 @@ int main(int argc, char** argv) {
   dflash::bench::RequireKnownFlags(
       argc, argv,
       {"--anchors", "--block", "--context", "--doc-max", "--doc-min", "--head-dim", "--hkv", "--hq",
-       "--iters", "--json", "--mask-out", "--seed"},
+       "--iters", "--json", "--mask-out", "--seed", "--window", "--reference"},
       "dflash_attn");
   const int64_t t = Flag(argc, argv, "--context", 8192), n = Flag(argc, argv, "--anchors", 512);
   const int64_t b = Flag(argc, argv, "--block", 16), hq = Flag(argc, argv, "--hq", 32);
@@ -75,6 +79,9 @@ int main(int argc, char** argv) {
   const int64_t doc_min = Flag(argc, argv, "--doc-min", 200);
   const int64_t doc_max = Flag(argc, argv, "--doc-max", 2000);
   const int iters = static_cast<int>(Flag(argc, argv, "--iters", 20));
+  const int64_t window = Flag(argc, argv, "--window", -1);  // -1: a full-attention layer
+  const bool sliding = window >= 0;
+  const bool with_reference = Flag(argc, argv, "--reference", 0) != 0;
   std::mt19937_64 rng(static_cast<uint64_t>(Flag(argc, argv, "--seed", 1)));
   if (c10::cuda::device_count() == 0) {
     std::fprintf(stderr, "dflash_attn: no CUDA device\n");
@@ -97,7 +104,13 @@ int main(int argc, char** argv) {
   }
   const std::vector<int64_t> anchors(chosen.begin(), chosen.end());
   int64_t visible = 0;  // visible keys summed over query positions (per head)
-  for (int64_t a : anchors) visible += b * (a - starts[doc_ids[a]] + b);
+  for (int64_t a : anchors) {
+    for (int64_t k = 0; k < b; ++k) {
+      const int64_t first = sliding && window > 0 ? std::max(starts[doc_ids[a]], a + k - window + 1)
+                                                  : starts[doc_ids[a]];
+      visible += std::max<int64_t>(0, a - first) + (sliding ? k + 1 : b);
+    }
+  }
   const double fwd_tflop = 4.0 * d * hq * static_cast<double>(visible) / 1e12;
   const double bwd_tflop = 2.5 * fwd_tflop;  // S, dP, dV, dK, dQ against S, O
 
@@ -127,8 +140,10 @@ int main(int argc, char** argv) {
   auto long_tensor = [&](const std::vector<int64_t>& x) {
     return at::tensor(at::ArrayRef<int64_t>(x), at::TensorOptions().dtype(at::kLong)).to(cuda);
   };
-  const dflash::drafter::BlockMask mask =
+  dflash::drafter::BlockMask mask =
       dflash::drafter::BuildBlockMask(long_tensor(anchors), long_tensor(doc_ids), b);
+  mask.causal = sliding;
+  mask.window = sliding ? window : 0;
   const dflash::drafter::FusedDrafterAttention attn;
   if (!dflash::drafter::FusedDrafterAttention::Supports(q, k, mask)) {
     std::fprintf(stderr, "dflash_attn: this geometry has no fused kernel\n");
@@ -150,21 +165,45 @@ int main(int argc, char** argv) {
       },
       iters);
   const double bwd_ms = both.ms - fwd.ms;
+  Measure ref_fwd{0, 0}, ref_both{0, 0};
+  if (with_reference) {
+    const dflash::drafter::ReferenceDrafterAttention reference;
+    ref_fwd = Time([&] { reference.Forward(q.detach(), k.detach(), v.detach(), mask, scale); },
+                   std::max(3, iters / 4));
+    ref_both = Time(
+        [&] {
+          q.mutable_grad() = at::Tensor();
+          k.mutable_grad() = at::Tensor();
+          v.mutable_grad() = at::Tensor();
+          reference.Forward(q, k, v, mask, scale).backward(dout);
+        },
+        std::max(3, iters / 4));
+  }
   const double io_gib =
       (q.nbytes() * 2 + k.nbytes() * 2 + v.nbytes() * 2 + dout.nbytes() * 2 + q_rows * hq * 4.0) /
       (1 << 30);  // q k v dO in, o dq dk dv out, lse
   std::printf(
-      "context %lld, anchors %lld, B %lld, heads %lld/%lld, head_dim %lld, %d docs, bf16, "
+      "context %lld, anchors %lld, B %lld, heads %lld/%lld, head_dim %lld, %d docs, bf16, %s, "
       "median of %d\n",
       static_cast<long long>(t), static_cast<long long>(n), static_cast<long long>(b),
       static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
-      static_cast<int>(starts.size()), iters);
+      static_cast<int>(starts.size()),
+      !sliding ? "full attention"
+               : (window > 0 ? ("sliding window " + std::to_string(window)).c_str()
+                             : "sliding, no window"),
+      iters);
   std::printf("unmasked work: forward %.3f TFLOP, backward %.3f TFLOP\n", fwd_tflop, bwd_tflop);
   std::printf("| %-22s | %9s | %9s | %9s | %10s | %10s | %14s |\n", "implementation", "fwd ms",
               "bwd ms", "fwd+bwd", "fwd TFLOP/s", "bwd TFLOP/s", "peak extra GiB");
   std::printf("| %-22s | %9.3f | %9.3f | %9.3f | %10.1f | %10.1f | %14.3f |\n", "dflash fused",
               fwd.ms, bwd_ms, both.ms, fwd_tflop / fwd.ms * 1e3, bwd_tflop / bwd_ms * 1e3,
               both.peak_extra_gib);
+  if (with_reference) {
+    std::printf("| %-22s | %9.3f | %9.3f | %9.3f | %10.1f | %10.1f | %14.3f |\n",
+                "unfused reference", ref_fwd.ms, ref_both.ms - ref_fwd.ms, ref_both.ms,
+                fwd_tflop / ref_fwd.ms * 1e3, bwd_tflop / (ref_both.ms - ref_fwd.ms) * 1e3,
+                ref_both.peak_extra_gib);
+  }
   std::printf("memory bound of the target (inputs + outputs + LSE) x 1.1: %.3f GiB\n",
               io_gib * 1.1);
   const std::string json = StrFlag(argc, argv, "--json");
@@ -176,8 +215,10 @@ int main(int argc, char** argv) {
     }
     std::fprintf(f,
                  "{\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"total_ms\": %.4f, \"peak_extra_gib\": "
-                 "%.4f, \"fwd_tflop\": %.5f, \"bwd_tflop\": %.5f, \"io_gib\": %.4f}\n",
-                 fwd.ms, bwd_ms, both.ms, both.peak_extra_gib, fwd_tflop, bwd_tflop, io_gib);
+                 "%.4f, \"fwd_tflop\": %.5f, \"bwd_tflop\": %.5f, \"io_gib\": %.4f, "
+                 "\"window\": %lld, \"reference_total_ms\": %.4f}\n",
+                 fwd.ms, bwd_ms, both.ms, both.peak_extra_gib, fwd_tflop, bwd_tflop, io_gib,
+                 static_cast<long long>(window), ref_both.ms);
     std::fclose(f);
   }
   return 0;

@@ -2,7 +2,8 @@
 // (drafter::ReferenceDrafterAttention) computed in fp32 from the same bf16-rounded inputs: output,
 // dQ, dK and dV. Fresh random geometry and values every run (the seed is printed): ragged
 // documents, anchors at document starts (empty context) and ends, padding anchors in the middle and
-// at the end, several head groupings, head dims 64 and 128, block sizes 16 and 10. Outputs and
+// at the end, several head groupings, head dims 64 and 128, block sizes 16 and 10, full and
+// sliding-window layers. Outputs and
 // gradients are poisoned with NaN before each call. Also the packed causal forward of the target
 // against a per-document fp32 reference. Labelled gpu; skipped without a CUDA device.
 #include <ATen/TensorOperators.h>
@@ -77,10 +78,18 @@ at::Tensor Long(const std::vector<int64_t>& v) {
   return at::tensor(at::ArrayRef<int64_t>(v), at::TensorOptions().dtype(at::kLong));
 }
 
-void RunDrafterCase(const Geometry& g) {
+// A sliding-attention layer's view of the mask (drafter_attention.h): causal inside the block and,
+// with window > 0, only the context rows within `window` positions.
+struct Sliding {
+  bool causal = false;
+  int64_t window = 0;
+};
+
+void RunDrafterCase(const Geometry& g, Sliding sliding = {}) {
   const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << " hq " << g.hq << " hkv " << g.hkv
-                                    << " d " << g.d << " B " << g.b);
+  SCOPED_TRACE(::testing::Message()
+               << "seed " << seed << " hq " << g.hq << " hkv " << g.hkv << " d " << g.d << " B "
+               << g.b << " causal " << sliding.causal << " window " << sliding.window);
   std::mt19937_64 rng(seed);
   const MaskInputs m = RandomMask(g, rng);
   const int64_t t = static_cast<int64_t>(m.doc_ids.size());
@@ -96,8 +105,9 @@ void RunDrafterCase(const Geometry& g) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(g.d));
 
   // Reference in fp32 on the CPU.
-  const drafter::BlockMask mask_cpu =
-      drafter::BuildBlockMask(Long(m.anchors), Long(m.doc_ids), g.b);
+  drafter::BlockMask mask_cpu = drafter::BuildBlockMask(Long(m.anchors), Long(m.doc_ids), g.b);
+  mask_cpu.causal = sliding.causal;
+  mask_cpu.window = sliding.window;
   const at::Tensor q_ref = q.clone().requires_grad_(true), k_ref = k.clone().requires_grad_(true),
                    v_ref = v.clone().requires_grad_(true);
   const at::Tensor out_ref =
@@ -105,8 +115,10 @@ void RunDrafterCase(const Geometry& g) {
   out_ref.backward(dout);
 
   const c10::Device cuda(c10::kCUDA, 0);
-  const drafter::BlockMask mask =
+  drafter::BlockMask mask =
       drafter::BuildBlockMask(Long(m.anchors).to(cuda), Long(m.doc_ids).to(cuda), g.b);
+  mask.causal = sliding.causal;
+  mask.window = sliding.window;
   const at::Tensor q_gpu = q.to(cuda, at::kBFloat16).requires_grad_(true);
   const at::Tensor k_gpu = k.to(cuda, at::kBFloat16).requires_grad_(true);
   const at::Tensor v_gpu = v.to(cuda, at::kBFloat16).requires_grad_(true);
@@ -145,6 +157,48 @@ class DflashAttnGpu : public ::testing::Test {
 
 TEST_F(DflashAttnGpu, Gqa4Hd128MatchesTheReference) {
   RunDrafterCase({12, 1, 400, 96, 8, 2, 128, 16});  // Qwen3-8B's grouping and head dim
+}
+
+// Sliding-window layers: the kernels skip the key tiles outside every window of a block and mask
+// the rest per row (context) and per slot (the block, causal).
+TEST_F(DflashAttnGpu, SlidingWindowLayersMatchTheReference) {
+  for (const int64_t window : {16, 17, 50, 200}) {
+    RunDrafterCase({12, 1, 400, 96, 8, 2, 128, 16}, {true, window});
+  }
+  RunDrafterCase({12, 1, 400, 96, 8, 2, 128, 16}, {true, 0});  // causal block, no window
+  RunDrafterCase({6, 20, 300, 40, 4, 1, 64, 16}, {true, 33});
+  RunDrafterCase({5, 20, 300, 30, 12, 4, 128, 16}, {true, 70});  // 3 per kv head
+  RunDrafterCase({7, 5, 250, 50, 8, 2, 128, 10}, {true, 10});    // block 10, window = block
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(0);
+  if (prop->major == 9 && prop->minor == 0) {
+    RunDrafterCase({5, 20, 300, 30, 24, 4, 256, 16}, {true, 100});  // Qwen3.5-27B's heads
+  }
+}
+
+// A full and a sliding layer of one step share the mask's plan cache: each gets its own plan.
+TEST_F(DflashAttnGpu, AFullAndASlidingLayerOfOneMaskKeepTheirOwnPlans) {
+  const c10::Device cuda(c10::kCUDA, 0);
+  std::vector<int64_t> doc_ids(300, 0);
+  std::fill(doc_ids.begin() + 120, doc_ids.end(), 1);
+  drafter::BlockMask full =
+      drafter::BuildBlockMask(Long({50, 119, 200, 299}).to(cuda), Long(doc_ids).to(cuda), 16);
+  drafter::BlockMask sliding = full;  // shares the plan cache
+  sliding.causal = true;
+  sliding.window = 32;
+  at::Generator gen = at::detail::createCPUGenerator(7);
+  const auto opts = at::TensorOptions().device(cuda).dtype(at::kBFloat16);
+  const at::Tensor q = at::randn({64, 8, 128}, gen, at::kFloat).to(opts);
+  const at::Tensor k = at::randn({364, 2, 128}, gen, at::kFloat).to(opts);
+  const at::Tensor v = at::randn({364, 2, 128}, gen, at::kFloat).to(opts);
+  const drafter::FusedDrafterAttention fused;
+  const drafter::ReferenceDrafterAttention reference;
+  for (const drafter::BlockMask* mask : {&full, &sliding, &full, &sliding}) {
+    EXPECT_LT(MaxRelError(fused.Forward(q, k, v, *mask, 0.088),
+                          reference.Forward(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat),
+                                            *mask, 0.088)),
+              2e-2)
+        << "window " << mask->window;
+  }
 }
 
 TEST_F(DflashAttnGpu, Hd256MatchesTheReference) {
@@ -214,6 +268,7 @@ TEST_F(DflashAttnGpu, MmaKernelsMatchTheReference) {
   ASSERT_EQ(setenv("DFLASH_ATTN_BWD_KERNEL", "mma", 1), 0);
   RunDrafterCase({12, 1, 400, 96, 8, 2, 128, 16});
   RunDrafterCase({6, 20, 300, 40, 4, 1, 64, 16});
+  RunDrafterCase({12, 1, 400, 96, 8, 2, 128, 16}, {true, 50});
   RunCausalCases();
   ASSERT_EQ(unsetenv("DFLASH_ATTN_FWD_KERNEL"), 0);
   ASSERT_EQ(unsetenv("DFLASH_ATTN_BWD_KERNEL"), 0);
@@ -234,6 +289,13 @@ TEST_F(DflashAttnGpu, UnsupportedCallsFallBackOrAreRefused) {
   EXPECT_EQ(out.sizes(), q32.sizes());
   EXPECT_THROW(MakeDflashAttnPlan(Long({5, 3}), Long({0, 0}), 16, 16, 4, cuda), c10::Error)
       << "anchors out of order";
+  drafter::BlockMask narrow = mask;
+  narrow.causal = true;
+  narrow.window = 8;  // below the block: would hide block keys too
+  EXPECT_FALSE(drafter::FusedDrafterAttention::Supports(
+      at::randn({16, 4, 64}, opts.dtype(at::kBFloat16)),
+      at::randn({32, 2, 64}, opts.dtype(at::kBFloat16)), narrow))
+      << "window 8 < block 16 -> reference";
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -42,9 +43,11 @@ Mask RandomMask(std::mt19937_64& rng, int64_t n_docs, int64_t n_anchors) {
   return m;
 }
 
-void CheckSchedule(const Mask& m, int64_t b, int64_t group) {
+// window 0: full attention; W > 0: a sliding-window layer, where slot k of anchor j sees context
+// key c only if c >= a_j + k - W + 1 (the kernels' per-row test, params.h, applied here too).
+void CheckSchedule(const Mask& m, int64_t b, int64_t group, int64_t window = 0) {
   const int64_t t = static_cast<int64_t>(m.doc_ids.size()), n = m.anchors.size();
-  auto s = BuildDflashSchedule(m.anchors, m.ctx_begin, t, b, group);
+  auto s = BuildDflashSchedule(m.anchors, m.ctx_begin, t, b, group, window);
   ASSERT_TRUE(s.ok()) << s.status();
   const int64_t per_tile = 64 / group;
 
@@ -60,7 +63,9 @@ void CheckSchedule(const Mask& m, int64_t b, int64_t group) {
       EXPECT_EQ(it.kv_end, it.kv_begin);
       EXPECT_LT(it.blk_row, 0);
     } else {
-      EXPECT_EQ(it.kv_begin, m.ctx_begin[j]);
+      // The first position's window (the later ones are narrowed per row by the kernel).
+      const int64_t lo = window > 0 ? m.anchors[j] + it.q_pos % b - window + 1 : 0;
+      EXPECT_EQ(it.kv_begin, std::min(m.anchors[j], std::max(m.ctx_begin[j], lo)));
       EXPECT_EQ(it.kv_end, m.anchors[j]);
       EXPECT_EQ(it.blk_row, t + j * b);
       EXPECT_EQ(it.blk_len, b);
@@ -72,8 +77,11 @@ void CheckSchedule(const Mask& m, int64_t b, int64_t group) {
         << "forward items not heaviest first";
   }
 
-  // Backward: (key, anchor) pairs the kernel computes == visible pairs, each once.
+  // Backward: (key, query position) pairs the kernel computes == visible pairs, each once.
   std::map<std::pair<int64_t, int64_t>, int> pairs;
+  auto in_window = [&](int64_t key, int64_t j, int64_t slot) {
+    return window == 0 || key >= m.anchors[j] + slot - window + 1;
+  };
   std::vector<int> key_items(t + n * b, 0);
   for (const AttnBwdItem& it : s->bwd) {
     ASSERT_GE(it.n_keys, 1);
@@ -84,7 +92,9 @@ void CheckSchedule(const Mask& m, int64_t b, int64_t group) {
       for (int c = 0; c < it.n_keys; ++c) {
         const int64_t key = it.key_row + c;
         if (it.masked && key >= m.anchors[j]) continue;
-        ++pairs[{key, j}];
+        for (int64_t slot = 0; slot < b; ++slot) {
+          if (!it.masked || in_window(key, j, slot)) ++pairs[{key, j * b + slot}];
+        }
       }
     }
   }
@@ -94,15 +104,18 @@ void CheckSchedule(const Mask& m, int64_t b, int64_t group) {
   for (int64_t j = 0; j < n; ++j) {
     const int64_t a = m.anchors[j];
     if (a < 0) continue;
-    for (int64_t c = 0; c < t; ++c) {
-      if (m.doc_ids[c] == m.doc_ids[a] && c < a) {
-        ++visible;
-        EXPECT_EQ((pairs[{c, j}]), 1) << "context key " << c << " anchor " << j;
+    for (int64_t slot = 0; slot < b; ++slot) {
+      for (int64_t c = 0; c < t; ++c) {
+        if (m.doc_ids[c] == m.doc_ids[a] && c < a && in_window(c, j, slot)) {
+          ++visible;
+          EXPECT_EQ((pairs[{c, j * b + slot}]), 1)
+              << "context key " << c << " anchor " << j << " slot " << slot;
+        }
       }
-    }
-    for (int64_t c = t + j * b; c < t + (j + 1) * b; ++c) {
-      ++visible;
-      EXPECT_EQ((pairs[{c, j}]), 1) << "block key " << c << " anchor " << j;
+      for (int64_t c = t + j * b; c < t + (j + 1) * b; ++c) {
+        ++visible;
+        EXPECT_EQ((pairs[{c, j * b + slot}]), 1) << "block key " << c << " anchor " << j;
+      }
     }
   }
   int64_t computed = 0;
@@ -123,6 +136,31 @@ TEST(DflashAttnSchedule, CoversExactlyTheMaskOnRandomBatches) {
       CheckSchedule(m, b, group);
     }
   }
+}
+
+TEST(DflashAttnSchedule, ASlidingWindowCoversExactlyItsKeysAndSkipsTheRest) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 12; ++round) {
+    const Mask m = RandomMask(rng, 1 + round % 4, 5 + round * 9);
+    for (const auto& [b, group, window] :
+         {std::tuple{16, 4, 16}, std::tuple{16, 4, 17}, std::tuple{16, 4, 100},
+          std::tuple{8, 6, 70}, std::tuple{10, 1, 64}, std::tuple{16, 8, 1000}}) {
+      SCOPED_TRACE(testing::Message()
+                   << "round " << round << " B " << b << " G " << group << " W " << window);
+      CheckSchedule(m, b, group, window);
+    }
+  }
+  // Two anchors 1,000 rows apart in one document, window 64: the backward lists only the keys in
+  // the windows (3 + 63 rows), not the 1,000 between.
+  auto s = BuildDflashSchedule({3, 1003}, {0, 0}, 1100, 16, 4, 64);
+  ASSERT_TRUE(s.ok()) << s.status();
+  int64_t context_keys = 0;
+  for (const AttnBwdItem& it : s->bwd) context_keys += it.masked ? it.n_keys : 0;
+  EXPECT_EQ(context_keys, 3 + 63);
+  EXPECT_FALSE(BuildDflashSchedule({4}, {0}, 10, 16, 4, 15).ok()) << "window below the block";
+  EXPECT_FALSE(BuildDflashSchedule({4}, {0}, 10, 16, 4, -1).ok()) << "negative window";
 }
 
 TEST(DflashAttnSchedule, RefusesBadMasks) {

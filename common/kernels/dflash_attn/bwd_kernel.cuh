@@ -131,9 +131,13 @@ __global__ void __launch_bounds__(128, 2) DflashAttnBwdKernel(const DflashAttnBw
       }
       const int limit = it.masked ? min(it.n_keys, anchor - it.key_row) : it.n_keys;
       const bool key_ok[2] = {key0 < limit, key0 + 8 < limit};
+      const int slot_base = pos - j * p.block_size;
+      const SlotBounds sb = VisitSlotBounds(p, it, anchor, key0, slot_base, n_pos);
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj) ProbsT(s_acc, jj, lse, key_ok, p.scale_log2, lane);
-        // dV += P^T dO: k-steps over the 64 query rows.
+      for (int jj = 0; jj < 4; ++jj) {
+        ProbsT(s_acc, jj, lse, key_ok, sb, gr, slot_base, p.scale_log2, lane);
+      }
+      // dV += P^T dO: k-steps over the 64 query rows.
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         uint32_t a[4];

@@ -165,10 +165,12 @@ __global__ void __launch_bounds__(128, D <= 128 ? 2 : 1)
       // packed as the register A operand (k-step jj = query rows 16jj..16jj+15).
       const int limit = it.masked ? min(it.n_keys, anchor - it.key_row) : it.n_keys;
       const bool key_ok[2] = {key0 < limit, key0 + 8 < limit};
+      const int slot_base = pos - j * p.block_size;
+      const SlotBounds sb = VisitSlotBounds(p, it, anchor, key0, slot_base, n_pos);
       uint32_t a_p[4][4], a_ds[4][4];
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        ProbsT(s_acc, jj, lse, key_ok, p.scale_log2, lane);
+        ProbsT(s_acc, jj, lse, key_ok, sb, gr, slot_base, p.scale_log2, lane);
         PackA(s_acc, jj, a_p[jj]);
         GradScoresT(s_acc, jj, dp_acc, delta, lane);
         PackA(s_acc, jj, a_ds[jj]);

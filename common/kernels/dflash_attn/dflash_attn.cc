@@ -67,7 +67,8 @@ void CheckQkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 // Runs the forward kernel over `items` (contiguous q, k, v); returns {o, lse}.
 std::pair<at::Tensor, at::Tensor> RunForward(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, const at::Tensor& items,
-                                             double scale, bool causal) {
+                                             double scale, bool causal,
+                                             const DflashAttnPlan* plan = nullptr) {
   at::Tensor o = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(1)}, q.options().dtype(at::kFloat));
   DflashAttnFwdParams p;
@@ -85,6 +86,11 @@ std::pair<at::Tensor, at::Tensor> RunForward(const at::Tensor& q, const at::Tens
   p.head_dim = static_cast<int32_t>(q.size(2));
   p.scale_log2 = static_cast<float>(scale * M_LOG2E);
   p.causal = causal;
+  if (plan != nullptr) {
+    p.block_size = static_cast<int32_t>(plan->block_size);
+    p.window = static_cast<int32_t>(plan->window);
+    p.block_causal = plan->block_causal;
+  }
   CheckCuda(LaunchDflashAttnFwd(p, at::cuda::getCurrentCUDAStream().stream()),
             causal ? "causal forward" : "forward");
   return {o, lse};
@@ -92,13 +98,13 @@ std::pair<at::Tensor, at::Tensor> RunForward(const at::Tensor& q, const at::Tens
 
 struct DflashAttnFunction : public torch::autograd::Function<DflashAttnFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
-                            const at::Tensor& v_in, const at::Tensor& fwd_items,
-                            const at::Tensor& bwd_items, const at::Tensor& anchors,
-                            int64_t block_size, double scale) {
+                            const at::Tensor& v_in, const DflashAttnPlan& plan, double scale) {
     const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-    auto [o, lse] = RunForward(q, k, v, fwd_items, scale, /*causal=*/false);
-    ctx->save_for_backward({q, k, v, o, lse, bwd_items, anchors});
-    ctx->saved_data["block_size"] = block_size;
+    auto [o, lse] = RunForward(q, k, v, plan.fwd_items, scale, /*causal=*/false, &plan);
+    ctx->save_for_backward({q, k, v, o, lse, plan.bwd_items, plan.anchors});
+    ctx->saved_data["block_size"] = plan.block_size;
+    ctx->saved_data["window"] = plan.window;
+    ctx->saved_data["block_causal"] = plan.block_causal;
     ctx->saved_data["scale"] = scale;
     return o;
   }
@@ -135,8 +141,10 @@ struct DflashAttnFunction : public torch::autograd::Function<DflashAttnFunction>
     p.head_dim = static_cast<int32_t>(q.size(2));
     p.scale = static_cast<float>(scale);
     p.scale_log2 = static_cast<float>(scale * M_LOG2E);
+    p.window = static_cast<int32_t>(ctx->saved_data["window"].toInt());
+    p.block_causal = ctx->saved_data["block_causal"].toBool();
     CheckCuda(LaunchDflashAttnBwd(p, at::cuda::getCurrentCUDAStream().stream()), "backward");
-    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dq, dk, dv, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -144,10 +152,10 @@ struct DflashAttnFunction : public torch::autograd::Function<DflashAttnFunction>
 
 DflashAttnPlan MakeDflashAttnPlan(const at::Tensor& anchors, const at::Tensor& ctx_begin,
                                   int64_t context_rows, int64_t block_size, int64_t group,
-                                  c10::Device device) {
+                                  c10::Device device, int64_t window, bool block_causal) {
   const std::vector<int64_t> a = HostInt64(anchors, "anchors");
   const std::vector<int64_t> c = HostInt64(ctx_begin, "ctx_begin");
-  auto schedule = BuildDflashSchedule(a, c, context_rows, block_size, group);
+  auto schedule = BuildDflashSchedule(a, c, context_rows, block_size, group, window);
   TORCH_CHECK(schedule.ok(), std::string(schedule.status().message()));
   DflashAttnPlan plan;
   plan.fwd_items = ItemsTensor(schedule->fwd, device);
@@ -156,6 +164,8 @@ DflashAttnPlan MakeDflashAttnPlan(const at::Tensor& anchors, const at::Tensor& c
   plan.context_rows = context_rows;
   plan.block_size = block_size;
   plan.group = group;
+  plan.window = window;
+  plan.block_causal = block_causal;
   return plan;
 }
 
@@ -187,8 +197,7 @@ at::Tensor FusedDflashAttention(const at::Tensor& q, const at::Tensor& k, const 
   TORCH_CHECK(k.size(0) == plan.context_rows + n * plan.block_size, "fused attention: k has ",
               k.size(0), " rows, expected T + Q = ", plan.context_rows, " + ", n * plan.block_size);
   const c10::cuda::CUDAGuard guard(q.device());
-  return DflashAttnFunction::apply(q, k, v, plan.fwd_items, plan.bwd_items, plan.anchors,
-                                   plan.block_size, scale);
+  return DflashAttnFunction::apply(q, k, v, plan, scale);
 }
 
 at::Tensor FusedCausalVarlenAttention(const at::Tensor& q_in, const at::Tensor& k_in,

@@ -19,12 +19,17 @@ struct DflashAttnPlan {
   at::Tensor bwd_items;  // [n_bwd, 6] int32 (AttnBwdItem)
   at::Tensor anchors;    // [n] int32
   int64_t context_rows = 0, block_size = 0, group = 0;
+  // A sliding-window layer's plan (params.h): window 0 (none) or >= block_size; block_causal:
+  // slot k sees its block's slots k' <= k only.
+  int64_t window = 0;
+  bool block_causal = false;
 };
 
 // anchors, ctx_begin: [n] int64 on any device (copied to the host once). TORCH_CHECKs the mask.
 DflashAttnPlan MakeDflashAttnPlan(const at::Tensor& anchors, const at::Tensor& ctx_begin,
                                   int64_t context_rows, int64_t block_size, int64_t group,
-                                  c10::Device device);
+                                  c10::Device device, int64_t window = 0,
+                                  bool block_causal = false);
 
 // True when q [Q, Hq, D] and k [rows, Hkv, D] can run fused (backward included).
 bool SupportsFusedDflashAttention(const at::Tensor& q, const at::Tensor& k);

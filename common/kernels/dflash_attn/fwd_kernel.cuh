@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
 
   // Rows of this thread in the tile: r0 = 16*warp + lane/4 and r0 + 8.
   const int r0 = warp * 16 + (lane >> 2);
-  const int pos0 = it.q_pos + gr.pos(r0), pos1 = it.q_pos + gr.pos(r0 + 8);
+  const int row_pos[2] = {gr.pos(r0), gr.pos(r0 + 8)};               // positions in the item
+  const int slot0 = p.block_size > 0 ? it.q_pos % p.block_size : 0;  // block slot of position 0
   float o_acc[2 * kSteps][4];
 #pragma unroll
   for (int i = 0; i < 2 * kSteps; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
@@ -107,12 +108,12 @@ __global__ void __launch_bounds__(128, D <= 128 ? 3 : 1)
         }
       }
     }
-    // Scale, mask (keys past the tile; causal: keys after the row's position), online softmax.
-    const bool is_ctx = t < n_ctx_tiles;
-    const bool need_mask = klen < 64 || (kCausal && is_ctx && kstart + 63 > it.q_pos);
+    // Scale, mask (keys past the tile; causal: keys after the row's position; a sliding-window
+    // layer: keys outside the row's window), online softmax.
+    const TileBounds bounds =
+        ForwardTileBounds<kCausal>(p, it, t < n_ctx_tiles, kstart, klen, slot0, row_pos);
     float alpha[2];
-    SoftmaxTile<kCausal>(s_acc, p.scale_log2, lane, klen, need_mask, is_ctx, kstart, pos0, pos1,
-                         m_run, l_run, alpha);
+    SoftmaxTile(s_acc, p.scale_log2, lane, klen, bounds, m_run, l_run, alpha);
     ScaleRows(o_acc, alpha);
     CpAsyncWait<1>();  // V(t) landed (K(t+1) may be in flight)
     __syncthreads();

@@ -20,14 +20,18 @@ inline constexpr int kAttnTileKeys = 64;  // keys per K/V tile
 // Causal mode (target): row of position p sees keys [kv_begin, p + 1) (key index == position).
 // DFlash mode (drafter): every row sees context keys [kv_begin, kv_end), then the block keys
 // [blk_row, blk_row + blk_len) when blk_row >= 0. kv_end == kv_begin and blk_row < 0 (a padding
-// anchor) writes zero rows and an LSE of +inf.
+// anchor) writes zero rows and an LSE of +inf. A sliding-window layer (params' window > 0) also
+// hides, from the row of block slot k (k = position % block_size), the context keys before
+// kv_end + k - window + 1, and with block_causal the block keys after slot k.
 struct AttnFwdItem {
   int32_t q_pos, n_pos, kv_begin, kv_end, blk_row, blk_len;
 };
 
 // One backward work item = one tile of keys [key_row, key_row + n_keys) (n_keys <= 64) and the
 // anchors [j_begin, j_end) that see them; `masked`: key c is seen by anchor j only if c < a_j
-// (context tiles); unmasked: block tiles, seen whole by their one anchor.
+// (context tiles); unmasked: block tiles, seen whole by their one anchor. A sliding-window layer
+// also hides key c from slot k of anchor j when c < a_j + k - window + 1 (context tiles), and with
+// block_causal block key k' from the slots before k' (block tiles).
 struct AttnBwdItem {
   int32_t key_row, n_keys, j_begin, j_end, masked, pad;
 };
@@ -43,6 +47,10 @@ struct DflashAttnFwdParams {
   int32_t q_rows = 0, kv_rows = 0, hq = 0, hkv = 0, head_dim = 0;
   float scale_log2 = 0.f;  // softmax scale * log2(e)
   bool causal = false;
+  // Drafter mode, sliding-window layers: window 0 (none) or >= block_size; block_causal: slot k
+  // sees its block's slots k' <= k only.
+  int32_t block_size = 0, window = 0;
+  bool block_causal = false;
 };
 
 struct DflashAttnBwdParams {
@@ -63,6 +71,8 @@ struct DflashAttnBwdParams {
   int32_t block_size = 0;  // B: anchor j owns query positions j*B .. j*B + B - 1
   int32_t q_rows = 0, kv_rows = 0, hq = 0, hkv = 0, head_dim = 0;
   float scale = 0.f, scale_log2 = 0.f;
+  int32_t window = 0;         // as in DflashAttnFwdParams
+  bool block_causal = false;  // as in DflashAttnFwdParams
 };
 
 // Launchers (stream is a cudaStream_t). Return the CUDA error of the launches (0 on success);

@@ -30,8 +30,13 @@ absl::StatusOr<int> PositionsPerTile(int64_t group) {
 absl::StatusOr<DflashSchedule> BuildDflashSchedule(const std::vector<int64_t>& anchors,
                                                    const std::vector<int64_t>& ctx_begin,
                                                    int64_t context_rows, int64_t block_size,
-                                                   int64_t group) {
+                                                   int64_t group, int64_t window) {
   const int64_t n = static_cast<int64_t>(anchors.size());
+  if (window < 0 || (window > 0 && window < block_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("fused attention: window ", window,
+                                                   " (0 for none, or at least the block size ",
+                                                   block_size, ")"));
+  }
   if (static_cast<int64_t>(ctx_begin.size()) != n) {
     return absl::InvalidArgumentError(
         absl::StrCat("fused attention: ", n, " anchors but ", ctx_begin.size(), " ctx_begin"));
@@ -72,7 +77,11 @@ absl::StatusOr<DflashSchedule> BuildDflashSchedule(const std::vector<int64_t>& a
       AttnFwdItem it{};
       it.q_pos = static_cast<int32_t>(j) * b + p0;
       it.n_pos = std::min<int32_t>(pos_tile, b - p0);
-      it.kv_begin = pad ? 0 : static_cast<int32_t>(ctx_begin[j]);
+      // A window narrows the range to the keys the item's first position sees (its later positions
+      // see fewer: the kernel masks them per row).
+      const int64_t lo = window > 0 ? anchors[j] + p0 - window + 1 : ctx_begin[j];
+      it.kv_begin =
+          pad ? 0 : static_cast<int32_t>(std::min(anchors[j], std::max(ctx_begin[j], lo)));
       it.kv_end = pad ? 0 : static_cast<int32_t>(anchors[j]);
       it.blk_row = pad ? -1 : t + static_cast<int32_t>(j) * b;
       it.blk_len = pad ? 0 : b;
@@ -95,15 +104,39 @@ absl::StatusOr<DflashSchedule> BuildDflashSchedule(const std::vector<int64_t>& a
       last = i;
     }
     int64_t first = j;  // first anchor of the run with a_j > the tile's first key
-    for (int64_t key = begin; key < anchors[last]; key += kAttnTileKeys) {
+    int64_t key = begin;
+    while (key < anchors[last]) {
       while (anchors[first] < 0 || anchors[first] <= key) ++first;
+      int64_t reach = anchors[last];  // keys [key, reach) are seen by some anchor of the run
+      int64_t end = last + 1;         // past the last anchor that sees a key of the tile
+      if (window > 0) {
+        // Keys before the first anchor's window, and after the windows that overlap it, are seen
+        // by no anchor: the tile starts at that window and ends at the first such gap.
+        key = std::max(key, anchors[first] - window + 1);
+        reach = anchors[first];
+        for (int64_t i = first + 1; i <= last && reach < key + kAttnTileKeys; ++i) {
+          if (anchors[i] < 0) continue;
+          if (anchors[i] - window + 1 > reach) break;
+          reach = anchors[i];
+        }
+      }
+      const int64_t n_keys = std::min<int64_t>(kAttnTileKeys, reach - key);
+      if (window > 0) {
+        end = first + 1;
+        for (int64_t i = first + 1; i <= last; ++i) {
+          if (anchors[i] < 0) continue;
+          if (anchors[i] - window + 1 > key + n_keys - 1) break;
+          end = i + 1;
+        }
+      }
       AttnBwdItem it{};
       it.key_row = static_cast<int32_t>(key);
-      it.n_keys = static_cast<int32_t>(std::min<int64_t>(kAttnTileKeys, anchors[last] - key));
+      it.n_keys = static_cast<int32_t>(n_keys);
       it.j_begin = static_cast<int32_t>(first);
-      it.j_end = static_cast<int32_t>(last + 1);
+      it.j_end = static_cast<int32_t>(end);
       it.masked = 1;
       s.bwd.push_back(it);
+      key += n_keys;
     }
     for (int64_t i = j; i <= last; ++i) {
       if (anchors[i] < 0) continue;

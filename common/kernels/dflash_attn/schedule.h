@@ -9,6 +9,10 @@
 //            with the anchors of that document after the tile's first key; plus one block tile per
 //            anchor. Every key row of a kv head is in at most one item, so dK and dV need no
 //            atomics.
+// A sliding-window layer (window W > 0, at least B): position k of anchor j sees only context keys
+// c >= a_j + k - W + 1, so a forward item's range starts at its first position's window and the
+// backward's context tiles start at the window of their first anchor and list only the anchors
+// whose window reaches them; the kernels mask the rest per row (params.h).
 // Target (causal, packed documents): one forward item per tile of P positions of one document.
 // Items are sorted by decreasing work (stable), so the longest start first.
 #pragma once
@@ -32,10 +36,11 @@ absl::StatusOr<int> PositionsPerTile(int64_t group);
 
 // anchors [n]: -1 (padding) or rows in [0, T), strictly ascending among the others; ctx_begin [n]:
 // first row of each anchor's document (<= a_j; any value for padding). block_size in [1, 64].
+// window: 0 (none) or at least block_size.
 absl::StatusOr<DflashSchedule> BuildDflashSchedule(const std::vector<int64_t>& anchors,
                                                    const std::vector<int64_t>& ctx_begin,
                                                    int64_t context_rows, int64_t block_size,
-                                                   int64_t group);
+                                                   int64_t group, int64_t window = 0);
 
 // cu_seqlens [docs + 1]: 0 = c_0 <= c_1 <= ... (empty documents allowed).
 absl::StatusOr<std::vector<AttnFwdItem>> BuildCausalSchedule(const std::vector<int64_t>& cu_seqlens,

@@ -6,6 +6,8 @@
 
 #include <math_constants.h>
 
+#include <climits>
+
 #include "common/kernels/dflash_attn/mma.cuh"
 #include "common/kernels/dflash_attn/params.h"
 
@@ -21,26 +23,54 @@ struct GroupRows {
   __device__ __forceinline__ int head(int r) const { return r - pos(r) * group; }
 };
 
-// The forward's online softmax over one tile of scores s [64 rows x 64 keys] (this thread's part):
-// scales to the log2 domain, masks keys past `klen` (and, causal context tiles, keys after the
-// row's position), updates the running max and sum, and leaves P = exp2(s - max) in s and the
-// factor that rescales the running output in `alpha`.
+// The keys a forward tile shows this thread's rows (r0 and r0 + 8): key base + col is visible to
+// row h when col < klen and lo[h] <= base + col <= hi[h]; `mask` says whether any key of the tile
+// can be hidden (otherwise the softmax skips the test).
+struct TileBounds {
+  int base, lo[2], hi[2];
+  bool mask;
+};
+
+// Causal context tiles (target) end at the row's position; a sliding-window drafter layer's context
+// tiles start at the row's window (key kv_end + slot - window + 1, slot = slot0 + the row's
+// position in the item) and its block tile, with block_causal, ends at the row's slot.
+// row_pos[h]: position in the item of row r0 + 8h.
 template <bool kCausal>
+__device__ __forceinline__ TileBounds ForwardTileBounds(const DflashAttnFwdParams& p,
+                                                        const AttnFwdItem& it, bool is_ctx,
+                                                        int kstart, int klen, int slot0,
+                                                        const int (&row_pos)[2]) {
+  TileBounds b{is_ctx ? kstart : 0, {INT_MIN, INT_MIN}, {INT_MAX, INT_MAX}, klen < 64};
+  if (kCausal && is_ctx) {
+    b.hi[0] = it.q_pos + row_pos[0], b.hi[1] = it.q_pos + row_pos[1];
+    b.mask = b.mask || kstart + 63 > it.q_pos;
+  } else if (!kCausal && is_ctx && p.window > 0) {
+    const int lo0 = it.kv_end + slot0 - p.window + 1;  // the item's first position's first key
+    b.lo[0] = lo0 + row_pos[0], b.lo[1] = lo0 + row_pos[1];
+    b.mask = b.mask || kstart < lo0 + it.n_pos - 1;
+  } else if (!kCausal && !is_ctx && p.block_causal) {
+    b.hi[0] = slot0 + row_pos[0], b.hi[1] = slot0 + row_pos[1];
+    b.mask = true;
+  }
+  return b;
+}
+
+// The forward's online softmax over one tile of scores s [64 rows x 64 keys] (this thread's part):
+// scales to the log2 domain, hides the keys that `b` hides, updates the running max and sum, and
+// leaves P = exp2(s - max) in s and the factor that rescales the running output in `alpha`.
 __device__ __forceinline__ void SoftmaxTile(float (&s)[8][4], float scale_log2, int lane, int klen,
-                                            bool need_mask, bool causal_ctx, int kstart, int pos0,
-                                            int pos1, float (&m_run)[2], float (&l_run)[2],
-                                            float (&alpha)[2]) {
+                                            const TileBounds& b, float (&m_run)[2],
+                                            float (&l_run)[2], float (&alpha)[2]) {
   float m_tile[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float x = s[nt][e] * scale_log2;
-      if (need_mask) {
+      if (b.mask) {
         const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
-        bool ok = col < klen;
-        if (kCausal && causal_ctx) ok = ok && kstart + col <= (e < 2 ? pos0 : pos1);
-        if (!ok) x = -CUDART_INF_F;
+        const int key = b.base + col, h = e >> 1;
+        if (col >= klen || key < b.lo[h] || key > b.hi[h]) x = -CUDART_INF_F;
       }
       s[nt][e] = x;
       m_tile[e >> 1] = fmaxf(m_tile[e >> 1], x);
@@ -119,17 +149,50 @@ __device__ __forceinline__ void WriteForwardRows(const DflashAttnFwdParams& p,
   }
 }
 
+// The query rows of a backward visit that see this thread's keys key0 and key0 + 8 (slot = block
+// slot of the row: slot_base + its position in the visit): slot in [lo[h], hi[h]] for key h; `on`
+// false when every row sees them (then only key_ok applies).
+struct SlotBounds {
+  int lo[2], hi[2];
+  bool on;
+};
+
+// A sliding-window layer: context key c is seen by slots k <= c - a_j + window - 1; with
+// block_causal, block key k' by slots k >= k'. n_pos: positions of the visit.
+__device__ __forceinline__ SlotBounds VisitSlotBounds(const DflashAttnBwdParams& p,
+                                                      const AttnBwdItem& it, int anchor, int key0,
+                                                      int slot_base, int n_pos) {
+  SlotBounds b{{INT_MIN, INT_MIN}, {INT_MAX, INT_MAX}, false};
+  if (it.masked && p.window > 0) {
+    const int hi0 = it.key_row - anchor + p.window - 1;  // last slot that sees the tile's key 0
+    b.hi[0] = hi0 + key0, b.hi[1] = hi0 + key0 + 8;
+    b.on = hi0 < slot_base + n_pos - 1;
+  } else if (!it.masked && p.block_causal) {
+    b.lo[0] = key0, b.lo[1] = key0 + 8;
+    b.on = true;
+  }
+  return b;
+}
+
 // The backward's P^T for this thread's keys key0 (key_ok[0]) and key0 + 8 (key_ok[1]) over query
 // rows 16j..16j+15 of a visit (n-tiles 2j, 2j+1): exp2(S^T * scale_log2 - lse[row]) in place of
-// S^T, 0 for masked keys. (Per k-step, so that a caller can pack each step before the next.)
+// S^T, 0 for hidden (key, row) pairs. (Per k-step, so that a caller can pack each step before the
+// next.)
 __device__ __forceinline__ void ProbsT(float (&s)[8][4], int j, const float* lse,
-                                       const bool (&key_ok)[2], float scale_log2, int lane) {
+                                       const bool (&key_ok)[2], const SlotBounds& sb,
+                                       const GroupRows& gr, int slot_base, float scale_log2,
+                                       int lane) {
 #pragma unroll
   for (int nt = 2 * j; nt < 2 * j + 2; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int col = nt * 8 + (lane & 3) * 2 + (e & 1);
-      s[nt][e] = key_ok[e >> 1] ? exp2f(s[nt][e] * scale_log2 - lse[col]) : 0.f;
+      const int col = nt * 8 + (lane & 3) * 2 + (e & 1), h = e >> 1;
+      bool ok = key_ok[h];
+      if (sb.on) {
+        const int slot = slot_base + gr.pos(col);
+        ok = ok && slot >= sb.lo[h] && slot <= sb.hi[h];
+      }
+      s[nt][e] = ok ? exp2f(s[nt][e] * scale_log2 - lse[col]) : 0.f;
     }
   }
 }
