@@ -199,8 +199,9 @@ void CheckBetas(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
   }
 }
 
-// drafter.kind and DFlash2's settings (docs/method.md §2.2): taken by dflash2 only (set with
-// dflash: refused naming the field), auto resolved to their defaults.
+// drafter.kind and DFlash2's settings (docs/method.md §2.2), the selector loss's schedule included:
+// taken by dflash2 only (set with dflash: refused naming the field), auto resolved to their
+// defaults.
 void CheckDrafterKind(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
   DrafterSpec& d = s->drafter;
   if (d.kind != "dflash" && d.kind != "dflash2") {
@@ -219,6 +220,13 @@ void CheckDrafterKind(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
       {"drafter.selector_rank", &d.selector_rank, resolved.selector_rank, 1, 65536},
       {"drafter.selector_top_k", &d.selector_top_k, resolved.selector_top_k, 1, 1048576},
   };
+  for (const auto& [path, steps] :
+       {std::pair{"loss.selector_warmup_steps", s->loss.selector_warmup_steps},
+        std::pair{"loss.selector_ramp_steps", s->loss.selector_ramp_steps}}) {
+    if (d.kind == "dflash" && steps != 0) {
+      e->Add(path, "taken by drafter.kind dflash2 only (this run's drafter.kind is dflash)");
+    }
+  }
   for (const Setting& x : settings) {
     if (d.kind == "dflash") {
       if (x.value->has_value()) {
@@ -374,6 +382,10 @@ std::vector<RunField> MakeFields() {
        D},
       {"loss", "selector_alpha", false, false, DFLASH_AT(s.loss.selector_alpha), Range(0.0, 100.0),
        D},
+      {"loss", "selector_warmup_steps", false, false, DFLASH_AT(s.loss.selector_warmup_steps),
+       IntMin(0), D},
+      {"loss", "selector_ramp_steps", false, false, DFLASH_AT(s.loss.selector_ramp_steps),
+       IntMin(0), D},
 
       {"placement", "pairs", false, false, DFLASH_AT(s.placement.pairs), IntRange(1, 1024), D},
       {"placement", "transport", false, false, DFLASH_AT(s.placement.transport),

@@ -71,6 +71,10 @@ struct LossSpec {
   std::string weighting = "decay";  // decay|dpace: how a block's slots weigh (docs/method.md)
   double dpace_alpha = 0.5;         // D-PACE's confidence smoothing, (0, 1]
   double selector_alpha = 1.0;      // drafter.kind dflash2: the selector loss's factor
+  // drafter.kind dflash2: the selector loss is off for the first warmup steps, then its factor
+  // rises linearly to selector_alpha over ramp steps (docs/method.md §2.2); not 0 with dflash:
+  // refused.
+  int64_t selector_warmup_steps = 0, selector_ramp_steps = 0;
 };
 
 struct PlacementSpec {

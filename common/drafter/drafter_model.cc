@@ -649,6 +649,14 @@ absl::StatusOr<BlockTargets> DrafterModel::Targets(const DrafterBatch& batch, do
   }
 }
 
+double SelectorAlphaAt(const LossOptions& options, int64_t step) {
+  const int64_t into = step - options.selector_warmup_steps;
+  if (into < 0) return 0.0;
+  if (into >= options.selector_ramp_steps) return options.selector_loss_alpha;
+  return options.selector_loss_alpha * static_cast<double>(into + 1) /
+         static_cast<double>(options.selector_ramp_steps + 1);
+}
+
 at::Tensor DpaceWeights(const at::Tensor& mask, const at::Tensor& ce, double alpha) {
   const at::Tensor m = mask.to(at::kFloat);
   const at::Tensor smooth =

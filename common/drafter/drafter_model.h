@@ -137,9 +137,16 @@ struct LossOptions {
   double dpace_alpha = 0.5;  // D-PACE's confidence smoothing, in (0, 1]
   // Query rows whose logits exist at once (method.md §6): 1024 rows x 151936 tokens = 622 MB fp32.
   int64_t logits_chunk_rows = 1024;
-  // DFlash2: the candidate selector's loss is added times this (docs/method.md §2.2).
+  // DFlash2: the candidate selector's loss is added times this (docs/method.md §2.2), after
+  // selector_warmup_steps optimizer steps without it and selector_ramp_steps of a linear rise
+  // (SelectorAlphaAt; the trainer applies it per step).
   double selector_loss_alpha = 1.0;
+  int64_t selector_warmup_steps = 0, selector_ramp_steps = 0;
 };
+
+// The selector loss's factor at optimizer step `step` (0-based): 0 during the warm-up, then
+// alpha * (step - warmup + 1) / (ramp + 1) over the ramp's steps, alpha from warmup + ramp on.
+double SelectorAlphaAt(const LossOptions& options, int64_t step);
 
 // method.md §3.4-3.6 for one micro-batch. The caller sums numerators and denominators over the
 // optimizer step, back-propagates the numerator and scales gradients by 1/denominator once.

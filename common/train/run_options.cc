@@ -33,6 +33,8 @@ absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, 
                                                     : drafter::LossWeighting::kDecay;
   o.loss.dpace_alpha = spec.loss.dpace_alpha;
   o.loss.selector_loss_alpha = spec.loss.selector_alpha;
+  o.loss.selector_warmup_steps = spec.loss.selector_warmup_steps;
+  o.loss.selector_ramp_steps = spec.loss.selector_ramp_steps;
   const config::OptimSpec& opt = spec.optim;
   o.optim.lr = opt.lr;
   o.optim.warmup_ratio = opt.warmup_ratio;

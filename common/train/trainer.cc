@@ -236,7 +236,9 @@ absl::Status DrafterTrainer::TryMicroBatch(const drafter::DrafterBatch& batch, b
       inject_backward_oom_above_ > 0 && batch.input_ids.size(0) > inject_backward_oom_above_;
   absl::StatusOr<at::Tensor> hidden = model_->Forward(batch);
   if (!hidden.ok()) return hidden.status();
-  absl::StatusOr<drafter::DrafterLoss> loss = model_->Loss(batch, *hidden, loss_);
+  drafter::LossOptions options = loss_;  // the selector loss's factor at this step
+  options.selector_loss_alpha = drafter::SelectorAlphaAt(loss_, step_);
+  absl::StatusOr<drafter::DrafterLoss> loss = model_->Loss(batch, *hidden, options);
   if (!loss.ok()) return loss.status();
   double num = 0;
   try {

@@ -545,7 +545,7 @@ TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
                                         "placement: {pairs: 1, transport: host}\n");
   CtlResult follow = RunCtl(address_, {"submit", yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 23 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 25 settings"));
   EXPECT_THAT(follow.out, HasSubstr("running -> done: trained 16 steps"));
   const std::string run =
       json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];
@@ -564,19 +564,20 @@ TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
 // the serving format has them (layer_types, sliding_window with use_sliding_window).
 // drafter.kind: dflash2 (docs/method.md §2.2) through the processes: the drafter echoes its
 // DFlash2 settings, trains (convolutions and the selector's loss), the export is a
-// DFlash2DraftModel that `dflashctl eval` decodes with its selector. A DFlash2 setting with
+// DFlash2DraftModel that `dflashctl eval` decodes with its selector; the selector loss's warm-up
+// and ramp are echoed. A DFlash2 setting (the schedule included) with
 // drafter.kind dflash, and a selector top-k above the target's vocabulary, are refused at submit
 // naming the field.
 TEST_F(TrainingCluster, ADflash2RunTrainsExportsAndIsEvaluated) {
   StartWorker("target", "t0");
   StartWorker("drafter", "d0");
-  auto yaml = [](const std::string& name, const std::string& drafter) {
+  auto yaml = [](const std::string& name, const std::string& drafter,
+                 const std::string& loss = "") {
     return absl::StrCat("name: ", name,
                         "\nseed: 3\n"
                         "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n"
                         "drafter: {layers: 1, block_size: 8",
-                        drafter,
-                        "}\n"
+                        drafter, "}\n", loss,
                         "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
                         "batching: {token_budget: 512, max_anchors: 64}\n"
                         "optim: {lr: 2.0e-2, max_steps: 10}\n"
@@ -595,20 +596,28 @@ TEST_F(TrainingCluster, ADflash2RunTrainsExportsAndIsEvaluated) {
   EXPECT_NE(wide.exit_code, 0);
   EXPECT_THAT(wide.err, HasSubstr("drafter.selector_top_k: 100000 is above the target's "
                                   "vocabulary of 512 tokens"));
+  CtlResult early =
+      RunCtl(address_, {"submit", WriteRunYaml("early.yaml", yaml("early", "",
+                                                                  "loss: {selector_ramp_steps: "
+                                                                  "3}\n"))});
+  EXPECT_NE(early.exit_code, 0);
+  EXPECT_THAT(early.err, HasSubstr("loss.selector_ramp_steps: taken by drafter.kind dflash2 only"));
 
   const std::string two =
       WriteRunYaml("two.yaml", yaml("two",
                                     ", kind: dflash2, conv_group_size: 8, selector_rank: 16, "
-                                    "selector_top_k: 8"));
+                                    "selector_top_k: 8",
+                                    "loss: {selector_warmup_steps: 2, selector_ramp_steps: 3}\n"));
   CtlResult follow = RunCtl(address_, {"submit", two});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 23 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 25 settings"));
   const json runs = json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"];
   ASSERT_EQ(runs.size(), 1u) << "a refused run was stored";
   const std::string run = runs[0]["run_id"];
   const std::map<int64_t, double> losses = Losses(run);
   ASSERT_EQ(losses.size(), 10u);
-  EXPECT_LT(losses.at(9), losses.at(0));
+  // The reported loss holds the selector's term from the ramp on (steps 2-4 rising, full from 5).
+  EXPECT_LT(losses.at(9), losses.at(5)) << losses.at(0) << " " << losses.at(5);
   CtlResult exported = RunCtl(address_, {"export", run, "--out", dir_ + "/export2"});
   ASSERT_EQ(exported.exit_code, 0) << exported.out << exported.err;
   const json config = json::parse(ReadFile(dir_ + "/export2/config.json"));
@@ -637,7 +646,7 @@ TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
                    "placement: {pairs: 1, transport: host}\n");
   CtlResult follow = RunCtl(address_, {"submit", yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 23 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 25 settings"));
   const std::string run =
       json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];
   const std::map<int64_t, double> losses = Losses(run);
@@ -670,7 +679,7 @@ TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
                                 "placement: {pairs: 1, transport: host}\n"));
   CtlResult adopted = RunCtl(address_, {"submit", from});
   ASSERT_EQ(adopted.exit_code, 0) << adopted.out << adopted.err;
-  EXPECT_THAT(adopted.out, HasSubstr("d0 applied 23 settings"));
+  EXPECT_THAT(adopted.out, HasSubstr("d0 applied 25 settings"));
   std::string run2;
   const json listed = json::parse(RunCtl(address_, {"list", "-o", "json"}).out);
   for (const json& r : listed["runs"]) {

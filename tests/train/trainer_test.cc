@@ -128,6 +128,48 @@ TEST(DrafterTrainerTest, LossFallsOnAFixedBatch) {
   EXPECT_EQ((*trainer)->step(), 40);
 }
 
+// DFlash2's selector loss (docs/method.md §2.2) is off for loss.selector_warmup_steps and then
+// rises over loss.selector_ramp_steps: while it is off the run trains exactly as one without the
+// selector loss (alpha 0), bit for bit; from the ramp on the two differ.
+TEST(DrafterTrainerTest, TheSelectorLossFollowsItsWarmupAndRamp) {
+  drafter::LossOptions schedule = Loss();
+  schedule.selector_loss_alpha = 2.0;
+  schedule.selector_warmup_steps = 2;
+  schedule.selector_ramp_steps = 3;
+  std::vector<double> factors;
+  for (int64_t step = 0; step < 7; ++step)
+    factors.push_back(drafter::SelectorAlphaAt(schedule, step));
+  EXPECT_EQ(factors, (std::vector<double>{0, 0, 0.5, 1.0, 1.5, 2.0, 2.0}));
+
+  DrafterConfig c = TinyConfig();
+  c.conv_kernel_size = 2;
+  c.conv_group_size = 16;
+  c.selector_rank = 8;
+  c.selector_top_k = 5;
+  drafter::LossOptions off = Loss();
+  off.selector_loss_alpha = 0;
+  auto with_model = MakeModel(c, 3), without_model = MakeModel(c, 3);
+  auto with = DrafterTrainer::Create(with_model.get(), Config(10), schedule);
+  auto without = DrafterTrainer::Create(without_model.get(), Config(10), off);
+  ASSERT_TRUE(with.ok()) << with.status();
+  ASSERT_TRUE(without.ok()) << without.status();
+  for (int step = 0; step < 3; ++step) {
+    const DrafterBatch batch = Batch(c, 20 + step);
+    ASSERT_TRUE((*with)->AddMicroBatch(batch).ok());
+    ASSERT_TRUE((*without)->AddMicroBatch(batch).ok());
+    auto a = (*with)->Step();
+    auto b = (*without)->Step();
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    if (step < 2) {
+      EXPECT_EQ(a->loss, b->loss) << "step " << step << " is in the warm-up";
+      EXPECT_EQ(a->grad_norm, b->grad_norm) << "step " << step;
+    } else {
+      EXPECT_GT(a->loss, b->loss) << "step " << step << ": the ramp adds the selector's loss";
+    }
+  }
+}
+
 TEST(DrafterTrainerTest, LossIsNormalizedOverTheStepsMicroBatches) {
   const DrafterConfig c = TinyConfig();
   auto model = MakeModel(c, 3);

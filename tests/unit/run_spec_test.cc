@@ -225,12 +225,18 @@ const BadCase kBadCases[] = {
     {"MissingDataTrain", WithData("format: chat"), "data.train: required field is missing"},
     // Builtins.
     {"UnknownBuiltinTarget", WithTarget("path: \"builtin:huge-model\""),
-     "target.path: unknown builtin 'huge-model' (known: tiny-qwen3, qwen3-8b-random, qwen3.5-27b-random)"},
+     "target.path: unknown builtin 'huge-model' (known: tiny-qwen3, qwen3-8b-random, "
+     "qwen3.5-27b-random)"},
     {"UnknownBuiltinDataset", WithData("train: \"builtin:nope\""),
      "data.train: unknown builtin 'nope' (known: tiny-chat, long-synthetic)"},
     {"RecomputeUnknown", Minimal("drafter: {recompute: all}\n"),
      "drafter.recompute: must be one of none|mlp|layers, got 'all'"},
     // Sliding-attention layers (method.md §2.1).
+    {"SelectorScheduleWithDflash", Minimal("loss: {selector_warmup_steps: 100}\n"),
+     "loss.selector_warmup_steps: taken by drafter.kind dflash2 only (this run's drafter.kind is "
+     "dflash)"},
+    {"NegativeSelectorRamp", Minimal("drafter: {kind: dflash2}\nloss: {selector_ramp_steps: -1}\n"),
+     "loss.selector_ramp_steps: must be >= 0, got -1"},
     {"SlidingLayerOutsideTheDrafter",
      Minimal("drafter: {layers: 2, sliding_layers: [0, 2], sliding_window: 64}\n"),
      "drafter.sliding_layers[1]: 2 is not a layer of the drafter's 2"},
