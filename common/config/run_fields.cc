@@ -244,6 +244,18 @@ void CheckDrafterKind(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
   }
 }
 
+// drafter.precision: fp8 runs the projections' GEMMs in fp8 and the rest in bf16.
+void CheckPrecision(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
+  if (s->drafter.precision != "auto" && s->drafter.precision != "fp8") {
+    e->Add("drafter.precision",
+           absl::StrCat("must be one of auto|fp8, got '", s->drafter.precision, "'"));
+  } else if (s->drafter.precision == "fp8" && s->target.dtype != "bfloat16") {
+    e->Add("drafter.precision", absl::StrCat("fp8 needs target.dtype bfloat16 (the compute dtype "
+                                             "around the fp8 GEMMs), got '",
+                                             s->target.dtype, "'"));
+  }
+}
+
 void CheckGamma(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
   if (s->loss.gamma) {
     CheckRange(e, "loss.gamma", *s->loss.gamma, 0.0, 1000.0, /*min_exclusive=*/true);
@@ -338,6 +350,8 @@ std::vector<RunField> MakeFields() {
       {"drafter", "sliding_window", false, false, DFLASH_AT(s.drafter.sliding_window),
        Custom(CheckSliding), D},
       {"drafter", "kind", false, false, DFLASH_AT(s.drafter.kind), Custom(CheckDrafterKind), D},
+      {"drafter", "precision", false, false, DFLASH_AT(s.drafter.precision), Custom(CheckPrecision),
+       D},
       {"drafter", "conv_kernel_size", false, false, DFLASH_AT(s.drafter.conv_kernel_size), {}, D},
       {"drafter", "conv_group_size", false, false, DFLASH_AT(s.drafter.conv_group_size), {}, D},
       {"drafter", "selector_rank", false, false, DFLASH_AT(s.drafter.selector_rank), {}, D},

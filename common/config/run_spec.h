@@ -33,6 +33,9 @@ struct DrafterSpec {
   // with dflash2; refused when set with dflash).
   std::string kind = "dflash";
   std::optional<int64_t> conv_kernel_size, conv_group_size, selector_rank, selector_top_k;
+  // auto | fp8 (docs/method.md §4.1): auto, the layers' projections in target.dtype; fp8, as e4m3
+  // GEMMs with rowwise scales (target.dtype bfloat16, a GPU of compute capability 8.9 or later).
+  std::string precision = "auto";
 };
 
 struct DataSpec {

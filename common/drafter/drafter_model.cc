@@ -42,6 +42,7 @@
 #include "common/base/status.h"
 #include "common/config/run_spec.h"
 #include "common/drafter/drafter_prepared.h"
+#include "common/drafter/fp8_linear.h"
 #include "common/drafter/lean_ops.h"
 #include "common/drafter/weighted_ce.h"
 #include "common/nn/layers.h"
@@ -359,6 +360,24 @@ absl::StatusOr<std::unique_ptr<DrafterModel>> DrafterModel::Create(const Drafter
           absl::StrCat("drafter dtype ", c10::toString(t), " is not floating-point"));
     }
   }
+  if (options.fp8) {
+    if (options.compute_dtype.value_or(options.dtype) != c10::ScalarType::BFloat16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("drafter.precision: fp8 needs the bf16 compute dtype (target.dtype: "
+                       "bfloat16), got ",
+                       c10::toString(options.compute_dtype.value_or(options.dtype))));
+    }
+    const auto& c = config.target;
+    for (int64_t dim : {c.hidden_size, c.intermediate_size, c.num_attention_heads * c.head_dim,
+                        c.num_key_value_heads * c.head_dim, config.feature_dim()}) {
+      if (dim % 16 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "drafter.precision: fp8 needs every projection's sizes to be multiples of 16; this "
+            "drafter has one of ",
+            dim));
+      }
+    }
+  }
   const std::vector<int64_t> vh = {config.target.vocab_size, config.target.hidden_size};
   auto check_frozen = [&](const char* name, const at::Tensor& x) -> absl::Status {
     if (x.defined() && x.sizes().vec() == vh && c10::isFloatingType(x.scalar_type())) {
@@ -471,8 +490,7 @@ at::Tensor DrafterModel::RunForward(const std::shared_ptr<const Prepared>& prepa
   // by every layer (no input norm on it).
   const c10::ScalarType dtype = compute_dtype();
   // ctx first: its GEMM runs on the device while the host gathers the block rows.
-  at::Tensor ctx =
-      nn::RmsNorm(CastLinear(features.to(dtype), fc_, dtype), hidden_norm_.to(dtype), eps);
+  at::Tensor ctx = nn::RmsNorm(Linear(features.to(dtype), fc_), hidden_norm_.to(dtype), eps);
   at::Tensor x = EmbedBlocks(p).to(dtype);
   for (int64_t i = 0; i < static_cast<int64_t>(layers_.size()); ++i) {
     const DrafterLayerParams& w = layers_[static_cast<size_t>(i)];
@@ -542,19 +560,31 @@ at::Tensor DrafterModel::RunLayer(int64_t layer, const at::Tensor& x, const at::
   at::Tensor h = nn::RmsNorm(x, w.input_norm.to(dtype), eps);
   at::Tensor attn_delta;  // DFlash2: the attention's output-side kernel offsets
   if (config_.dflash2()) std::tie(h, attn_delta) = ConvIn(h, w.attn_conv_base, w.attn_conv_proj);
-  at::Tensor q =
-      nn::RmsNorm(CastLinear(h, w.q_proj, dtype).reshape({q_rows, hq, d}), w.q_norm.to(dtype), eps);
+  at::Tensor q = nn::RmsNorm(Linear(h, w.q_proj).reshape({q_rows, hq, d}), w.q_norm.to(dtype), eps);
   q = nn::ApplyRope(q, p.q_rope);  // at the block positions
   // The same k_proj / k_norm / v_proj serve context rows and block rows, projected apart so that
   // the backward keeps ctx (one tensor for every layer) and h, not a [T + Q, H] copy per layer.
   auto project = [&](const at::Tensor& weight) {
-    return at::cat({CastLinear(ctx, weight, dtype), CastLinear(h, weight, dtype)}, 0)
-        .reshape({kv_rows, hkv, d});
+    return at::cat({Linear(ctx, weight), Linear(h, weight)}, 0).reshape({kv_rows, hkv, d});
   };
   at::Tensor k = nn::RmsNorm(project(w.k_proj), w.k_norm.to(dtype), eps);
   k = nn::ApplyRope(k, p.k_rope);  // context positions, then block positions
   at::Tensor v = project(w.v_proj);
   return FinishLayer(layer, x, q, k, v, p, attn_delta);
+}
+
+at::Tensor DrafterModel::Linear(const at::Tensor& x, const at::Tensor& weight) const {
+  return options_.fp8 ? Fp8Linear(x, weight, compute_dtype())
+                      : CastLinear(x, weight, compute_dtype());
+}
+
+at::Tensor DrafterModel::Mlp(const at::Tensor& h, const DrafterLayerParams& w) const {
+  const bool recompute = options_.recompute == Recompute::kMlp;
+  if (!options_.fp8) return SwiGluMlp(h, w.gate, w.up, w.down, compute_dtype(), recompute);
+  auto mlp = [this, &w](const std::vector<at::Tensor>& in) {
+    return Linear(at::silu(Linear(in[0], w.gate)) * Linear(in[0], w.up), w.down);
+  };
+  return recompute ? Checkpoint(mlp, {h}, {w.gate, w.up, w.down}) : mlp({h});
 }
 
 at::Tensor DrafterModel::FinishLayer(int64_t layer, const at::Tensor& x, const at::Tensor& q,
@@ -571,17 +601,16 @@ at::Tensor DrafterModel::FinishLayer(int64_t layer, const at::Tensor& x, const a
     mask.window = config_.sliding_window;
   }
   at::Tensor attn = attention_->Forward(q, k, v, mask, scale).reshape({q_rows, hq * d});
-  at::Tensor out = CastLinear(attn, w.o_proj, dtype);  // [Q, H]
+  at::Tensor out = Linear(attn, w.o_proj);  // [Q, H]
   if (attn_delta.defined()) out = ConvOut(out, attn_delta, w.attn_conv_base);
   at::Tensor y = x + out;
 
   at::Tensor h = nn::RmsNorm(y, w.post_norm.to(dtype), c.rms_norm_eps);
   if (!config_.dflash2()) {
-    return y + SwiGluMlp(h, w.gate, w.up, w.down, dtype, options_.recompute == Recompute::kMlp);
+    return y + Mlp(h, w);
   }
   auto [conv_h, mlp_delta] = ConvIn(h, w.mlp_conv_base, w.mlp_conv_proj);
-  const at::Tensor m =
-      SwiGluMlp(conv_h, w.gate, w.up, w.down, dtype, options_.recompute == Recompute::kMlp);
+  const at::Tensor m = Mlp(conv_h, w);
   return y + ConvOut(m, mlp_delta, w.mlp_conv_base);
 }
 

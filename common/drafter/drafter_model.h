@@ -108,6 +108,10 @@ struct DrafterOptions {
   uint64_t seed = 0;
   double init_std = 0.02;
   Recompute recompute = Recompute::kNone;
+  // drafter.precision: fp8 (docs/method.md §4.1): the layers' linear projections (fc, q, k, v, o,
+  // gate, up, down) as e4m3 GEMMs with rowwise scales, forward and backward (fp8_linear.h); needs
+  // a bf16 compute dtype. The frozen embedding and head, norms, attention and loss are unchanged.
+  bool fp8 = false;
 };
 
 // One packed batch. Tensors may live on any device; they are moved to the model's device.
@@ -307,6 +311,12 @@ class DrafterModel {
   // ForwardCached's parts: the caches extended by the new rows; a layer over the block rows with
   // the context's keys and values given ([T, Hkv, D] each, in the packed layout of `p`).
   void ExtendCaches(const std::vector<CachedBlock>& blocks) const;
+  // A projection x W^T in the compute dtype (CastLinear), or with options_.fp8 the fp8 GEMMs of
+  // fp8_linear.h.
+  at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) const;
+  // A layer's SwiGLU MLP on h [Q, H]: lean_ops' SwiGluMlp, or with fp8 its three projections in
+  // fp8 (under Checkpoint with recompute: mlp, keeping only h).
+  at::Tensor Mlp(const at::Tensor& h, const DrafterLayerParams& w) const;
   at::Tensor RunCachedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& ctx_k,
                             const at::Tensor& ctx_v, const Prepared& p) const;
 

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/drafter/fp8_linear.h"
 #include "common/nn/builtin_target.h"
 #include "common/plan/memory_plan.h"
 
@@ -96,6 +97,13 @@ absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> CreateRunDrafter(
         "drafter.recompute: unknown value \"", spec.drafter.recompute, "\" (none, mlp or layers)"));
   }
   options.recompute = *recompute;
+  options.fp8 = spec.drafter.precision == "fp8";
+  if (options.fp8 && !drafter::Fp8MatmulInHardware(device)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "drafter.precision: fp8 runs on a GPU of compute capability 8.9 or later (Ada, Hopper, "
+        "Blackwell); this drafter's device is ",
+        device.str()));
+  }
   return drafter::DrafterModel::Create(*config, options, target.embed_tokens(), target.lm_head());
 }
 

@@ -31,7 +31,9 @@
 // Usage: drafter_step [--tokens 8192] [--anchors 512] [--steps 10] [--warmup 3] [--seed 1]
 //          [--doc-min 200] [--doc-max 2000] [--target builtin:qwen3-8b-random] [--dtype bfloat16]
 //          [--layers 5] [--recompute none|mlp|layers] [--device cuda|cpu] [--json FILE] [--dump-dir
-//          DIR] [--export-weights DIR] [--profile 1]
+//          DIR] [--export-weights DIR] [--profile 1] [--precision auto|fp8]
+// --precision fp8: drafter.precision fp8 (the projections' GEMMs in e4m3, docs/method.md §4.1;
+// a GPU of compute capability 8.9 or later).
 // --profile 1 (CUDA only) adds where the device time goes (scripts/bench/kernel_profile.h): the
 // kernels of the forward + loss, of the backward and of one trainer step by category, tables on
 // stderr and "profile" in the JSON.
@@ -61,10 +63,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/rng.h"
 #include "common/batching/anchors.h"
 #include "common/batching/memory_source.h"
 #include "common/batching/packed_batch.h"
-#include "common/base/rng.h"
 #include "common/config/run_spec.h"
 #include "common/drafter/drafter_checkpoint.h"
 #include "common/drafter/drafter_model.h"
@@ -160,7 +162,7 @@ int main(int argc, char** argv) {
       argc, argv,
       {"--tokens", "--anchors", "--steps", "--warmup", "--seed", "--doc-min", "--doc-max",
        "--layers", "--recompute", "--target", "--dtype", "--device", "--json", "--dump-dir",
-       "--export-weights", "--profile"},
+       "--precision", "--export-weights", "--profile"},
       "drafter_step");
   const int64_t tokens = Flag(argc, argv, "--tokens", 8192);
   const int64_t max_anchors = Flag(argc, argv, "--anchors", 512);
@@ -171,6 +173,7 @@ int main(int argc, char** argv) {
   const int64_t doc_max = Flag(argc, argv, "--doc-max", 2000);
   const int64_t layers = Flag(argc, argv, "--layers", 5);
   const std::string recompute = StrFlag(argc, argv, "--recompute", "none");
+  const std::string precision = StrFlag(argc, argv, "--precision", "auto");
   const std::string target_path = StrFlag(argc, argv, "--target", "builtin:qwen3-8b-random");
   const std::string dtype = StrFlag(argc, argv, "--dtype", "bfloat16");
   const std::string device_name = StrFlag(argc, argv, "--device", "cuda");
@@ -194,6 +197,7 @@ int main(int argc, char** argv) {
   const std::string yaml = absl::StrCat(
       "name: drafter-step-bench\nseed: ", seed, "\ntarget: {path: \"", target_path,
       "\", dtype: ", dtype, "}\ndrafter: {layers: ", layers, ", recompute: ", recompute,
+      ", precision: ", precision,
       ", block_size: 16}\ndata: {train: \"builtin:long-synthetic\", max_length: ",
       std::min<int64_t>(2048, tokens), "}\n", "batching: {token_budget: ", tokens,
       ", max_anchors: ", max_anchors, ", grad_accum: 1}\n",
@@ -424,7 +428,9 @@ int main(int argc, char** argv) {
                 "\"static_bytes\": %lld, \"beyond_bytes\": %lld, \"other_target_bytes\": %lld, "
                 "\"forward_peak_bytes\": %lld, \"backward_peak_bytes\": %lld, "
                 "\"setup_s\": %.1f, \"grad_norm0\": %.6g, \"first_loss\": %.6f, \"losses\": [%s]",
-                recompute == "none" ? "" : (", recompute " + recompute).c_str(),
+                (std::string(recompute == "none" ? "" : ", recompute " + recompute) +
+                 (precision == "fp8" ? ", fp8" : ""))
+                    .c_str(),
                 static_cast<long long>(tokens), static_cast<long long>(batch.anchors.size(0)),
                 pieces.size(), static_cast<long long>(steps), median, sorted.front(), sorted.back(),
                 1e3 / median, static_cast<double>(tokens) * 1e3 / median,

@@ -188,6 +188,31 @@ absl::Status CheckRunData(const config::RunSpec& spec, const model::TransformerC
   return absl::OkStatus();
 }
 
+// drafter.precision: fp8 against the registered drafters' devices: refused when every registered
+// drafter is on a CPU or a GPU below compute capability 8.9 (none registered: not checked here; the
+// drafter refuses it when the run is prepared).
+absl::Status CheckPrecisionOnDrafters(const config::RunSpec& spec,
+                                      const std::vector<v1::WorkerInfo>& workers) {
+  if (spec.drafter.precision != "fp8") return absl::OkStatus();
+  std::vector<std::string> seen;
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.role() != v1::WORKER_ROLE_DRAFTER) continue;
+    if (w.device().kind() == "cuda" && w.device().compute_capability() >= 89) {
+      return absl::OkStatus();
+    }
+    seen.push_back(w.device().kind() == "cuda"
+                       ? absl::StrCat(w.name(), " (", w.device().name(), ", compute capability ",
+                                      w.device().compute_capability() / 10, ".",
+                                      w.device().compute_capability() % 10, ")")
+                       : absl::StrCat(w.name(), " (cpu)"));
+  }
+  if (seen.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("drafter.precision: fp8 needs a drafter on a GPU of compute capability 8.9 or "
+                   "later; the registered drafters are ",
+                   absl::StrJoin(seen, ", ")));
+}
+
 absl::Status Prefixed(const absl::Status& s, const std::string& source) {
   return s.ok() ? s : absl::Status(s.code(), absl::StrCat(source, ": ", s.message()));
 }
@@ -223,6 +248,7 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   absl::StatusOr<v1::ResolvedTarget> resolved = CheckRunTarget(spec, &target);
   if (!resolved.ok()) return Prefixed(resolved.status(), source);
   RETURN_IF_ERROR(Prefixed(CheckFitsRegisteredGpus(spec, target), source));
+  RETURN_IF_ERROR(Prefixed(CheckPrecisionOnDrafters(spec, ListWorkers()), source));
   v1::RunStatus run;
   run.set_name(spec.name);
   run.set_state(v1::RUN_STATE_QUEUED);

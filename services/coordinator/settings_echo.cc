@@ -69,6 +69,7 @@ std::map<std::string, std::string> ExpectedSettings(
   e["drafter.selector_rank"] = std::to_string(two.selector_rank);
   e["drafter.selector_top_k"] = std::to_string(two.selector_top_k);
   e["loss.selector_alpha"] = absl::StrCat(spec.loss.selector_alpha);
+  e["drafter.precision"] = spec.drafter.precision;
   e["loss.selector_warmup_steps"] = std::to_string(spec.loss.selector_warmup_steps);
   e["loss.selector_ramp_steps"] = std::to_string(spec.loss.selector_ramp_steps);
   return e;

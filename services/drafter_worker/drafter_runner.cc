@@ -123,6 +123,7 @@ class DrafterRunner : public StepRunner {
         {"drafter.selector_rank", std::to_string(c.selector_rank)},
         {"drafter.selector_top_k", std::to_string(c.selector_top_k)},
         {"loss.selector_alpha", absl::StrCat(trainer_->loss().selector_loss_alpha)},
+        {"drafter.precision", drafter_->options().fp8 ? "fp8" : "auto"},
         {"loss.selector_warmup_steps", std::to_string(trainer_->loss().selector_warmup_steps)},
         {"loss.selector_ramp_steps", std::to_string(trainer_->loss().selector_ramp_steps)},
         {"batching.max_anchors", std::to_string(max_anchors_)},

@@ -13,6 +13,7 @@
 
 #include "common/device/device_probe.h"
 #include "common/drafter/drafter_model.h"
+#include "common/drafter/fp8_linear.h"
 #include "tests/drafter/test_util.h"
 
 namespace dflash::drafter {
@@ -44,7 +45,7 @@ DrafterBatch Batch(const DrafterConfig& c, c10::Device device) {
 }
 
 Result RunDrafter(c10::Device device, std::optional<c10::ScalarType> compute_dtype,
-                  bool dflash2 = false) {
+                  bool dflash2 = false, bool fp8 = false) {
   DrafterConfig config = TinyConfig();
   if (dflash2) {  // docs/method.md §2.2
     config.conv_kernel_size = 2;
@@ -55,6 +56,7 @@ Result RunDrafter(c10::Device device, std::optional<c10::ScalarType> compute_dty
   DrafterOptions options;
   options.device = device;
   options.compute_dtype = compute_dtype;
+  options.fp8 = fp8;
   options.seed = 3;  // parameters come from a CPU generator: identical on every device
   options.init_std = 0.2;
   at::Generator gen = at::detail::createCPUGenerator(77);
@@ -107,6 +109,38 @@ TEST(DrafterGpu, Dflash2Fp32MatchesTheCpuDrafter) {
   const Result cpu = RunDrafter(c10::Device(c10::kCPU), std::nullopt, /*dflash2=*/true);
   const Result gpu = RunDrafter(c10::Device(c10::kCUDA, 0), std::nullopt, /*dflash2=*/true);
   ExpectClose(gpu, cpu, 1e-4);
+}
+
+// drafter.precision: fp8 (docs/method.md §4.1): cuBLASLt's scaled matmul against the CPU's
+// emulation of the same rowwise e4m3 quantization, the three GEMMs of a linear layer (a row count
+// that is no multiple of 16: the weight gradient's contraction is padded).
+TEST(DrafterGpu, Fp8LinearMatchesTheCpuEmulation) {
+  if (device::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  const c10::Device cuda(c10::kCUDA, 0);
+  if (!Fp8MatmulInHardware(cuda)) GTEST_SKIP() << "fp8 GEMMs need compute capability 8.9";
+  at::Generator gen = at::detail::createCPUGenerator(9);
+  const at::Tensor x = at::randn({100, 64}, gen).to(at::kBFloat16);
+  const at::Tensor w = at::randn({48, 64}, gen) * 0.1;
+  const at::Tensor dy = at::randn({100, 48}, gen).to(at::kBFloat16);
+  std::map<std::string, at::Tensor> got[2];
+  for (int i = 0; i < 2; ++i) {
+    const c10::Device device = i == 0 ? c10::Device(c10::kCPU) : cuda;
+    const at::Tensor xi = x.to(device).requires_grad_(true), wi = w.to(device).requires_grad_(true);
+    const at::Tensor y = Fp8Linear(xi, wi, at::kBFloat16);
+    y.backward(dy.to(device));
+    got[i] = {{"y", y.detach().cpu()}, {"dx", xi.grad().cpu()}, {"dw", wi.grad().cpu()}};
+  }
+  for (const char* name : {"y", "dx", "dw"}) {
+    EXPECT_LT(MaxRelError(got[1][name], got[0][name]), 2e-2) << name;
+  }
+}
+
+TEST(DrafterGpu, Fp8ComputeStaysWithinFp8OfTheCpuDrafter) {
+  if (device::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  if (!Fp8MatmulInHardware(c10::Device(c10::kCUDA, 0))) GTEST_SKIP() << "no fp8 GEMMs here";
+  const Result cpu = RunDrafter(c10::Device(c10::kCPU), c10::ScalarType::BFloat16, false, true);
+  const Result gpu = RunDrafter(c10::Device(c10::kCUDA, 0), c10::ScalarType::BFloat16, false, true);
+  ExpectClose(gpu, cpu, 5e-2);
 }
 
 TEST(DrafterGpu, Bf16ComputeStaysWithinBf16OfTheCpuDrafter) {

@@ -545,7 +545,7 @@ TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
                                         "placement: {pairs: 1, transport: host}\n");
   CtlResult follow = RunCtl(address_, {"submit", yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 25 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 26 settings"));
   EXPECT_THAT(follow.out, HasSubstr("running -> done: trained 16 steps"));
   const std::string run =
       json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];
@@ -610,7 +610,7 @@ TEST_F(TrainingCluster, ADflash2RunTrainsExportsAndIsEvaluated) {
                                     "loss: {selector_warmup_steps: 2, selector_ramp_steps: 3}\n"));
   CtlResult follow = RunCtl(address_, {"submit", two});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 25 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 26 settings"));
   const json runs = json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"];
   ASSERT_EQ(runs.size(), 1u) << "a refused run was stored";
   const std::string run = runs[0]["run_id"];
@@ -632,6 +632,29 @@ TEST_F(TrainingCluster, ADflash2RunTrainsExportsAndIsEvaluated) {
   EXPECT_EQ(measured["baseline_identical_prompts"], measured["prompts"]) << eval.out;
 }
 
+// drafter.precision: fp8 (docs/method.md §4.1) needs a drafter on a GPU of compute capability 8.9
+// or later: with only a CPU drafter registered, submit refuses it naming the field and the worker,
+// and stores nothing.
+TEST_F(TrainingCluster, Fp8OnACpuDrafterIsRefusedAtSubmit) {
+  StartWorker("target", "t0");
+  StartWorker("drafter", "d0");
+  const std::string yaml = WriteRunYaml("fp8.yaml",
+                                        "name: fp8\n"
+                                        "target: {path: \"builtin:tiny-qwen3\", dtype: bfloat16}\n"
+                                        "drafter: {layers: 1, block_size: 8, precision: fp8}\n"
+                                        "data: {train: \"builtin:tiny-chat\", max_length: 256}\n"
+                                        "batching: {token_budget: 512, max_anchors: 64}\n"
+                                        "optim: {max_steps: 2}\n"
+                                        "placement: {pairs: 1, transport: host}\n");
+  CtlResult refused = RunCtl(address_, {"submit", yaml});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("drafter.precision: fp8 needs a drafter on a GPU of compute "
+                                     "capability 8.9 or later; the registered drafters are d0 "
+                                     "(cpu)"));
+  const json runs = json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"];
+  EXPECT_TRUE(runs.empty()) << runs.dump();
+}
+
 TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
   StartWorker("target", "t0");
   StartWorker("drafter", "d0");
@@ -646,7 +669,7 @@ TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
                    "placement: {pairs: 1, transport: host}\n");
   CtlResult follow = RunCtl(address_, {"submit", yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 25 settings"));
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 26 settings"));
   const std::string run =
       json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];
   const std::map<int64_t, double> losses = Losses(run);
@@ -679,7 +702,7 @@ TEST_F(TrainingCluster, ASlidingLayerRunIsEchoedTrainsAndExportsItsLayerTypes) {
                                 "placement: {pairs: 1, transport: host}\n"));
   CtlResult adopted = RunCtl(address_, {"submit", from});
   ASSERT_EQ(adopted.exit_code, 0) << adopted.out << adopted.err;
-  EXPECT_THAT(adopted.out, HasSubstr("d0 applied 25 settings"));
+  EXPECT_THAT(adopted.out, HasSubstr("d0 applied 26 settings"));
   std::string run2;
   const json listed = json::parse(RunCtl(address_, {"list", "-o", "json"}).out);
   for (const json& r : listed["runs"]) {

@@ -232,6 +232,13 @@ const BadCase kBadCases[] = {
     {"RecomputeUnknown", Minimal("drafter: {recompute: all}\n"),
      "drafter.recompute: must be one of none|mlp|layers, got 'all'"},
     // Sliding-attention layers (method.md §2.1).
+    {"Fp8WithAFloat32Target",
+     absl::StrCat(kName, "target: {path: \"builtin:tiny-qwen3\", dtype: float32}\n", kData,
+                  "drafter: {precision: fp8}\n"),
+     "drafter.precision: fp8 needs target.dtype bfloat16 (the compute dtype around the fp8 GEMMs), "
+     "got 'float32'"},
+    {"UnknownPrecision", Minimal("drafter: {precision: fp16}\n"),
+     "drafter.precision: must be one of auto|fp8, got 'fp16'"},
     {"SelectorScheduleWithDflash", Minimal("loss: {selector_warmup_steps: 100}\n"),
      "loss.selector_warmup_steps: taken by drafter.kind dflash2 only (this run's drafter.kind is "
      "dflash)"},

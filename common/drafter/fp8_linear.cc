@@ -1,0 +1,113 @@
+#include "common/drafter/fp8_linear.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/_scaled_mm.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/where.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cstdint>
+
+#ifdef DFLASH_HAVE_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace dflash::drafter {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// t [R, C] with C padded by zero columns to a multiple of 16 (the scaled matmul's contraction).
+at::Tensor PadColumns16(const at::Tensor& t) {
+  const int64_t pad = (16 - t.size(1) % 16) % 16;
+  return pad == 0 ? t : at::constant_pad_nd(t, {0, pad}, 0);
+}
+
+struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            c10::ScalarType dtype) {
+    const int64_t in = weight.size(1), out = weight.size(0);
+    TORCH_CHECK(x.size(-1) == in, "fp8 linear: x has ", x.size(-1), " columns, the weight ", in);
+    const at::Tensor x2 = x.reshape({-1, in});
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    at::Tensor y = ScaledMatmulNT(QuantizeRowsE4m3(x2), QuantizeRowsE4m3(weight), dtype);
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = out;
+    return y.view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1];
+    const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const int64_t in = weight.size(1), out = weight.size(0);
+    const at::Tensor dy = grads[0].reshape({-1, out});
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) {
+      // dX = dY W: dY per row (over Out), W per input column (rows of W^T, over Out).
+      dx = ScaledMatmulNT(QuantizeRowsE4m3(dy), QuantizeRowsE4m3(weight.t().contiguous()), dtype)
+               .view(x.sizes());
+    }
+    if (ctx->needs_input_grad(1)) {
+      // dW = dY^T X: both per row of their transposes (over the tokens, padded to 16).
+      const at::Tensor dyt = PadColumns16(dy.t().contiguous());
+      const at::Tensor xt = PadColumns16(x.reshape({-1, in}).t().contiguous());
+      dw = ScaledMatmulNT(QuantizeRowsE4m3(dyt), QuantizeRowsE4m3(xt), dtype)
+               .to(weight.scalar_type());
+    }
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+Fp8Rows QuantizeRowsE4m3(const at::Tensor& t) {
+  TORCH_CHECK(t.dim() == 2, "fp8 quantization takes a matrix, got ", t.sizes());
+  const at::Tensor f = t.to(at::kFloat);
+  at::Tensor amax = at::amax(at::abs(f), {1});
+  amax = at::where(amax.gt(0), amax, at::ones_like(amax));
+  Fp8Rows r;
+  r.scale = (amax / kE4m3Max).contiguous();
+  r.q = (f / r.scale.unsqueeze(1)).to(at::kFloat8_e4m3fn).contiguous();
+  return r;
+}
+
+bool Fp8MatmulInHardware(const c10::Device& device) {
+#ifdef DFLASH_HAVE_TORCH_CUDA
+  if (!device.is_cuda()) return false;
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index());
+  return p->major > 8 || (p->major == 8 && p->minor >= 9);
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+at::Tensor ScaledMatmulNT(const Fp8Rows& a, const Fp8Rows& b, c10::ScalarType out) {
+  TORCH_CHECK(a.q.size(1) == b.q.size(1), "fp8 matmul: ", a.q.sizes(), " x ", b.q.sizes(), "^T");
+  if (Fp8MatmulInHardware(a.q.device())) {
+    TORCH_CHECK(a.q.size(1) % 16 == 0 && b.q.size(0) % 16 == 0, "fp8 matmul: ", a.q.sizes(), " x ",
+                b.q.sizes(),
+                "^T: the contraction and the output columns must be multiples "
+                "of 16");
+    // b.q is row-major [N, K]: its transpose is the column-major [K, N] the kernel takes.
+    return at::_scaled_mm(a.q, b.q.t(), a.scale.view({-1, 1}), b.scale.view({1, -1}), std::nullopt,
+                          std::nullopt, out, /*use_fast_accum=*/false);
+  }
+  const at::Tensor da = a.q.to(at::kFloat) * a.scale.unsqueeze(1);
+  const at::Tensor db = b.q.to(at::kFloat) * b.scale.unsqueeze(1);
+  return at::matmul(da, db.t()).to(out);
+}
+
+at::Tensor Fp8Linear(const at::Tensor& x, const at::Tensor& weight, c10::ScalarType dtype) {
+  return Fp8LinearFunction::apply(x, weight, dtype);
+}
+
+}  // namespace dflash::drafter

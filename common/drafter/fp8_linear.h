@@ -1,0 +1,43 @@
+// The drafter's linear layers in fp8 (drafter.precision: fp8, docs/method.md §4.1): e4m3 operands
+// with one fp32 scale per row of each operand ("rowwise" scaling: scale = max |row| / 448, the
+// largest e4m3 value), products accumulated in fp32 and written in bf16. All three GEMMs of a
+// linear layer run this way: the forward x W^T, and the backward's dX = dY W and dW = dY^T X, each
+// operand quantized along the dimension the product contracts (so W is quantized per output row
+// in the forward and per input column in the backward). The fp32 master weights and everything
+// outside the GEMMs stay as they are (bf16 activations, fp32 optimizer).
+//
+// On CUDA devices of compute capability 8.9 or later the products are LibTorch's scaled matmul
+// (cuBLASLt fp8); elsewhere the same quantization is emulated (quantize, dequantize, matmul in
+// fp32), which is the CPU reference the GPU tests compare with.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+namespace dflash::drafter {
+
+// Largest finite e4m3 value.
+inline constexpr double kE4m3Max = 448.0;
+
+// A matrix in e4m3 with one fp32 scale per row: value[r][c] ~= q[r][c] * scale[r].
+struct Fp8Rows {
+  at::Tensor q;      // [R, C] Float8_e4m3fn, contiguous
+  at::Tensor scale;  // [R] fp32, > 0
+};
+
+// t [R, C] (any floating dtype) -> its rowwise e4m3 form. A row of zeros gets scale 1 / 448.
+Fp8Rows QuantizeRowsE4m3(const at::Tensor& t);
+
+// a.q [M, K], b.q [N, K] -> (a b^T) [M, N] in `out` (bf16 on CUDA), K a multiple of 16.
+at::Tensor ScaledMatmulNT(const Fp8Rows& a, const Fp8Rows& b, c10::ScalarType out);
+
+// Whether `device` runs ScaledMatmulNT in hardware (CUDA, compute capability >= 8.9).
+bool Fp8MatmulInHardware(const c10::Device& device);
+
+// x [..., In] in `dtype` (bf16), weight [Out, In] (fp32 master) -> x W^T [..., Out] in `dtype`, the
+// three GEMMs in fp8 as above. Differentiable in x and weight (weight's gradient in its dtype).
+// In and Out multiples of 16.
+at::Tensor Fp8Linear(const at::Tensor& x, const at::Tensor& weight, c10::ScalarType dtype);
+
+}  // namespace dflash::drafter
