@@ -16,7 +16,7 @@ tests=(tests/integration/memory_gpu_test tests/integration/training_gpu_test
        tests/kernels/rope_gpu_test tests/kernels/wgmma_gpu_test tests/gpu/device_probe_gpu_test
        tests/transport/feature_checksum_gpu_test tests/transport/nccl_channel_gpu_test
        tests/transport/nccl_communicator_gpu_test)
-benches=(scripts/bench/draft_cache scripts/bench/dflash_attn)  # packed too; run after `run` unpacks
+benches=(scripts/bench/draft_cache scripts/bench/dflash_attn scripts/bench/drafter_step)  # packed too; run after `run` unpacks
 services=(coordinator/dflash-coordinator dflashctl/dflashctl target_worker/dflash-target-worker
           drafter_worker/dflash-drafter-worker target_worker/dflash-target-worker-testhooks
           drafter_worker/dflash-drafter-worker-testhooks)
@@ -33,7 +33,9 @@ case "${1:?usage: gpu_tests.sh pack|run [FILTER]}" in
     for d in hf_oracle hf_qwen3_5_oracle; do
       mkdir -p /tmp/gt/tests/nn && cp -r "build/tests/nn/$d" /tmp/gt/tests/nn/
     done
-    tar -czf .gpu/t/gt.tgz -C /tmp/gt . && git rev-parse --short HEAD >.gpu/t/gt.rev
+    # Written aside and renamed: a device call that carries .gpu/t meanwhile gets one whole pack.
+    tar -czf .gpu/t/gt.tgz.new -C /tmp/gt . && git rev-parse --short HEAD >.gpu/t/gt.rev.new
+    mv .gpu/t/gt.tgz.new .gpu/t/gt.tgz && mv .gpu/t/gt.rev.new .gpu/t/gt.rev
     du -b .gpu/t/gt.tgz ;;
   run)
     filter=${2:-.}
