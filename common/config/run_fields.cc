@@ -271,6 +271,15 @@ void CheckTargetParallel(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
   CheckRange(e, "placement.target_parallel", s->placement.target_parallel, 1, 64);
 }
 
+void CheckEvalWorker(const RunSpecOptions&, RunSpec* s, ConfigErrors* e) {
+  const std::string& w = s->eval.worker;
+  if (w != "auto" && w != "pair" && w != "reserved") {
+    e->Add("eval.worker", absl::StrCat("must be one of auto|pair|reserved, got '", w, "'"));
+  } else if (w == "reserved" && s->eval.every_steps == 0) {
+    e->Add("eval.worker", "reserved needs eval.every_steps > 0 (a group kept for no evaluation)");
+  }
+}
+
 void CheckEvalPrompts(const RunSpecOptions& opt, RunSpec* s, ConfigErrors* e) {
   if (s->eval.every_steps > 0 && s->eval.prompts.empty()) {
     e->Add("eval.prompts", "required when eval.every_steps > 0");
@@ -411,6 +420,7 @@ std::vector<RunField> MakeFields() {
       {"checkpoint", "keep", false, false, DFLASH_AT(s.checkpoint.keep), IntRange(1, 1000)},
 
       {"eval", "every_steps", false, false, DFLASH_AT(s.eval.every_steps), IntMin(0)},
+      {"eval", "worker", false, false, DFLASH_AT(s.eval.worker), Custom(CheckEvalWorker)},
       {"eval", "prompts", false, true, DFLASH_AT(s.eval.prompts), Custom(CheckEvalPrompts)},
       {"eval", "max_new_tokens", false, false, DFLASH_AT(s.eval.max_new_tokens),
        IntRange(1, 32768)},

@@ -93,6 +93,10 @@ struct CheckpointSpec {
 
 struct EvalSpec {
   int64_t every_steps = 0;  // 0 = no evaluation during training
+  // Who decodes the evaluations during training: pair (pair 0's target), reserved (a target
+  // group of its own, taken at placement), auto (reserved for a tensor-parallel target on GPUs when
+  // an idle group is there, else pair).
+  std::string worker = "auto";
   std::string prompts;
   int64_t max_new_tokens = 256;
   int64_t max_prompts = 64;  // prompts decoded per evaluation

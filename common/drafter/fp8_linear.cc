@@ -4,6 +4,7 @@
 #include <ATen/ops/_scaled_mm.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/amax.h>
+#include <ATen/ops/clamp.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones_like.h>
@@ -70,12 +71,19 @@ struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
 
 Fp8Rows QuantizeRowsE4m3(const at::Tensor& t) {
   TORCH_CHECK(t.dim() == 2, "fp8 quantization takes a matrix, got ", t.sizes());
-  const at::Tensor f = t.to(at::kFloat);
-  at::Tensor amax = at::amax(at::abs(f), {1});
+  // The division runs in t's own dtype (bf16 activations: no fp32 copy of a [tokens, width]
+  // matrix), by a scale rounded to that dtype, which is then the scale used to dequantize.
+  const c10::ScalarType dtype = t.scalar_type();
+  at::Tensor amax = at::amax(at::abs(t), {1}).to(at::kFloat);
   amax = at::where(amax.gt(0), amax, at::ones_like(amax));
+  const at::Tensor scale = (amax / kE4m3Max).to(dtype);
   Fp8Rows r;
-  r.scale = (amax / kE4m3Max).contiguous();
-  r.q = (f / r.scale.unsqueeze(1)).to(at::kFloat8_e4m3fn).contiguous();
+  r.scale = scale.to(at::kFloat).contiguous();
+  // Clamped: a value divided by its row's rounded scale can land a hair above 448, and a cast
+  // past e4m3's range gives NaN (e4m3fn has no infinity).
+  r.q = at::clamp(t / scale.unsqueeze(1), -kE4m3Max, kE4m3Max)
+            .to(at::kFloat8_e4m3fn)
+            .contiguous();
   return r;
 }
 

@@ -582,6 +582,17 @@ std::vector<Placement> Coordinator::PlaceQueuedRunsLocked() {
     const size_t available = std::min(groups.size(), drafters.size());
     const size_t wanted = PairsWantedLocked(run.run_id(), *spec, drafters, available);
     if (available == 0 || wanted > available) continue;  // stays queued until workers free up
+    // eval.worker: one more target group for the evaluations, when the run wants one.
+    const EvalGroupNeed eval_need = EvalGroupWanted(*spec, groups);
+    if (eval_need == EvalGroupNeed::kYes && groups.size() <= wanted) {
+      const std::string wait =
+          absl::StrCat("waiting for an idle target group (", spec->placement.target_parallel,
+                       " process(es)) to reserve for evaluation (eval.worker: reserved), beside ",
+                       wanted, " pair(s)");
+      if (run.message() != wait) store_->SetQueuedMessage(run.run_id(), wait).IgnoreError();
+      continue;
+    }
+    const bool reserve = eval_need != EvalGroupNeed::kNo && groups.size() > wanted;
     // The memory plan against what the pairs' GPUs have free now (memory other processes hold
     // is not the run's): a run that does not fit waits, with the reason as its message.
     if (std::string wait = FreeMemoryWait(*spec, groups, drafters, wanted); !wait.empty()) {
@@ -592,7 +603,7 @@ std::vector<Placement> Coordinator::PlaceQueuedRunsLocked() {
       }
       continue;
     }
-    std::optional<Placement> p = AssignLocked(run, groups, drafters, wanted);
+    std::optional<Placement> p = AssignLocked(run, groups, drafters, wanted, reserve);
     if (p) placements.push_back(*std::move(p));
   }
   return placements;
@@ -623,7 +634,7 @@ size_t Coordinator::PairsWantedLocked(const std::string& run_id, const config::R
 
 std::optional<Placement> Coordinator::AssignLocked(
     const v1::RunStatus& run, const std::vector<std::vector<v1::WorkerInfo>>& groups,
-    const std::vector<v1::WorkerInfo>& drafters, size_t wanted) {
+    const std::vector<v1::WorkerInfo>& drafters, size_t wanted, bool reserve_eval_group) {
   Placement p;
   p.run_id = run.run_id();
   p.resolved_yaml = run.resolved_config_yaml();
@@ -643,9 +654,21 @@ std::optional<Placement> Coordinator::AssignLocked(
     ids.push_back(drafters[i].worker_id());
     described.push_back(absl::StrCat(absl::StrJoin(names, "|"), "+", drafters[i].name()));
   }
+  std::string eval_on;
+  if (reserve_eval_group) {
+    p.eval_group = groups[wanted];
+    std::vector<std::string> names;
+    for (const v1::WorkerInfo& w : p.eval_group) {
+      registry_.Assign(w.worker_id(), run.run_id()).IgnoreError();
+      ids.push_back(w.worker_id());
+      names.push_back(w.name());
+    }
+    eval_on = absl::StrCat("; evaluation on ", absl::StrJoin(names, "|"), " (reserved)");
+  }
   absl::Status s = TransitionLocked(
       run.run_id(), v1::RUN_STATE_QUEUED, v1::RUN_STATE_STARTING,
-      absl::StrCat("placed on ", wanted, " pair(s): ", absl::StrJoin(described, ", ")), &ids);
+      absl::StrCat("placed on ", wanted, " pair(s): ", absl::StrJoin(described, ", "), eval_on),
+      &ids);
   if (!s.ok()) {
     LOG_RUN(ERROR, run.run_id(), -1) << "placement failed: " << s;
     registry_.ReleaseRun(run.run_id());

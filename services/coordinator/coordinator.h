@@ -124,12 +124,13 @@ class Coordinator : private RunHost {
   size_t PairsWantedLocked(const std::string& run_id, const config::RunSpec& spec,
                            const std::vector<v1::WorkerInfo>& drafters, size_t available)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks the first `wanted` pairs as the run's and moves it to starting; nullopt (workers freed)
-  // when the transition is refused.
+  // Marks the first `wanted` pairs as the run's (and with reserve_eval_group the next target group,
+  // for its evaluations) and moves it to starting; nullopt (workers freed) when the transition is
+  // refused.
   std::optional<Placement> AssignLocked(const v1::RunStatus& run,
                                         const std::vector<std::vector<v1::WorkerInfo>>& groups,
-                                        const std::vector<v1::WorkerInfo>& drafters, size_t wanted)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                        const std::vector<v1::WorkerInfo>& drafters, size_t wanted,
+                                        bool reserve_eval_group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RequeuePausedRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // run_start.cc: prepares the workers, then has a RunDriver (run_driver.h) train the run to its
   // end (or until it is cancelled, paused or fails); on its own thread unless

@@ -9,6 +9,15 @@
 
 namespace dflash::coordinator {
 
+EvalGroupNeed EvalGroupWanted(const config::RunSpec& spec,
+                              const std::vector<std::vector<v1::WorkerInfo>>& groups) {
+  if (spec.eval.every_steps == 0 || spec.eval.worker == "pair") return EvalGroupNeed::kNo;
+  if (spec.eval.worker == "reserved") return EvalGroupNeed::kYes;
+  const bool gpu_tp = spec.placement.target_parallel > 1 && !groups.empty() &&
+                      groups[0][0].device().kind() == "cuda";
+  return gpu_tp ? EvalGroupNeed::kIfIdle : EvalGroupNeed::kNo;
+}
+
 std::string HostOf(const std::string& address) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);

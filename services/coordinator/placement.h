@@ -25,7 +25,17 @@ struct Placement {
   // placement.target_parallel > 1: pair i's other target processes (tensor-parallel ranks
   // 1..n-1; rank 0 is pairs[i].first, the one the drafter's channel connects to).
   std::vector<std::vector<v1::WorkerInfo>> target_ranks;
+  // eval.worker (docs/run-spec.md): a target group reserved for the run's evaluations (rank 0
+  // first), or empty (pair 0's target decodes them).
+  std::vector<v1::WorkerInfo> eval_group;
 };
+
+// Whether a run takes a target group of its own for its evaluations: kNo, kIfIdle (eval.worker
+// auto with a tensor-parallel target on GPUs: reserved when one more idle group is there), kYes
+// (eval.worker reserved: the run waits for one).
+enum class EvalGroupNeed { kNo, kIfIdle, kYes };
+EvalGroupNeed EvalGroupWanted(const config::RunSpec& spec,
+                              const std::vector<std::vector<v1::WorkerInfo>>& groups);
 
 // The host part of a control address ("10.0.0.1:7001" -> "10.0.0.1").
 std::string HostOf(const std::string& address);

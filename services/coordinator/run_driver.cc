@@ -257,11 +257,8 @@ void RunDriver::StartEvaluation(const PlannedStep& cur) {
   CollectEvaluation(/*wait=*/true);  // one at a time
   v1::EvalInProgress e;
   e.set_step(cur.step + 1);
-  std::string who = t->p.pairs[0].first.name();  // and its tensor-parallel ranks, "t0|t1"
-  if (!t->p.target_ranks.empty()) {
-    for (const v1::WorkerInfo& w : t->p.target_ranks[0]) who += "|" + w.name();
-  }
-  e.set_worker(who);
+  e.set_worker(GroupNames(EvaluationGroup()));  // "t0|t1": a target and its tensor-parallel ranks
+  e.set_reserved(!t->p.eval_group.empty());
   // A tensor-parallel target on GPUs: its ranks' decoding group and the run's group would run
   // NCCL collectives at once, in orders the ranks do not share, which NCCL does not promise to
   // complete; the steps wait for the evaluation instead (docs/models.md).
@@ -284,8 +281,21 @@ void RunDriver::StartEvaluation(const PlannedStep& cur) {
 
 bool RunDriver::EvaluatesBetweenSteps() const {
   const Training* const t = t_.get();
-  return !t->p.target_ranks.empty() && !t->p.target_ranks[0].empty() &&
+  // A reserved group decodes on processes (and GPUs) that carry none of the run's collectives.
+  return t->p.eval_group.empty() && !t->p.target_ranks.empty() && !t->p.target_ranks[0].empty() &&
          t->p.pairs[0].first.device().kind() == "cuda";
+}
+
+DecodeGroupWorkers RunDriver::EvaluationGroup() const {
+  const Training* const t = t_.get();
+  if (!t->p.eval_group.empty()) return t->p.eval_group;
+  // Pair 0's target: its tensor-parallel ranks decode together over a group of their own (the
+  // run's group carries the steps' sums meanwhile).
+  DecodeGroupWorkers group = {t->p.pairs[0].first};
+  if (!t->p.target_ranks.empty()) {
+    group.insert(group.end(), t->p.target_ranks[0].begin(), t->p.target_ranks[0].end());
+  }
+  return group;
 }
 
 void RunDriver::CollectEvaluation(bool wait) {
@@ -308,12 +318,7 @@ absl::StatusOr<v1::EvalResult> RunDriver::Evaluate(const std::string& dir, int64
   v1::EvaluateRequest req = *t->eval_request;
   req.set_drafter_dir(dir);
   req.set_step(step);
-  // Pair 0's target: its tensor-parallel ranks decode together over a group of their own (the
-  // run's group carries the steps' sums meanwhile).
-  DecodeGroupWorkers group = {t->p.pairs[0].first};
-  if (!t->p.target_ranks.empty()) {
-    group.insert(group.end(), t->p.target_ranks[0].begin(), t->p.target_ranks[0].end());
-  }
+  const DecodeGroupWorkers group = EvaluationGroup();
   const int64_t start = clock_->NowUnixMs();
   ASSIGN_OR_RETURN(v1::EvaluateResponse resp, EvaluateOnGroup(group, req, workers_));
   v1::EvalResult r = ToEvalResult(resp, GroupNames(group), dir, step, start);

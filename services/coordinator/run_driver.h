@@ -19,6 +19,7 @@
 #include "dflash/v1/common.pb.h"
 #include "dflash/v1/coordinator.pb.h"
 #include "dflash/v1/worker.pb.h"
+#include "services/coordinator/decode_group.h"
 #include "services/coordinator/placement.h"
 #include "services/coordinator/worker_control.h"
 
@@ -94,6 +95,9 @@ class RunDriver {
   // group on GPUs, whose decoding group and training group would otherwise run NCCL collectives
   // at once (docs/models.md). Then the step before an evaluation runs no target ahead either.
   bool EvaluatesBetweenSteps() const;
+  // Who decodes the evaluations: the run's reserved group (eval.worker), else pair 0's target and
+  // its tensor-parallel ranks.
+  DecodeGroupWorkers EvaluationGroup() const;
   // Has pair 0's target decode with the drafter snapshot at `dir` (eval.*); records the result.
   absl::StatusOr<v1::EvalResult> Evaluate(const std::string& dir, int64_t step);
   // The step's figures, the host's commit, the log line, checkpoint pruning. False when the

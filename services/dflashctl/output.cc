@@ -154,8 +154,9 @@ std::string RunDetails(const v1::RunStatus& r) {
   if (r.has_evaluating()) {
     const v1::EvalInProgress& e = r.evaluating();
     out << "evaluating: the drafter of step " << e.step() << " on " << e.worker()
-        << (e.between_steps() ? " (pair 0's target group, between the training steps)"
-                              : " (pair 0's target, beside the training steps)")
+        << (e.reserved()        ? " (reserved for evaluation, beside the training steps)"
+            : e.between_steps() ? " (pair 0's target group, between the training steps)"
+                                : " (pair 0's target, beside the training steps)")
         << " since " << Time(e.started_unix_ms()) << "\n";
   }
   if (r.has_best_eval()) {

@@ -337,6 +337,81 @@ TEST_F(CoordinatorTest, ATensorParallelGpuTargetEvaluatesBetweenSteps) {
   }
 }
 
+// eval.worker auto with a tensor-parallel target on GPUs and one more idle target group: the run
+// reserves that group for its evaluations, which decode there while the steps go on (the first
+// evaluation, of step 2's snapshot, waits until step 4 has been dispatched), and it is the run's
+// until the run ends. eval.worker reserved without an idle group waits queued, saying why.
+TEST_F(CoordinatorTest, AReservedGroupEvaluatesBesideTheSteps) {
+  auto worker = [&](const std::string& name, v1::WorkerRole role, int index) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address(absl::StrCat("10.0.0.1:", 100 + index));
+    w.mutable_device()->set_kind("cuda");
+    w.mutable_device()->set_index(index);
+    return coordinator_->Register(w)->worker_id();
+  };
+  const std::string eval = absl::StrCat(
+      kRunYaml,
+      "placement: {target_parallel: 2}\n"
+      "eval: {every_steps: 2, prompts: \"builtin:tiny-chat\", max_prompts: 3, max_new_tokens: "
+      "8");
+  std::vector<int64_t> dispatched_at_eval;  // the highest step dispatched when each rank decodes
+  workers_.on_evaluate = [&] {
+    auto highest = [&] {
+      std::lock_guard<std::mutex> lock(workers_.mu_);
+      int64_t h = -1;
+      for (const v1::RunStepRequest& r : workers_.requests) h = std::max(h, r.step());
+      return h;
+    };
+    // The first evaluation waits (at most 20 s) for the steps to go on without it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (dispatched_at_eval.empty() && highest() < 3 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    dispatched_at_eval.push_back(highest());
+  };
+  worker("t0", v1::WORKER_ROLE_TARGET, 0);
+  worker("t1", v1::WORKER_ROLE_TARGET, 1);
+  worker("d0", v1::WORKER_ROLE_DRAFTER, 2);
+  const std::string t2 = worker("t2", v1::WORKER_ROLE_TARGET, 3);
+  auto waiting =
+      *coordinator_->SubmitRun(absl::StrCat(eval, ", worker: reserved}\n"), "run.yaml", false);
+  coordinator_->Tick();
+  v1::RunStatus seen = *coordinator_->GetRun(waiting.run_id());
+  EXPECT_EQ(seen.state(), v1::RUN_STATE_QUEUED);
+  EXPECT_THAT(seen.message(), ::testing::HasSubstr("waiting for an idle target group (2 "
+                                                   "process(es)) to reserve for evaluation"));
+  ASSERT_TRUE(coordinator_->CancelRun(waiting.run_id()).ok());
+
+  const std::string t3 = worker("t3", v1::WORKER_ROLE_TARGET, 4);
+  auto run = *coordinator_->SubmitRun(absl::StrCat(eval, "}\n"), "run.yaml", false);
+  std::thread trainer([&] { coordinator_->Tick(); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    seen = *coordinator_->GetRun(run.run_id());
+    if (seen.has_evaluating()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(seen.has_evaluating());
+  EXPECT_TRUE(seen.evaluating().reserved());
+  EXPECT_FALSE(seen.evaluating().between_steps());
+  EXPECT_EQ(seen.evaluating().worker(), "t2|t3");
+  trainer.join();
+  const v1::RunStatus after = *coordinator_->GetRun(run.run_id());
+  ASSERT_EQ(after.state(), v1::RUN_STATE_DONE) << after.message();
+  EXPECT_EQ(after.last_eval().worker(), "t2|t3");
+  ASSERT_FALSE(dispatched_at_eval.empty());
+  EXPECT_GE(dispatched_at_eval.front(), 3) << "the steps went on beside the first evaluation";
+  EXPECT_THAT(workers_.eval_workers, ::testing::Each(::testing::AnyOf("t2", "t3")));
+  for (const v1::WorkerInfo& w : coordinator_->ListWorkers()) {
+    if (w.worker_id() == t2 || w.worker_id() == t3) {
+      EXPECT_EQ(w.run_id(), "") << w.name() << " is released with the run";
+    }
+  }
+}
+
 // No exception leaves a coordinator handler (common/rpc/guarded.h): a worker call that throws
 // under EvaluateDrafter is answered INTERNAL naming the operation, and the coordinator answers the
 // next call.

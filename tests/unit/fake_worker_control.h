@@ -75,6 +75,7 @@ class FakeWorkerControl : public WorkerControl {
     if (on_evaluate) on_evaluate();
     std::lock_guard<std::mutex> lock(mu_);
     eval_requests.push_back(req);
+    eval_workers.push_back(worker.name());
     v1::EvaluateResponse resp;
     resp.set_prompts(req.prompts_size());
     resp.set_verifications(10);
@@ -121,6 +122,7 @@ class FakeWorkerControl : public WorkerControl {
   std::vector<std::string> cancelled;  // worker ids, in CancelCalls order
   std::vector<v1::GenerateRequest> generate_requests;
   std::vector<v1::EvaluateRequest> eval_requests;
+  std::vector<std::string> eval_workers;   // who answered each of eval_requests
   std::vector<std::string> opened_groups;  // "worker:collective", in OpenDecodeGroup order
   int64_t eval_accepted = 2;
   std::vector<std::string> steps;  // "worker:step" in call order
