@@ -2,17 +2,18 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/_scaled_mm.h>
-#include <ATen/ops/abs.h>
-#include <ATen/ops/amax.h>
-#include <ATen/ops/clamp.h>
 #include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/where.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #ifdef DFLASH_HAVE_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -24,10 +25,31 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// t [R, C] with C padded by zero columns to a multiple of 16 (the scaled matmul's contraction).
-at::Tensor PadColumns16(const at::Tensor& t) {
-  const int64_t pad = (16 - t.size(1) % 16) % 16;
-  return pad == 0 ? t : at::constant_pad_nd(t, {0, pad}, 0);
+// The rowwise quantization of t [R, C] along `dim` (1: each row over its columns; 0: each column
+// over the rows, for t^T's rows), dividing in t's own dtype (bf16 activations: no fp32 copy of a
+// [tokens, width] matrix) by a scale rounded to that dtype, which is then the scale used to
+// dequantize. Returns q in t's layout and the scales.
+std::pair<at::Tensor, at::Tensor> QuantizeAlong(const at::Tensor& t, int64_t dim) {
+  const c10::ScalarType dtype = t.scalar_type();
+  // max |t| in one pass (no |t| temporary).
+  at::Tensor amax = at::linalg_vector_norm(t, INFINITY, {dim}, false).to(at::kFloat);  // exact
+  amax = at::where(amax.gt(0), amax, at::ones_like(amax));
+  const at::Tensor scale = (amax / kE4m3Max).to(dtype);
+  at::Tensor v = t / (dim == 1 ? scale.unsqueeze(1) : scale.unsqueeze(0));
+  // Clamped: a value divided by its row's rounded scale can land a hair above 448, and a cast
+  // past e4m3's range gives NaN (e4m3fn has no infinity).
+  v.clamp_(-kE4m3Max, kE4m3Max);
+  return {v.to(at::kFloat8_e4m3fn), scale.to(at::kFloat).contiguous()};
+}
+
+// The rows of t^T for t [R, C]: each column of t quantized over its rows, transposed in e4m3 (a
+// quarter of a bf16 transpose's bytes), its row length padded with zeros to a multiple of 16 (the
+// scaled matmul's contraction).
+Fp8Rows QuantizeColumnsE4m3(const at::Tensor& t) {
+  const int64_t pad = (16 - t.size(0) % 16) % 16;
+  const at::Tensor padded = pad == 0 ? t : at::constant_pad_nd(t, {0, 0, 0, pad}, 0);
+  auto [q, scale] = QuantizeAlong(padded, 0);
+  return {q.t().contiguous(), scale};
 }
 
 struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
@@ -53,14 +75,11 @@ struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     at::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {
       // dX = dY W: dY per row (over Out), W per input column (rows of W^T, over Out).
-      dx = ScaledMatmulNT(QuantizeRowsE4m3(dy), QuantizeRowsE4m3(weight.t().contiguous()), dtype)
-               .view(x.sizes());
+      dx = ScaledMatmulNT(QuantizeRowsE4m3(dy), QuantizeColumnsE4m3(weight), dtype).view(x.sizes());
     }
     if (ctx->needs_input_grad(1)) {
       // dW = dY^T X: both per row of their transposes (over the tokens, padded to 16).
-      const at::Tensor dyt = PadColumns16(dy.t().contiguous());
-      const at::Tensor xt = PadColumns16(x.reshape({-1, in}).t().contiguous());
-      dw = ScaledMatmulNT(QuantizeRowsE4m3(dyt), QuantizeRowsE4m3(xt), dtype)
+      dw = ScaledMatmulNT(QuantizeColumnsE4m3(dy), QuantizeColumnsE4m3(x.reshape({-1, in})), dtype)
                .to(weight.scalar_type());
     }
     return {dx, dw, at::Tensor()};
@@ -71,20 +90,8 @@ struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
 
 Fp8Rows QuantizeRowsE4m3(const at::Tensor& t) {
   TORCH_CHECK(t.dim() == 2, "fp8 quantization takes a matrix, got ", t.sizes());
-  // The division runs in t's own dtype (bf16 activations: no fp32 copy of a [tokens, width]
-  // matrix), by a scale rounded to that dtype, which is then the scale used to dequantize.
-  const c10::ScalarType dtype = t.scalar_type();
-  at::Tensor amax = at::amax(at::abs(t), {1}).to(at::kFloat);
-  amax = at::where(amax.gt(0), amax, at::ones_like(amax));
-  const at::Tensor scale = (amax / kE4m3Max).to(dtype);
-  Fp8Rows r;
-  r.scale = scale.to(at::kFloat).contiguous();
-  // Clamped: a value divided by its row's rounded scale can land a hair above 448, and a cast
-  // past e4m3's range gives NaN (e4m3fn has no infinity).
-  r.q = at::clamp(t / scale.unsqueeze(1), -kE4m3Max, kE4m3Max)
-            .to(at::kFloat8_e4m3fn)
-            .contiguous();
-  return r;
+  auto [q, scale] = QuantizeAlong(t, 1);
+  return {q.contiguous(), scale};
 }
 
 bool Fp8MatmulInHardware(const c10::Device& device) {
