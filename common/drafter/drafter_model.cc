@@ -579,12 +579,8 @@ at::Tensor DrafterModel::Linear(const at::Tensor& x, const at::Tensor& weight) c
 }
 
 at::Tensor DrafterModel::Mlp(const at::Tensor& h, const DrafterLayerParams& w) const {
-  const bool recompute = options_.recompute == Recompute::kMlp;
-  if (!options_.fp8) return SwiGluMlp(h, w.gate, w.up, w.down, compute_dtype(), recompute);
-  auto mlp = [this, &w](const std::vector<at::Tensor>& in) {
-    return Linear(at::silu(Linear(in[0], w.gate)) * Linear(in[0], w.up), w.down);
-  };
-  return recompute ? Checkpoint(mlp, {h}, {w.gate, w.up, w.down}) : mlp({h});
+  return SwiGluMlp(h, w.gate, w.up, w.down, compute_dtype(), options_.recompute == Recompute::kMlp,
+                   options_.fp8);
 }
 
 at::Tensor DrafterModel::FinishLayer(int64_t layer, const at::Tensor& x, const at::Tensor& q,

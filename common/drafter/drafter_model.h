@@ -314,8 +314,7 @@ class DrafterModel {
   // A projection x W^T in the compute dtype (CastLinear), or with options_.fp8 the fp8 GEMMs of
   // fp8_linear.h.
   at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) const;
-  // A layer's SwiGLU MLP on h [Q, H]: lean_ops' SwiGluMlp, or with fp8 its three projections in
-  // fp8 (under Checkpoint with recompute: mlp, keeping only h).
+  // A layer's SwiGLU MLP on h [Q, H]: lean_ops' SwiGluMlp (with fp8, its GEMMs in fp8).
   at::Tensor Mlp(const at::Tensor& h, const DrafterLayerParams& w) const;
   at::Tensor RunCachedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& ctx_k,
                             const at::Tensor& ctx_v, const Prepared& p) const;

@@ -60,7 +60,7 @@ struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const at::Tensor x2 = x.reshape({-1, in});
     ctx->save_for_backward({x, weight});
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
-    at::Tensor y = ScaledMatmulNT(QuantizeRowsE4m3(x2), QuantizeRowsE4m3(weight), dtype);
+    at::Tensor y = Fp8Forward(x2, weight, dtype);
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = out;
     return y.view(shape);
@@ -75,12 +75,11 @@ struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     at::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {
       // dX = dY W: dY per row (over Out), W per input column (rows of W^T, over Out).
-      dx = ScaledMatmulNT(QuantizeRowsE4m3(dy), QuantizeColumnsE4m3(weight), dtype).view(x.sizes());
+      dx = Fp8InputGrad(dy, weight, dtype).view(x.sizes());
     }
     if (ctx->needs_input_grad(1)) {
       // dW = dY^T X: both per row of their transposes (over the tokens, padded to 16).
-      dw = ScaledMatmulNT(QuantizeColumnsE4m3(dy), QuantizeColumnsE4m3(x.reshape({-1, in})), dtype)
-               .to(weight.scalar_type());
+      dw = Fp8WeightGrad(dy, x.reshape({-1, in}), dtype).to(weight.scalar_type());
     }
     return {dx, dw, at::Tensor()};
   }
@@ -119,6 +118,18 @@ at::Tensor ScaledMatmulNT(const Fp8Rows& a, const Fp8Rows& b, c10::ScalarType ou
   const at::Tensor da = a.q.to(at::kFloat) * a.scale.unsqueeze(1);
   const at::Tensor db = b.q.to(at::kFloat) * b.scale.unsqueeze(1);
   return at::matmul(da, db.t()).to(out);
+}
+
+at::Tensor Fp8Forward(const at::Tensor& x, const at::Tensor& weight, c10::ScalarType out) {
+  return ScaledMatmulNT(QuantizeRowsE4m3(x), QuantizeRowsE4m3(weight), out);
+}
+
+at::Tensor Fp8InputGrad(const at::Tensor& dy, const at::Tensor& weight, c10::ScalarType out) {
+  return ScaledMatmulNT(QuantizeRowsE4m3(dy), QuantizeColumnsE4m3(weight), out);
+}
+
+at::Tensor Fp8WeightGrad(const at::Tensor& dy, const at::Tensor& x, c10::ScalarType out) {
+  return ScaledMatmulNT(QuantizeColumnsE4m3(dy), QuantizeColumnsE4m3(x), out);
 }
 
 at::Tensor Fp8Linear(const at::Tensor& x, const at::Tensor& weight, c10::ScalarType dtype) {

@@ -35,6 +35,13 @@ at::Tensor ScaledMatmulNT(const Fp8Rows& a, const Fp8Rows& b, c10::ScalarType ou
 // Whether `device` runs ScaledMatmulNT in hardware (CUDA, compute capability >= 8.9).
 bool Fp8MatmulInHardware(const c10::Device& device);
 
+// The three products of a linear layer, each operand quantized along the dimension its product
+// contracts (2-D: x [N, In], dy [N, Out], weight [Out, In]); results in `out`.
+at::Tensor Fp8Forward(const at::Tensor& x, const at::Tensor& weight, c10::ScalarType out);  // x W^T
+at::Tensor Fp8InputGrad(const at::Tensor& dy, const at::Tensor& weight,
+                        c10::ScalarType out);                                              // dY W
+at::Tensor Fp8WeightGrad(const at::Tensor& dy, const at::Tensor& x, c10::ScalarType out);  // dY^T X
+
 // x [..., In] in `dtype` (bf16), weight [Out, In] (fp32 master) -> x W^T [..., Out] in `dtype`, the
 // three GEMMs in fp8 as above. Differentiable in x and weight (weight's gradient in its dtype).
 // In and Out multiples of 16.

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/drafter/fp8_linear.h"
+
 namespace dflash::drafter {
 namespace {
 
@@ -52,29 +54,48 @@ struct CastLinearFunction : public torch::autograd::Function<CastLinearFunction>
   }
 };
 
+// The MLP's products: in the compute dtype (the weight cast), or with `fp8` as fp8_linear.h's
+// e4m3 GEMMs.
+struct MlpProducts {
+  c10::ScalarType dtype;
+  bool fp8;
+  at::Tensor Forward(const at::Tensor& x, const at::Tensor& w) const {  // x W^T
+    return fp8 ? Fp8Forward(x, w, dtype) : at::linear(x, w.to(dtype));
+  }
+  at::Tensor InputGrad(const at::Tensor& dy, const at::Tensor& w) const {  // dY W
+    return fp8 ? Fp8InputGrad(dy, w, dtype) : at::matmul(dy, w.to(dtype));
+  }
+  at::Tensor WeightGrad(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w) const {
+    return fp8 ? Fp8WeightGrad(dy, x, dtype).to(w.scalar_type())
+               : drafter::WeightGrad(dy, x, w.scalar_type());
+  }
+};
+
 struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& gate,
                             const at::Tensor& up, const at::Tensor& down, c10::ScalarType dtype,
-                            bool recompute_projections) {
-    at::Tensor g = at::linear(h, gate.to(dtype));
-    at::Tensor u = at::linear(h, up.to(dtype));
-    at::Tensor out = at::linear(at::silu(g) * u, down.to(dtype));
+                            bool recompute_projections, bool fp8) {
+    const MlpProducts mm{dtype, fp8};
+    at::Tensor g = mm.Forward(h, gate);
+    at::Tensor u = mm.Forward(h, up);
+    at::Tensor out = mm.Forward(at::silu(g) * u, down);
     if (recompute_projections) {
       ctx->save_for_backward({h, gate, up, down});
     } else {
       ctx->save_for_backward({h, gate, up, down, g, u});
     }
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->saved_data["fp8"] = fp8;
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &h = saved[0], &gate = saved[1], &up = saved[2], &down = saved[3];
-    const c10::ScalarType dtype = SavedDtype(ctx);
+    const MlpProducts mm{SavedDtype(ctx), ctx->saved_data["fp8"].toBool()};
     // The same products as the forward's, so the same values.
-    at::Tensor g = saved.size() > 4 ? saved[4] : at::linear(h, gate.to(dtype));
-    at::Tensor u = saved.size() > 4 ? saved[5] : at::linear(h, up.to(dtype));
+    at::Tensor g = saved.size() > 4 ? saved[4] : mm.Forward(h, gate);
+    at::Tensor u = saved.size() > 4 ? saved[5] : mm.Forward(h, up);
     const at::Tensor& dout = grads[0];
     // The product's gradient, then mul's and silu's backward as autograd writes them, with the
     // same kernels (so the same values) but in place where autograd would allocate: at most four
@@ -82,8 +103,8 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
     // are freed as soon as they are used.
     at::Tensor s = at::silu(g);
     at::Tensor d_down;
-    if (ctx->needs_input_grad(3)) d_down = WeightGrad(dout, s * u, down.scalar_type());
-    at::Tensor da = at::matmul(dout, down.to(dtype));
+    if (ctx->needs_input_grad(3)) d_down = mm.WeightGrad(dout, s * u, down);
+    at::Tensor da = mm.InputGrad(dout, down);
     at::Tensor du = da * s;
     s.reset();
     da.mul_(u);  // d(silu(g)) = da * u
@@ -92,11 +113,10 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
     g.reset();
     da.reset();
     at::Tensor dh, d_gate, d_up;
-    if (ctx->needs_input_grad(0))
-      dh = at::matmul(dg, gate.to(dtype)) + at::matmul(du, up.to(dtype));
-    if (ctx->needs_input_grad(1)) d_gate = WeightGrad(dg, h, gate.scalar_type());
-    if (ctx->needs_input_grad(2)) d_up = WeightGrad(du, h, up.scalar_type());
-    return {dh, d_gate, d_up, d_down, at::Tensor(), at::Tensor()};
+    if (ctx->needs_input_grad(0)) dh = mm.InputGrad(dg, gate) + mm.InputGrad(du, up);
+    if (ctx->needs_input_grad(1)) d_gate = mm.WeightGrad(dg, h, gate);
+    if (ctx->needs_input_grad(2)) d_up = mm.WeightGrad(du, h, up);
+    return {dh, d_gate, d_up, d_down, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -175,8 +195,9 @@ at::Tensor Checkpoint(const std::function<at::Tensor(const std::vector<at::Tenso
 }
 
 at::Tensor SwiGluMlp(const at::Tensor& h, const at::Tensor& gate, const at::Tensor& up,
-                     const at::Tensor& down, c10::ScalarType dtype, bool recompute_projections) {
-  return SwiGluMlpFunction::apply(h, gate, up, down, dtype, recompute_projections);
+                     const at::Tensor& down, c10::ScalarType dtype, bool recompute_projections,
+                     bool fp8) {
+  return SwiGluMlpFunction::apply(h, gate, up, down, dtype, recompute_projections, fp8);
 }
 
 }  // namespace dflash::drafter

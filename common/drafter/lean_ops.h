@@ -30,9 +30,10 @@ at::Tensor CastLinear(const at::Tensor& x, const at::Tensor& weight, c10::Scalar
 // two [N, I] projections for the backward (not silu(gate) or the product); with
 // `recompute_projections` only h, and the backward computes the two projections again (two of the
 // MLP's three forward GEMMs: 2 [N, I] tensors less kept, for about a third more MLP backward work).
+// With `fp8` its six GEMMs are fp8_linear.h's (the same tensors kept).
 at::Tensor SwiGluMlp(const at::Tensor& h, const at::Tensor& gate, const at::Tensor& up,
                      const at::Tensor& down, c10::ScalarType dtype,
-                     bool recompute_projections = false);
+                     bool recompute_projections = false, bool fp8 = false);
 
 // Activation checkpointing: out = fn(inputs), keeping only `inputs` for the backward, which runs
 // fn again with recording and back-propagates through it (one more forward of fn per step; fn

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "common/drafter/fp8_linear.h"
+
 namespace dflash::drafter {
 namespace {
 
@@ -109,6 +111,27 @@ TEST(LeanOpsTest, SwiGluMlpMatchesThePlainGraph) {
                 in[3].to(c.dtype));
           });
     }
+  }
+}
+
+// With fp8 (docs/method.md §4.1): the lean MLP's six GEMMs are those of the same MLP written with
+// Fp8Linear, so the outputs and gradients match that graph (bf16 rounding apart).
+TEST(LeanOpsTest, SwiGluMlpInFp8MatchesTheFp8LinearGraph) {
+  const Case c{at::kBFloat16, 1e-2};
+  for (const bool recompute : {false, true}) {
+    const at::Tensor h = at::randn({41, 16}).to(c.dtype);
+    const at::Tensor gate = at::randn({48, 16}) * 0.3, up = at::randn({48, 16}) * 0.3;
+    const at::Tensor down = at::randn({16, 48}) * 0.3;
+    Compare(
+        std::string("SwiGluMlp fp8 ") + (recompute ? "recomputing" : ""), c, {h, gate, up, down},
+        [&](const std::vector<at::Tensor>& in) {
+          return SwiGluMlp(in[0], in[1], in[2], in[3], c.dtype, recompute, /*fp8=*/true);
+        },
+        [&](const std::vector<at::Tensor>& in) {
+          const at::Tensor& x = in[0];
+          return Fp8Linear(at::silu(Fp8Linear(x, in[1], c.dtype)) * Fp8Linear(x, in[2], c.dtype),
+                           in[3], c.dtype);
+        });
   }
 }
 
