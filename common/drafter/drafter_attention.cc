@@ -170,6 +170,16 @@ bool FusedDrafterAttention::Supports(const at::Tensor& q, const at::Tensor& k,
 #endif
 }
 
+bool FusedDrafterAttention::Qualifies(c10::Device device, c10::ScalarType dtype, int64_t head_dim,
+                                      int64_t group, int64_t block_size, int64_t window) {
+#ifdef DFLASH_HAVE_FUSED_ATTN
+  return block_size <= 64 && (window == 0 || window >= block_size) &&
+         kernels::FusedDflashAttentionQualifies(device, dtype, head_dim, group);
+#else
+  return false;
+#endif
+}
+
 at::Tensor FusedDrafterAttention::Forward(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, const BlockMask& mask,
                                           double scale) const {

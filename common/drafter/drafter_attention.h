@@ -95,6 +95,9 @@ class FusedDrafterAttention : public DrafterAttention {
  public:
   at::Tensor Forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const BlockMask& mask, double scale) const override;
+  // Whether a layer of this geometry runs the fused kernel (Supports from the shapes alone).
+  static bool Qualifies(c10::Device device, c10::ScalarType dtype, int64_t head_dim, int64_t group,
+                        int64_t block_size, int64_t window);
   // True when this call runs the fused kernel.
   static bool Supports(const at::Tensor& q, const at::Tensor& k, const BlockMask& mask);
 

@@ -282,6 +282,10 @@ class DrafterModel {
   const DrafterConfig& config() const { return config_; }
   const DrafterOptions& options() const { return options_; }
   c10::ScalarType compute_dtype() const { return options_.compute_dtype.value_or(options_.dtype); }
+  // Which attention each layer runs, for the run's start event: "attention: fused kernels in
+  // every layer", or where and why the reference runs (the CPU, the compute dtype, the head
+  // geometry, a sliding window below the block size).
+  std::string AttentionKernels() const;
   // The attention implementation (default: FusedDrafterAttention, which is the reference wherever
   // the fused kernel does not apply, e.g. on the CPU).
   void set_attention(std::shared_ptr<const DrafterAttention> attention) {

@@ -123,7 +123,8 @@ void Coordinator::PreparePair(const Placement& p, size_t i, const Training& t, P
         absl::StrCat(self.name(), " applied ", resp->applied_size(), " settings",
                      resp->kernel_overrides().empty()
                          ? ""
-                         : absl::StrCat(", kernel overrides ", resp->kernel_overrides())));
+                         : absl::StrCat(", kernel overrides ", resp->kernel_overrides()),
+                     resp->kernels().empty() ? "" : absl::StrCat(", ", resp->kernels())));
   }
 }
 

@@ -45,6 +45,9 @@ struct Prepared {
   std::string nccl_unique_id;
   std::string channel_descriptor;  // a target on transport nccl: for its drafter
   std::string tp_nccl_unique_id;   // rank 0 of an nccl tensor-parallel target group
+  // The kernels this worker runs where it has a choice ("attention: fused kernels in every
+  // layer"; "" = nothing to report): in the run's start event beside the applied settings.
+  std::string kernels;
 };
 
 struct StepMicroBatch {

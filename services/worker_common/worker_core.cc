@@ -231,6 +231,7 @@ absl::StatusOr<v1::PrepareRunResponse> WorkerCore::PrepareRun(const v1::PrepareR
   resp.set_channel_descriptor(prepared->channel_descriptor);
   resp.set_tp_nccl_unique_id(prepared->tp_nccl_unique_id);
   resp.set_kernel_overrides(KernelOverrides());
+  resp.set_kernels(prepared->kernels);
   if (!resp.kernel_overrides().empty()) {
     LOG_RUN(WARNING, req.run_id(), -1)
         << "kernel overrides from the environment: " << resp.kernel_overrides();

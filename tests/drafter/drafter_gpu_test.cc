@@ -19,6 +19,7 @@
 namespace dflash::drafter {
 namespace {
 
+using testing::MakeModel;
 using testing::MaxRelError;
 using testing::TinyConfig;
 
@@ -141,6 +142,23 @@ TEST(DrafterGpu, Fp8ComputeStaysWithinFp8OfTheCpuDrafter) {
   const Result cpu = RunDrafter(c10::Device(c10::kCPU), c10::ScalarType::BFloat16, false, true);
   const Result gpu = RunDrafter(c10::Device(c10::kCUDA, 0), c10::ScalarType::BFloat16, false, true);
   ExpectClose(gpu, cpu, 5e-2);
+}
+
+// The start event's kernel report: bf16 on CUDA runs the fused attention, but a sliding layer whose
+// window is below the block size runs the reference, named with its reason.
+TEST(DrafterGpu, TheAttentionKernelsAreReportedPerLayer) {
+  if (device::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  DrafterConfig config = TinyConfig();
+  config.target.head_dim = 64;  // a head dim the kernels take
+  DrafterOptions options;
+  options.device = c10::Device(c10::kCUDA, 0);
+  options.compute_dtype = at::kBFloat16;
+  EXPECT_EQ(MakeModel(config, 3, options)->AttentionKernels(),
+            "attention: fused kernels in every layer");
+  SetSlidingLayers(&config, {1}, 2);
+  EXPECT_EQ(MakeModel(config, 3, options)->AttentionKernels(),
+            "attention: fused kernels; reference in layer(s) 1 (sliding window 2 below the block "
+            "size 4)");
 }
 
 TEST(DrafterGpu, Bf16ComputeStaysWithinBf16OfTheCpuDrafter) {

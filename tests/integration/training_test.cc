@@ -545,7 +545,9 @@ TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
                                         "placement: {pairs: 1, transport: host}\n");
   CtlResult follow = RunCtl(address_, {"submit", yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  EXPECT_THAT(follow.out, HasSubstr("d0 applied 26 settings"));
+  // The kernel report: a CPU drafter runs the reference attention, and says so.
+  EXPECT_THAT(follow.out, HasSubstr("d0 applied 26 settings, attention: reference in every layer "
+                                    "(the drafter is on the CPU)"));
   EXPECT_THAT(follow.out, HasSubstr("running -> done: trained 16 steps"));
   const std::string run =
       json::parse(RunCtl(address_, {"list", "-o", "json"}).out)["runs"][0]["run_id"];

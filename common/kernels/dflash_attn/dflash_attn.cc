@@ -169,19 +169,25 @@ DflashAttnPlan MakeDflashAttnPlan(const at::Tensor& anchors, const at::Tensor& c
   return plan;
 }
 
-bool SupportsFusedDflashAttention(const at::Tensor& q, const at::Tensor& k) {
-  if (!q.is_cuda() || q.scalar_type() != at::kBFloat16 || k.scalar_type() != at::kBFloat16 ||
-      q.dim() != 3 || k.dim() != 3 || k.size(1) == 0 || q.size(1) % k.size(1) != 0) {
-    return false;
-  }
-  const int64_t d = q.size(2);
-  if (d == 256) {
-    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
+bool FusedDflashAttentionQualifies(c10::Device device, c10::ScalarType dtype, int64_t head_dim,
+                                   int64_t group) {
+  if (!device.is_cuda() || dtype != at::kBFloat16) return false;
+  if (head_dim == 256) {
+    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index());
     if (prop->major != 9 || prop->minor != 0) return false;
-  } else if (d != 64 && d != 128) {
+  } else if (head_dim != 64 && head_dim != 128) {
     return false;
   }
-  return PositionsPerTile(q.size(1) / k.size(1)).ok();
+  return PositionsPerTile(group).ok();
+}
+
+bool SupportsFusedDflashAttention(const at::Tensor& q, const at::Tensor& k) {
+  if (q.scalar_type() != k.scalar_type() || q.dim() != 3 || k.dim() != 3 || k.size(1) == 0 ||
+      q.size(1) % k.size(1) != 0) {
+    return false;
+  }
+  return FusedDflashAttentionQualifies(q.device(), q.scalar_type(), q.size(2),
+                                       q.size(1) / k.size(1));
 }
 
 at::Tensor FusedDflashAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

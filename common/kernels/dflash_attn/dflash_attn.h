@@ -33,6 +33,10 @@ DflashAttnPlan MakeDflashAttnPlan(const at::Tensor& anchors, const at::Tensor& c
 
 // True when q [Q, Hq, D] and k [rows, Hkv, D] can run fused (backward included).
 bool SupportsFusedDflashAttention(const at::Tensor& q, const at::Tensor& k);
+// The same from the shapes: a device, the compute dtype, the head dim and the query heads per kv
+// head.
+bool FusedDflashAttentionQualifies(c10::Device device, c10::ScalarType dtype, int64_t head_dim,
+                                   int64_t group);
 
 // q [Q, Hq, D]; k, v [T + Q, Hkv, D] bf16 on the plan's device; returns [Q, Hq, D], differentiable
 // in q, k and v (backward: bwd_kernel.cuh). Same contract as drafter::DrafterAttention::Forward.
