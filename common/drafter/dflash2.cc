@@ -203,10 +203,10 @@ DrafterModel::SelectorTerm DrafterModel::SelectorLoss(const at::Tensor& hidden,
   train.select(1, k - 1).copy_(at::where(contains, cand.select(1, k - 1), label));
   const at::Tensor target =
       at::where(contains, match.to(at::kLong).argmax(1), at::full({s}, k - 1, long_opts));
-  // The candidates' logits, differentiable in hidden: the K lm_head rows of each row.
-  const at::Tensor head_rows = lm_head_.index_select(0, train.reshape({-1})).view({s, k, -1});
+  // The candidates' logits, differentiable in hidden: the K lm_head rows of each row, gathered a
+  // chunk at a time (again in the backward, not kept).
   const at::Tensor unary =
-      at::bmm(head_rows, hidden.to(head_dtype).unsqueeze(2)).squeeze(2).to(at::kFloat);
+      GatheredRowLogits(hidden, lm_head_, train, std::max<int64_t>(1, options.logits_chunk_rows));
   const at::Tensor projected =
       CastLinear(hidden, selector_projection_, compute_dtype()).to(at::kFloat);  // [S, R]
   const at::Tensor context =

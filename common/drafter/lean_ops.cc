@@ -3,6 +3,9 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mm.h>
@@ -11,6 +14,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -120,6 +124,51 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
   }
 };
 
+struct GatheredRowLogitsFunction : public torch::autograd::Function<GatheredRowLogitsFunction> {
+  // The K table rows of rows [r, r + m): [m, K, H].
+  static at::Tensor Rows(const at::Tensor& table, const at::Tensor& index, int64_t r, int64_t m) {
+    return table.index_select(0, index.narrow(0, r, m).reshape({-1}))
+        .view({m, index.size(1), table.size(1)});
+  }
+
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& table,
+                            const at::Tensor& index, int64_t chunk_rows) {
+    const int64_t s = hidden.size(0);
+    std::vector<at::Tensor> parts;
+    for (int64_t r = 0; r < s; r += chunk_rows) {
+      const int64_t m = std::min(chunk_rows, s - r);
+      parts.push_back(at::bmm(Rows(table, index, r, m),
+                              hidden.narrow(0, r, m).to(table.scalar_type()).unsqueeze(2))
+                          .squeeze(2)
+                          .to(at::kFloat));
+    }
+    ctx->save_for_backward({hidden, table, index});
+    ctx->saved_data["chunk"] = chunk_rows;
+    return parts.empty() ? at::empty({0, index.size(1)}, hidden.options().dtype(at::kFloat))
+                         : at::cat(parts, 0);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &hidden = saved[0], &table = saved[1], &index = saved[2];
+    const int64_t chunk = ctx->saved_data["chunk"].toInt(), s = hidden.size(0);
+    at::Tensor dh;
+    if (ctx->needs_input_grad(0)) {
+      // d hidden[s] = sum_k g[s][k] table[index[s][k]], in the table's dtype as autograd's bmm.
+      const at::Tensor g = grads[0].to(table.scalar_type());
+      std::vector<at::Tensor> parts;
+      for (int64_t r = 0; r < s; r += chunk) {
+        const int64_t m = std::min(chunk, s - r);
+        parts.push_back(
+            at::bmm(g.narrow(0, r, m).unsqueeze(1), Rows(table, index, r, m)).squeeze(1));
+      }
+      dh = (parts.empty() ? at::empty({0, hidden.size(1)}, table.options()) : at::cat(parts, 0))
+               .to(hidden.scalar_type());
+    }
+    return {dh, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 // The function a Checkpoint runs twice, kept by the autograd node until its backward.
 struct CheckpointedFn : public torch::CustomClassHolder {
   explicit CheckpointedFn(std::function<at::Tensor(const std::vector<at::Tensor>&)> f)
@@ -184,6 +233,12 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
 at::Tensor CastLinear(const at::Tensor& x, const at::Tensor& weight, c10::ScalarType dtype) {
   if (weight.scalar_type() == dtype) return at::linear(x, weight);
   return CastLinearFunction::apply(x, weight, dtype);
+}
+
+at::Tensor GatheredRowLogits(const at::Tensor& hidden, const at::Tensor& table,
+                             const at::Tensor& index, int64_t chunk_rows) {
+  TORCH_CHECK(!table.requires_grad(), "GatheredRowLogits: the table gets no gradient");
+  return GatheredRowLogitsFunction::apply(hidden, table, index, std::max<int64_t>(1, chunk_rows));
 }
 
 at::Tensor Checkpoint(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& fn,

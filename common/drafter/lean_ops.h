@@ -35,6 +35,14 @@ at::Tensor SwiGluMlp(const at::Tensor& h, const at::Tensor& gate, const at::Tens
                      const at::Tensor& down, c10::ScalarType dtype,
                      bool recompute_projections = false, bool fp8 = false);
 
+// DFlash2's candidate logits (docs/method.md §2.2): out[s][k] = <table[index[s][k]], hidden[s]>,
+// computed in table's dtype and returned in fp32, `chunk_rows` rows at a time. hidden [S, H],
+// table [V, H] (the frozen lm_head: no gradient), index [S, K] int64. Differentiable in hidden; the
+// backward gathers each chunk's K table rows again instead of keeping all S x K x H of them (1 GiB
+// at 8192 rows, K 16, H 4096 in bf16) from the forward.
+at::Tensor GatheredRowLogits(const at::Tensor& hidden, const at::Tensor& table,
+                             const at::Tensor& index, int64_t chunk_rows);
+
 // Activation checkpointing: out = fn(inputs), keeping only `inputs` for the backward, which runs
 // fn again with recording and back-propagates through it (one more forward of fn per step; fn
 // must compute the same values again: no randomness). `weights` are the leaf tensors fn reads by

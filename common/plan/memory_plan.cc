@@ -358,11 +358,15 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
     what = absl::StrCat(ld, " layer inputs (", q_rows, " rows)");
   }
   const int64_t outside = 2 * t * s.h * db + 2 * q_rows * s.h * db;  // fc output, final norm
-  // Sliding-attention layers run the reference attention (the fused kernel declines them):
-  // dense per-block scores, whose probabilities the backward keeps (the compute dtype's and
-  // softmax's fp32 output), for every sliding layer (one at a time with recompute: layers).
+  // Sliding-attention layers whose window is below the block size run the reference attention
+  // (the fused kernels take the others, as they take full layers: docs/method.md §2.1): dense
+  // per-block scores, whose probabilities the backward keeps (the compute dtype's and softmax's
+  // fp32 output), for every such layer (one at a time with recompute: layers).
   absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
-  const int64_t n_sliding = sliding.ok() ? static_cast<int64_t>(sliding->layers.size()) : 0;
+  const bool narrow_window =
+      sliding.ok() && sliding->window > 0 && sliding->window < spec.drafter.block_size;
+  const int64_t n_sliding =
+      sliding.ok() && narrow_window ? static_cast<int64_t>(sliding->layers.size()) : 0;
   const int64_t dense_layer =
       q_rows * target.num_attention_heads * (t + spec.drafter.block_size) * (db + 4);
   const int64_t dense_kept = spec.drafter.recompute == "layers" ? 0 : n_sliding * dense_layer;
@@ -383,13 +387,16 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   const size_t chunk =
       Add(&dw, "loss chunk", absl::StrCat("fp32 logits, ", kLossChunkRows, " rows x ", s.vocab),
           kLossChunkRows * s.vocab * 4);
-  // DFlash2's selector loss keeps, for the backward, each query row's K lm_head rows (in
-  // lm_head's dtype) and its fp32 scores and successor codes.
-  const size_t selector = Add(&dw, "selector loss",
-                              dflash2 ? absl::StrCat(q_rows, " rows x ", top_k, " candidates x ",
-                                                     s.h, " (lm_head rows) + ", rank, " (codes)")
-                                      : std::string("none (drafter.kind dflash)"),
-                              dflash2 ? q_rows * top_k * (s.h * db + (rank + 2) * 4) : 0);
+  // DFlash2's selector loss keeps, for the backward, each query row's fp32 scores and successor
+  // codes; the K lm_head rows of a row are gathered a chunk of rows at a time (GatheredRowLogits),
+  // again in the backward.
+  const size_t selector =
+      Add(&dw, "selector loss",
+          dflash2 ? absl::StrCat(q_rows, " rows x ", top_k, " candidates x ", rank + 2,
+                                 " (fp32 codes and scores) + ", kLossChunkRows, " rows x ", top_k,
+                                 " x ", s.h, " (one chunk of lm_head rows)")
+                  : std::string("none (drafter.kind dflash)"),
+          dflash2 ? q_rows * top_k * (rank + 2) * 4 + kLossChunkRows * top_k * s.h * db : 0);
   AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk, selector});
   AddPhase(&dw, "end of the backward", {master, adam, grads, frozen, casts, feats, last_layer});
   Finish(&dw, {acts, last_layer, feats}, buffers.drafter_receive_buffers * features,

@@ -275,18 +275,24 @@ TEST(MemoryPlanTest, ADflash2DrafterCountsItsSelectorAndConvolutions) {
             extra * 4);
   EXPECT_EQ(TermBytes(two.drafter, "AdamW state") - TermBytes(plain.drafter, "AdamW state"),
             extra * 8);
-  EXPECT_EQ(TermBytes(two.drafter, "selector loss"), int64_t{512} * 16 * 16 * (h * 2 + 258 * 4));
+  // The scores and codes of every candidate, and one chunk of 1024 rows' gathered lm_head rows.
+  EXPECT_EQ(TermBytes(two.drafter, "selector loss"),
+            int64_t{512} * 16 * 16 * 258 * 4 + int64_t{1024} * 16 * h * 2);
   EXPECT_EQ(TermBytes(plain.drafter, "selector loss"), 0);
 }
 
-// Sliding-attention layers run the reference attention on the GPU (the fused kernel declines
-// them): each keeps its dense per-block probabilities for the backward, in the compute dtype and
-// softmax's fp32, anchors x B x heads x (T + B) values.
+// Sliding-attention layers whose window is below the block size run the reference attention on
+// the GPU (the fused kernels take every other layer): each keeps its dense per-block probabilities
+// for the backward, in the compute dtype and softmax's fp32, anchors x B x heads x (T + B) values.
+// A window of at least the block size (2048 here) costs what a full layer costs.
 TEST(MemoryPlanTest, SlidingLayersCountTheirDenseAttention) {
   config::RunSpec spec = Spec(8192, 512, 5);
   const RunPlan full = Plan(spec);
   spec.drafter.sliding_layers = std::vector<int64_t>{1, 3};
   spec.drafter.sliding_window = 2048;
+  const RunPlan fused = Plan(spec);
+  EXPECT_EQ(TermBytes(fused.drafter, "activations"), TermBytes(full.drafter, "activations"));
+  spec.drafter.sliding_window = 8;  // below the block size 16
   const RunPlan sliding = Plan(spec);
   const int64_t dense = int64_t{512} * 16 * 32 * (8192 + 16) * (2 + 4);
   EXPECT_EQ(TermBytes(sliding.drafter, "activations") - TermBytes(full.drafter, "activations"),
