@@ -62,6 +62,17 @@ class CoordinatorTest : public ::testing::Test {
     return coordinator_->Register(w)->worker_id();
   }
 
+  // A worker on GPU `index` of host 10.0.0.1 (control port 100 + index).
+  std::string AddGpuWorker(const std::string& name, v1::WorkerRole role, int index) {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_role(role);
+    w.set_control_address(absl::StrCat("10.0.0.1:", 100 + index));
+    w.mutable_device()->set_kind("cuda");
+    w.mutable_device()->set_index(index);
+    return coordinator_->Register(w)->worker_id();
+  }
+
   void Beat(const std::string& id) {
     v1::HeartbeatRequest req;
     req.set_worker_id(id);

@@ -270,15 +270,6 @@ TEST_F(CoordinatorTest, TrainingGoesOnWhileASnapshotIsEvaluated) {
 // whose snapshot is evaluated, the steps wait for the evaluation, the status says so, and every
 // rank gets the request with the group that rank 0 opened.
 TEST_F(CoordinatorTest, ATensorParallelGpuTargetEvaluatesBetweenSteps) {
-  auto worker = [&](const std::string& name, v1::WorkerRole role, int index) {
-    v1::WorkerInfo w;
-    w.set_name(name);
-    w.set_role(role);
-    w.set_control_address(absl::StrCat("10.0.0.1:", 100 + index));
-    w.mutable_device()->set_kind("cuda");
-    w.mutable_device()->set_index(index);
-    return coordinator_->Register(w)->worker_id();
-  };
   auto run = *coordinator_->SubmitRun(
       absl::StrCat(kRunYaml,
                    "placement: {target_parallel: 2}\n"
@@ -299,9 +290,9 @@ TEST_F(CoordinatorTest, ATensorParallelGpuTargetEvaluatesBetweenSteps) {
     dispatched_at_eval.push_back(highest);
     if (dispatched_at_eval.size() <= 2) cv.wait(lock, [&] { return release; });
   };
-  worker("t0", v1::WORKER_ROLE_TARGET, 0);
-  worker("t1", v1::WORKER_ROLE_TARGET, 1);
-  worker("d0", v1::WORKER_ROLE_DRAFTER, 2);
+  AddGpuWorker("t0", v1::WORKER_ROLE_TARGET, 0);
+  AddGpuWorker("t1", v1::WORKER_ROLE_TARGET, 1);
+  AddGpuWorker("d0", v1::WORKER_ROLE_DRAFTER, 2);
   std::thread trainer([&] { coordinator_->Tick(); });
   v1::RunStatus seen;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -342,15 +333,6 @@ TEST_F(CoordinatorTest, ATensorParallelGpuTargetEvaluatesBetweenSteps) {
 // evaluation, of step 2's snapshot, waits until step 4 has been dispatched), and it is the run's
 // until the run ends. eval.worker reserved without an idle group waits queued, saying why.
 TEST_F(CoordinatorTest, AReservedGroupEvaluatesBesideTheSteps) {
-  auto worker = [&](const std::string& name, v1::WorkerRole role, int index) {
-    v1::WorkerInfo w;
-    w.set_name(name);
-    w.set_role(role);
-    w.set_control_address(absl::StrCat("10.0.0.1:", 100 + index));
-    w.mutable_device()->set_kind("cuda");
-    w.mutable_device()->set_index(index);
-    return coordinator_->Register(w)->worker_id();
-  };
   const std::string eval = absl::StrCat(
       kRunYaml,
       "placement: {target_parallel: 2}\n"
@@ -372,10 +354,10 @@ TEST_F(CoordinatorTest, AReservedGroupEvaluatesBesideTheSteps) {
     }
     dispatched_at_eval.push_back(highest());
   };
-  worker("t0", v1::WORKER_ROLE_TARGET, 0);
-  worker("t1", v1::WORKER_ROLE_TARGET, 1);
-  worker("d0", v1::WORKER_ROLE_DRAFTER, 2);
-  const std::string t2 = worker("t2", v1::WORKER_ROLE_TARGET, 3);
+  AddGpuWorker("t0", v1::WORKER_ROLE_TARGET, 0);
+  AddGpuWorker("t1", v1::WORKER_ROLE_TARGET, 1);
+  AddGpuWorker("d0", v1::WORKER_ROLE_DRAFTER, 2);
+  const std::string t2 = AddGpuWorker("t2", v1::WORKER_ROLE_TARGET, 3);
   auto waiting =
       *coordinator_->SubmitRun(absl::StrCat(eval, ", worker: reserved}\n"), "run.yaml", false);
   coordinator_->Tick();
@@ -385,7 +367,7 @@ TEST_F(CoordinatorTest, AReservedGroupEvaluatesBesideTheSteps) {
                                                    "process(es)) to reserve for evaluation"));
   ASSERT_TRUE(coordinator_->CancelRun(waiting.run_id()).ok());
 
-  const std::string t3 = worker("t3", v1::WORKER_ROLE_TARGET, 4);
+  const std::string t3 = AddGpuWorker("t3", v1::WORKER_ROLE_TARGET, 4);
   auto run = *coordinator_->SubmitRun(absl::StrCat(eval, "}\n"), "run.yaml", false);
   std::thread trainer([&] { coordinator_->Tick(); });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -532,18 +514,8 @@ TEST_F(CoordinatorTest, AWorkerMarkedDownHoldsNoMemory) {
 }
 
 TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndNcclOnTwo) {
-  auto worker = [&](const std::string& name, v1::WorkerRole role, const std::string& kind,
-                    int index) {
-    v1::WorkerInfo w;
-    w.set_name(name);
-    w.set_role(role);
-    w.set_control_address(absl::StrCat("10.0.0.1:", 100 + index));
-    w.mutable_device()->set_kind(kind);
-    w.mutable_device()->set_index(index);
-    return coordinator_->Register(w)->worker_id();
-  };
-  worker("t0", v1::WORKER_ROLE_TARGET, "cuda", 0);
-  worker("d0", v1::WORKER_ROLE_DRAFTER, "cuda", 0);
+  AddGpuWorker("t0", v1::WORKER_ROLE_TARGET, 0);
+  AddGpuWorker("d0", v1::WORKER_ROLE_DRAFTER, 0);
   coordinator_->SubmitRun(kRunYaml, "run.yaml", false).IgnoreError();
   coordinator_->Tick();
   ASSERT_EQ(workers_.prepare_requests.size(), 2u);
@@ -554,8 +526,8 @@ TEST_F(CoordinatorTest, TransportAutoIsCudaIpcForAPairOnOneGpuAndNcclOnTwo) {
   }
   // Another GPU for the drafter: nccl, the target's channel descriptor handed to its drafter.
   Reopen(":memory:");
-  worker("t1", v1::WORKER_ROLE_TARGET, "cuda", 1);
-  worker("d1", v1::WORKER_ROLE_DRAFTER, "cuda", 2);
+  AddGpuWorker("t1", v1::WORKER_ROLE_TARGET, 1);
+  AddGpuWorker("d1", v1::WORKER_ROLE_DRAFTER, 2);
   coordinator_->SubmitRun(kRunYaml, "run.yaml", false).IgnoreError();
   coordinator_->Tick();
   ASSERT_EQ(workers_.prepare_requests.size(), 4u);
@@ -605,10 +577,10 @@ TEST_F(CoordinatorTest, DataParallelPairsFormTheirDrafterGroup) {
 
   // GPUs: one drafter per GPU. d0/d1 on GPUs 0 and 1 form an nccl group.
   Reopen(":memory:");
-  worker("t0", v1::WORKER_ROLE_TARGET, "cuda", 0);
-  worker("t1", v1::WORKER_ROLE_TARGET, "cuda", 1);
-  worker("d0", v1::WORKER_ROLE_DRAFTER, "cuda", 0);
-  worker("d1", v1::WORKER_ROLE_DRAFTER, "cuda", 1);
+  AddGpuWorker("t0", v1::WORKER_ROLE_TARGET, 0);
+  AddGpuWorker("t1", v1::WORKER_ROLE_TARGET, 1);
+  AddGpuWorker("d0", v1::WORKER_ROLE_DRAFTER, 0);
+  AddGpuWorker("d1", v1::WORKER_ROLE_DRAFTER, 1);
   run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   coordinator_->Tick();
   ASSERT_EQ(workers_.prepare_requests.size(), 8u);
@@ -618,10 +590,10 @@ TEST_F(CoordinatorTest, DataParallelPairsFormTheirDrafterGroup) {
 
   // Two drafters on one GPU: auto takes one pair; two pairs asked for fail by name.
   Reopen(":memory:");
-  worker("t0", v1::WORKER_ROLE_TARGET, "cuda", 0);
-  worker("t1", v1::WORKER_ROLE_TARGET, "cuda", 0);
-  worker("d0", v1::WORKER_ROLE_DRAFTER, "cuda", 0);
-  worker("d1", v1::WORKER_ROLE_DRAFTER, "cuda", 0);
+  AddGpuWorker("t0", v1::WORKER_ROLE_TARGET, 0);
+  AddGpuWorker("t1", v1::WORKER_ROLE_TARGET, 0);
+  AddGpuWorker("d0", v1::WORKER_ROLE_DRAFTER, 0);
+  AddGpuWorker("d1", v1::WORKER_ROLE_DRAFTER, 0);
   run = *coordinator_->SubmitRun(kRunYaml, "run.yaml", false);
   coordinator_->Tick();
   ASSERT_EQ(workers_.prepare_requests.size(), 10u);
