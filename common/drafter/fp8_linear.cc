@@ -18,6 +18,9 @@
 #ifdef DFLASH_HAVE_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
+#ifdef DFLASH_HAVE_FP8_QUANT
+#include "common/kernels/fp8_quant/fp8_quant.h"
+#endif
 
 namespace dflash::drafter {
 namespace {
@@ -42,15 +45,7 @@ std::pair<at::Tensor, at::Tensor> QuantizeAlong(const at::Tensor& t, int64_t dim
   return {v.to(at::kFloat8_e4m3fn), scale.to(at::kFloat).contiguous()};
 }
 
-// The rows of t^T for t [R, C]: each column of t quantized over its rows, transposed in e4m3 (a
-// quarter of a bf16 transpose's bytes), its row length padded with zeros to a multiple of 16 (the
-// scaled matmul's contraction).
-Fp8Rows QuantizeColumnsE4m3(const at::Tensor& t) {
-  const int64_t pad = (16 - t.size(0) % 16) % 16;
-  const at::Tensor padded = pad == 0 ? t : at::constant_pad_nd(t, {0, 0, 0, pad}, 0);
-  auto [q, scale] = QuantizeAlong(padded, 0);
-  return {q.t().contiguous(), scale};
-}
+int64_t Padded16(int64_t n) { return (n + 15) / 16 * 16; }
 
 struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -87,10 +82,39 @@ struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
 
 }  // namespace
 
-Fp8Rows QuantizeRowsE4m3(const at::Tensor& t) {
+Fp8Rows QuantizeRowsE4m3Reference(const at::Tensor& t) {
   TORCH_CHECK(t.dim() == 2, "fp8 quantization takes a matrix, got ", t.sizes());
   auto [q, scale] = QuantizeAlong(t, 1);
   return {q.contiguous(), scale};
+}
+
+Fp8Rows QuantizeColumnsE4m3Reference(const at::Tensor& t) {
+  TORCH_CHECK(t.dim() == 2, "fp8 quantization takes a matrix, got ", t.sizes());
+  const int64_t pad = Padded16(t.size(0)) - t.size(0);
+  const at::Tensor padded = pad == 0 ? t : at::constant_pad_nd(t, {0, 0, 0, pad}, 0);
+  auto [q, scale] = QuantizeAlong(padded, 0);
+  // Transposed in e4m3: a quarter of a bf16 transpose's bytes.
+  return {q.t().contiguous(), scale};
+}
+
+Fp8Rows QuantizeRowsE4m3(const at::Tensor& t) {
+#ifdef DFLASH_HAVE_FP8_QUANT
+  if (kernels::Fp8QuantKernelTakes(t)) {
+    auto [q, scale] = kernels::QuantizeRowsE4m3Cuda(t);
+    return {q, scale};
+  }
+#endif
+  return QuantizeRowsE4m3Reference(t);
+}
+
+Fp8Rows QuantizeColumnsE4m3(const at::Tensor& t) {
+#ifdef DFLASH_HAVE_FP8_QUANT
+  if (kernels::Fp8QuantKernelTakes(t)) {
+    auto [q, scale] = kernels::QuantizeColumnsE4m3Cuda(t, Padded16(t.size(0)));
+    return {q, scale};
+  }
+#endif
+  return QuantizeColumnsE4m3Reference(t);
 }
 
 bool Fp8MatmulInHardware(const c10::Device& device) {

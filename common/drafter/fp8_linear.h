@@ -26,8 +26,16 @@ struct Fp8Rows {
   at::Tensor scale;  // [R] fp32, > 0
 };
 
-// t [R, C] (any floating dtype) -> its rowwise e4m3 form. A row of zeros gets scale 1 / 448.
+// t [R, C] (any floating dtype) -> its rowwise e4m3 form: scale = max |row| / 448 rounded to t's
+// dtype (1 / 448 for a row of zeros), q = e4m3(clamp(t / scale in t's dtype, +-448)). On CUDA
+// (bf16, fp32) one kernel (common/kernels/fp8_quant); elsewhere the Reference, LibTorch's
+// operators, which the kernel matches bit for bit.
 Fp8Rows QuantizeRowsE4m3(const at::Tensor& t);
+// The rows of t^T: each column of t quantized over its rows as above, transposed, its row length
+// padded with zeros to a multiple of 16 (the scaled matmul's contraction): q [C, R16], scale [C].
+Fp8Rows QuantizeColumnsE4m3(const at::Tensor& t);
+Fp8Rows QuantizeRowsE4m3Reference(const at::Tensor& t);
+Fp8Rows QuantizeColumnsE4m3Reference(const at::Tensor& t);
 
 // a.q [M, K], b.q [N, K] -> (a b^T) [M, N] in `out` (bf16 on CUDA), K a multiple of 16.
 at::Tensor ScaledMatmulNT(const Fp8Rows& a, const Fp8Rows& b, c10::ScalarType out);

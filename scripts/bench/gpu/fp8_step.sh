@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 export OUT=${OUT:?set OUT to the folder the results go to}
 mkdir -p "$OUT/fp8"
-GTEST_FILTER='DrafterGpu.Fp8*' OUT="$OUT/fp8" bash scripts/bench/gpu/gpu_tests.sh run drafter_gpu
+GTEST_FILTER='DrafterGpu.Fp8*:Fp8QuantGpu.*' OUT="$OUT/fp8" bash scripts/bench/gpu/gpu_tests.sh run 'drafter_gpu|fp8_quant'
 step=build/scripts/bench/drafter_step
 for p in auto fp8; do
   "$step" --tokens 8192 --anchors 512 --steps 20 --precision "$p" --json "$OUT/fp8/step_$p.json" \
