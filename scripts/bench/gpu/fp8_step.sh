@@ -8,6 +8,10 @@
 # .gpu/t); results in $OUT/fp8.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
+# The benchmarks link LibTorch and the Debian libraries of .devdeps (gpu_tests.sh's run sets these
+# for the tests only).
+set +u; source .devdeps/env.sh >/dev/null 2>&1; set -u
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
 export OUT=${OUT:?set OUT to the folder the results go to}
 mkdir -p "$OUT/fp8"
 GTEST_FILTER='DrafterGpu.Fp8*:Fp8QuantGpu.*' OUT="$OUT/fp8" bash scripts/bench/gpu/gpu_tests.sh run 'drafter_gpu|fp8_quant'

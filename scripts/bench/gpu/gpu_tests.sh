@@ -2,7 +2,7 @@
 # Every gpu-labelled test on the GPU machine without building there: the test binaries and the
 # service binaries they start, built on the CPU machine (scripts/build.sh: CUDA 13, sm_90a),
 # stripped and packed, then run from the device's copy of the tree.
-#   scripts/bench/gpu/gpu_tests.sh pack           (CPU machine) -> .gpu/t/gt.tgz
+#   scripts/bench/gpu/gpu_tests.sh pack [FILTER]  (CPU machine) -> .gpu/t/gt.tgz
 #   scripts/bench/gpu/gpu_tests.sh run [FILTER]   (GPU machine, carry .devdeps .gpu/t; output in
 #                                                  $OUT: log and one JUnit XML per binary)
 # FILTER: a grep -E pattern over the binaries' names (default: all). The binaries carry the CPU
@@ -23,17 +23,28 @@ services=(coordinator/dflash-coordinator dflashctl/dflashctl target_worker/dflas
           drafter_worker/dflash-drafter-worker-testhooks)
 case "${1:?usage: gpu_tests.sh pack|run [FILTER]}" in
   pack)
+    # FILTER (optional, as for run): only the matching test binaries, so that a device call's
+    # carry stays under 64 MiB beside .devdeps; the service binaries only for the tests that start
+    # them (integration, worker), the transformers oracles' outputs only for nn_gpu_test.
+    filter=${2:-.}
     bash scripts/build.sh >/dev/null
     rm -rf /tmp/gt && mkdir -p /tmp/gt .gpu/t
-    for f in "${tests[@]}" "${benches[@]}" tests/integration/dflash-test-gpu-hog \
-             "${services[@]/#/services/}"; do
+    picked=()
+    for t in "${tests[@]}"; do echo "$t" | grep -qE "$filter" && picked+=("$t"); done
+    files=("${picked[@]}" "${benches[@]}")
+    if printf '%s\n' "${picked[@]}" | grep -qE 'integration|worker'; then
+      files+=(tests/integration/dflash-test-gpu-hog "${services[@]/#/services/}")
+    fi
+    for f in "${files[@]}"; do
       mkdir -p "/tmp/gt/$(dirname "$f")"; strip -o "/tmp/gt/$f" "build/$f"
     done
     # The transformers oracles' outputs (made here by the CPU machine's Python, which the GPU
     # machine lacks; their stamp keeps the tests from running it there).
-    for d in hf_oracle hf_qwen3_5_oracle; do
-      mkdir -p /tmp/gt/tests/nn && cp -r "build/tests/nn/$d" /tmp/gt/tests/nn/
-    done
+    if printf '%s\n' "${picked[@]}" | grep -q nn_gpu; then
+      for d in hf_oracle hf_qwen3_5_oracle; do
+        mkdir -p /tmp/gt/tests/nn && cp -r "build/tests/nn/$d" /tmp/gt/tests/nn/
+      done
+    fi
     # Written aside and renamed: a device call that carries .gpu/t meanwhile gets one whole pack.
     tar -czf .gpu/t/gt.tgz.new -C /tmp/gt . && git rev-parse --short HEAD >.gpu/t/gt.rev.new
     mv .gpu/t/gt.tgz.new .gpu/t/gt.tgz && mv .gpu/t/gt.rev.new .gpu/t/gt.rev
@@ -51,6 +62,7 @@ case "${1:?usage: gpu_tests.sh pack|run [FILTER]}" in
     rc=0
     for t in "${tests[@]}"; do
       echo "$t" | grep -qE "$filter" || continue
+      [ -x "build/$t" ] || { echo "[gpu_tests] $(basename "$t"): not in the pack" | tee -a "$out/log"; continue; }
       n=$(basename "$t"); t0=$(date +%s)
       "build/$t" --gtest_output="xml:$out/$n.xml" >"$out/$n.log" 2>&1 || rc=1
       echo "[gpu_tests] $n: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$n.log" | tr '\n' ' ') $(( $(date +%s) - t0 )) s" | tee -a "$out/log"

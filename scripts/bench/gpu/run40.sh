@@ -13,6 +13,10 @@
 # Run from a checkout on the GPU machine with OUT set; results under $OUT (log, one JSON per batch).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
+# The benchmarks link LibTorch and the Debian libraries of .devdeps (gpu_tests.sh's run sets these
+# for the tests only).
+set +u; source .devdeps/env.sh >/dev/null 2>&1; set -u
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
 export OUT=${OUT:?set OUT to the folder the results go to}
 mkdir -p "$OUT/oom"
 OUT="$OUT/oom" GTEST_FILTER='MemoryGpu.TheDrafter*:MemoryGpu.TheTarget*' \

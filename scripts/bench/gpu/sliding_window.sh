@@ -10,6 +10,10 @@
 # .gpu/t), after `gpu_tests.sh run` has unpacked them into build/; results in $OUT/sliding_window.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
+# The benchmarks link LibTorch and the Debian libraries of .devdeps (gpu_tests.sh's run sets these
+# for the tests only).
+set +u; source .devdeps/env.sh >/dev/null 2>&1; set -u
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
 out=${OUT:?set OUT to the folder the results go to}/sliding_window
 mkdir -p "$out"
 bench=build/scripts/bench/dflash_attn
