@@ -446,8 +446,13 @@ TEST_F(MemoryGpu, TheDrafterRunsOutOfMemoryForRealAndTrainsTheHalves) {
                                      << ReadFile(dir_ + "/coordinator.log");
   EXPECT_GT(CompareSteps(f.run_id, id), 0) << "no split: the full micro-batches fitted";
   const std::string drafter_log = ReadFile(dir_ + "/doom.log");
+  // At least one step's full micro-batch runs out in the backward (the case this test is for).
+  // The memory left is set from the plan's difference between the full and half peaks, but the
+  // processes' memory beside their allocators (CUDA contexts, library workspaces, the IPC
+  // slots) moves it by a few GiB from run to run, so a step may run out in the forward instead
+  // (on an H100 at f5ab66e, 2026-12-07: step 0 in the forward, step 1 in the backward); that
+  // case is (b)'s own split and must train the same tokens and loss too.
   EXPECT_THAT(drafter_log, HasSubstr("out of memory in the drafter's backward"));
-  EXPECT_THAT(drafter_log, ::testing::Not(HasSubstr("out of memory in the drafter's forward")));
   EXPECT_THAT(ReadFile(dir_ + "/toom.log"), ::testing::Not(HasSubstr("out of memory")));
   const size_t at = drafter_log.find("out of memory in the drafter's ");
   if (at != std::string::npos) {
