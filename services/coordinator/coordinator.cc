@@ -541,7 +541,8 @@ void Coordinator::RequeuePausedRunsLocked() {
 
 std::string Coordinator::FreeMemoryWait(const config::RunSpec& spec,
                                         const std::vector<std::vector<v1::WorkerInfo>>& groups,
-                                        const std::vector<v1::WorkerInfo>& drafters, size_t pairs) {
+                                        const std::vector<v1::WorkerInfo>& drafters, size_t pairs,
+                                        const std::vector<v1::WorkerInfo>* eval_group) {
   absl::StatusOr<model::TransformerConfig> tc = run::RunTargetConfig(spec);
   if (!tc.ok()) return "";  // StartRun reports it
   std::vector<DeviceNeed> needs;
@@ -553,6 +554,11 @@ std::string Coordinator::FreeMemoryWait(const config::RunSpec& spec,
     if (!p.ok()) return "";
     for (const v1::WorkerInfo& t : groups[i]) needs.push_back({t, p->target.device_bytes});
     needs.push_back({drafters[i], p->drafter.device_bytes});
+    // An evaluation group holds the target (the training forward's plan: an upper bound of the
+    // weights, the drafter snapshot and the KV caches it decodes with).
+    if (i == 0 && eval_group != nullptr) {
+      for (const v1::WorkerInfo& t : *eval_group) needs.push_back({t, p->target.device_bytes});
+    }
   }
   return FreeMemoryShortfall(needs, registry_.List());
 }
@@ -592,7 +598,7 @@ std::vector<Placement> Coordinator::PlaceQueuedRunsLocked() {
       if (run.message() != wait) store_->SetQueuedMessage(run.run_id(), wait).IgnoreError();
       continue;
     }
-    const bool reserve = eval_need != EvalGroupNeed::kNo && groups.size() > wanted;
+    bool reserve = eval_need != EvalGroupNeed::kNo && groups.size() > wanted;
     // The memory plan against what the pairs' GPUs have free now (memory other processes hold
     // is not the run's): a run that does not fit waits, with the reason as its message.
     if (std::string wait = FreeMemoryWait(*spec, groups, drafters, wanted); !wait.empty()) {
@@ -602,6 +608,19 @@ std::vector<Placement> Coordinator::PlaceQueuedRunsLocked() {
         LOG_RUN(INFO, run.run_id(), -1) << "waits for GPU memory: " << wait;
       }
       continue;
+    }
+    // The evaluation group's GPUs must have the target's memory free too: reserved waits for it,
+    // auto evaluates on pair 0 instead.
+    if (reserve) {
+      const std::string eval_wait =
+          FreeMemoryWait(*spec, groups, drafters, wanted, &groups[wanted]);
+      if (!eval_wait.empty() && eval_need == EvalGroupNeed::kYes) {
+        const std::string wait =
+            absl::StrCat("for evaluation (eval.worker: reserved): ", eval_wait);
+        if (run.message() != wait) store_->SetQueuedMessage(run.run_id(), wait).IgnoreError();
+        continue;
+      }
+      reserve = eval_wait.empty();
     }
     std::optional<Placement> p = AssignLocked(run, groups, drafters, wanted, reserve);
     if (p) placements.push_back(*std::move(p));

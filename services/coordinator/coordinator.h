@@ -105,11 +105,13 @@ class Coordinator : private RunHost {
                                 const std::string& message,
                                 const std::vector<std::string>* worker_ids = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Why a run placed on these pairs must wait for GPU memory ("" when it fits; placement.h
-  // FreeMemoryShortfall).
+  // Why a run placed on these pairs (and, when given, a target group reserved for its
+  // evaluations, counted at the target's plan) must wait for GPU memory ("" when it fits;
+  // placement.h FreeMemoryShortfall).
   std::string FreeMemoryWait(const config::RunSpec& spec,
                              const std::vector<std::vector<v1::WorkerInfo>>& groups,
-                             const std::vector<v1::WorkerInfo>& drafters, size_t pairs)
+                             const std::vector<v1::WorkerInfo>& drafters, size_t pairs,
+                             const std::vector<v1::WorkerInfo>* eval_group = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PlanRun's "free now" part: each GPU's free memory against the plan of the workers a pair
   // would place on it, in the table, the JSON ("free_now") and `waits`.

@@ -62,14 +62,20 @@ class CoordinatorTest : public ::testing::Test {
     return coordinator_->Register(w)->worker_id();
   }
 
-  // A worker on GPU `index` of host 10.0.0.1 (control port 100 + index).
-  std::string AddGpuWorker(const std::string& name, v1::WorkerRole role, int index) {
+  // A worker on GPU `index` of host 10.0.0.1 (control port 100 + index); with free_bytes > 0 it
+  // reports an 80 GiB GPU with that much free.
+  std::string AddGpuWorker(const std::string& name, v1::WorkerRole role, int index,
+                           uint64_t free_bytes = 0) {
     v1::WorkerInfo w;
     w.set_name(name);
     w.set_role(role);
     w.set_control_address(absl::StrCat("10.0.0.1:", 100 + index));
     w.mutable_device()->set_kind("cuda");
     w.mutable_device()->set_index(index);
+    if (free_bytes > 0) {
+      w.mutable_device()->set_total_bytes(uint64_t{80} << 30);
+      w.mutable_device()->set_free_bytes(free_bytes);
+    }
     return coordinator_->Register(w)->worker_id();
   }
 

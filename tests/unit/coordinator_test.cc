@@ -338,19 +338,24 @@ TEST_F(CoordinatorTest, AReservedGroupEvaluatesBesideTheSteps) {
       "placement: {target_parallel: 2}\n"
       "eval: {every_steps: 2, prompts: \"builtin:tiny-chat\", max_prompts: 3, max_new_tokens: "
       "8");
+  std::mutex m;
+  std::condition_variable cv;
+  bool observed = false;                    // the test has seen the evaluation on the status
   std::vector<int64_t> dispatched_at_eval;  // the highest step dispatched when each rank decodes
+  auto highest = [&] {
+    std::lock_guard<std::mutex> lock(workers_.mu_);
+    int64_t h = -1;
+    for (const v1::RunStepRequest& r : workers_.requests) h = std::max(h, r.step());
+    return h;
+  };
   workers_.on_evaluate = [&] {
-    auto highest = [&] {
-      std::lock_guard<std::mutex> lock(workers_.mu_);
-      int64_t h = -1;
-      for (const v1::RunStepRequest& r : workers_.requests) h = std::max(h, r.step());
-      return h;
-    };
-    // The first evaluation waits (at most 20 s) for the steps to go on without it.
+    // The first evaluation (both ranks) stays in progress until the test has seen it and the
+    // steps have gone on to step 3 without it (at most 20 s; the steps do not signal, so polled).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (dispatched_at_eval.empty() && highest() < 3 &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::unique_lock<std::mutex> lock(m);
+    const bool first = dispatched_at_eval.size() < 2;
+    while (first && !(observed && highest() >= 3) && std::chrono::steady_clock::now() < deadline) {
+      cv.wait_for(lock, std::chrono::milliseconds(1));
     }
     dispatched_at_eval.push_back(highest());
   };
@@ -376,22 +381,58 @@ TEST_F(CoordinatorTest, AReservedGroupEvaluatesBesideTheSteps) {
     if (seen.has_evaluating()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  {
+    std::lock_guard<std::mutex> lock(m);
+    observed = true;
+  }
+  cv.notify_all();
+  trainer.join();
   ASSERT_TRUE(seen.has_evaluating());
   EXPECT_TRUE(seen.evaluating().reserved());
   EXPECT_FALSE(seen.evaluating().between_steps());
   EXPECT_EQ(seen.evaluating().worker(), "t2|t3");
-  trainer.join();
   const v1::RunStatus after = *coordinator_->GetRun(run.run_id());
   ASSERT_EQ(after.state(), v1::RUN_STATE_DONE) << after.message();
   EXPECT_EQ(after.last_eval().worker(), "t2|t3");
-  ASSERT_FALSE(dispatched_at_eval.empty());
-  EXPECT_GE(dispatched_at_eval.front(), 3) << "the steps went on beside the first evaluation";
+  ASSERT_GE(dispatched_at_eval.size(), 2u);
+  EXPECT_GE(dispatched_at_eval[0], 3) << "the steps went on beside the first evaluation";
+  EXPECT_GE(dispatched_at_eval[1], 3);
   EXPECT_THAT(workers_.eval_workers, ::testing::Each(::testing::AnyOf("t2", "t3")));
   for (const v1::WorkerInfo& w : coordinator_->ListWorkers()) {
     if (w.worker_id() == t2 || w.worker_id() == t3) {
       EXPECT_EQ(w.run_id(), "") << w.name() << " is released with the run";
     }
   }
+}
+
+// The reserved group's GPUs must have the target's memory free: without it, eval.worker reserved
+// waits queued saying so, and auto evaluates on pair 0's target group (between the steps) instead.
+TEST_F(CoordinatorTest, AnEvaluationGroupWithoutFreeMemoryIsNotReserved) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  AddGpuWorker("t0", v1::WORKER_ROLE_TARGET, 0, 70 * kGiB);
+  AddGpuWorker("t1", v1::WORKER_ROLE_TARGET, 1, 70 * kGiB);
+  AddGpuWorker("d0", v1::WORKER_ROLE_DRAFTER, 2, 70 * kGiB);
+  AddGpuWorker("t2", v1::WORKER_ROLE_TARGET, 3, kGiB >> 20);  // 1 KiB free
+  AddGpuWorker("t3", v1::WORKER_ROLE_TARGET, 4, kGiB >> 20);
+  const std::string eval = absl::StrCat(
+      kRunYaml,
+      "placement: {target_parallel: 2}\n"
+      "eval: {every_steps: 2, prompts: \"builtin:tiny-chat\", max_prompts: 3, max_new_tokens: "
+      "8");
+  auto waiting =
+      *coordinator_->SubmitRun(absl::StrCat(eval, ", worker: reserved}\n"), "run.yaml", false);
+  coordinator_->Tick();
+  v1::RunStatus seen = *coordinator_->GetRun(waiting.run_id());
+  EXPECT_EQ(seen.state(), v1::RUN_STATE_QUEUED);
+  EXPECT_THAT(seen.message(), HasSubstr("for evaluation (eval.worker: reserved): GPU 3 of host "
+                                        "10.0.0.1"));
+  ASSERT_TRUE(coordinator_->CancelRun(waiting.run_id()).ok());
+  auto run = *coordinator_->SubmitRun(absl::StrCat(eval, "}\n"), "run.yaml", false);
+  coordinator_->Tick();
+  const v1::RunStatus after = *coordinator_->GetRun(run.run_id());
+  ASSERT_EQ(after.state(), v1::RUN_STATE_DONE) << after.message();
+  EXPECT_EQ(after.last_eval().worker(), "t0|t1");
+  EXPECT_THAT(workers_.eval_workers, ::testing::Each(::testing::AnyOf("t0", "t1")));
 }
 
 // No exception leaves a coordinator handler (common/rpc/guarded.h): a worker call that throws
