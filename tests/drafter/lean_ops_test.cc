@@ -6,8 +6,10 @@
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/silu.h>
 #include <gtest/gtest.h>
@@ -132,6 +134,30 @@ TEST(LeanOpsTest, SwiGluMlpInFp8MatchesTheFp8LinearGraph) {
           return Fp8Linear(at::silu(Fp8Linear(x, in[1], c.dtype)) * Fp8Linear(x, in[2], c.dtype),
                            in[3], c.dtype);
         });
+  }
+}
+
+// DFlash2's candidate logits gathered a chunk of rows at a time (the backward gathers them again)
+// against the plain graph that gathers all rows at once: the same values and hidden gradient, for
+// chunks that divide the rows and chunks that do not.
+TEST(LeanOpsTest, GatheredRowLogitsMatchThePlainGather) {
+  for (const Case& c : Cases()) {
+    for (const int64_t chunk : {int64_t{1}, int64_t{4}, int64_t{64}}) {
+      const at::Tensor hidden = at::randn({13, 16}).to(c.dtype);
+      const at::Tensor table = (at::randn({40, 16}) * 0.3).to(c.dtype);
+      const at::Tensor index = at::randint(0, 40, {13, 5}, at::kLong);
+      Compare(
+          std::string("GatheredRowLogits ") + c10::toString(c.dtype) + " chunk " +
+              std::to_string(chunk),
+          c, {hidden},
+          [&](const std::vector<at::Tensor>& in) {
+            return GatheredRowLogits(in[0], table, index, chunk);
+          },
+          [&](const std::vector<at::Tensor>& in) {
+            const at::Tensor rows = table.index_select(0, index.reshape({-1})).view({13, 5, 16});
+            return at::bmm(rows, in[0].unsqueeze(2)).squeeze(2).to(at::kFloat);
+          });
+    }
   }
 }
 
