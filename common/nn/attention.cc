@@ -28,10 +28,13 @@ void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       "attention: cu_seqlens must run from 0 to T = ", q.size(0));
 }
 
+bool FlashEligible(c10::Device device, c10::ScalarType dtype, int64_t d) {
+  return device.is_cuda() && (dtype == at::kHalf || dtype == at::kBFloat16) && d % 8 == 0 &&
+         d <= 256;
+}
+
 bool FlashEligible(const at::Tensor& q) {
-  const auto dtype = q.scalar_type();
-  const int64_t d = q.size(2);
-  return q.is_cuda() && (dtype == at::kHalf || dtype == at::kBFloat16) && d % 8 == 0 && d <= 256;
+  return FlashEligible(q.device(), q.scalar_type(), q.size(2));
 }
 
 // CUDA fallback for dtypes or head sizes the flash kernel does not take: one fused SDPA call per
@@ -116,6 +119,13 @@ at::Tensor CachedCausalAttention(const at::Tensor& q, const at::Tensor& k, const
   }
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   return at::matmul(probs, vd).reshape({hq, n, dim}).permute({1, 0, 2});  // [n, Hq, D]
+}
+
+std::string VarlenAttentionKernel(c10::Device device, c10::ScalarType dtype, int64_t head_dim) {
+  if (!device.is_cuda()) return "reference (the CPU)";
+  if (FlashEligible(device, dtype, head_dim)) return "flash varlen";
+  return std::string("SDPA per document (") + c10::toString(dtype) + ", head_dim " +
+         std::to_string(head_dim) + ")";
 }
 
 at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace dflash::nn {
@@ -25,6 +26,10 @@ struct VarlenDocs {
   // cu_seqlens: [b+1] int32 on any device, nondecreasing, starting at 0.
   static VarlenDocs FromCuSeqlens(const at::Tensor& cu_seqlens, c10::Device device);
 };
+
+// Which kernel VarlenCausalAttention runs for inputs on `device` in `dtype` with `head_dim`, for
+// the run's start event: "flash varlen", "SDPA per document (<why>)" or "reference (the CPU)".
+std::string VarlenAttentionKernel(c10::Device device, c10::ScalarType dtype, int64_t head_dim);
 
 // q [T, Hq, D], k and v [T, Hkv, D] with Hq % Hkv == 0 (query head h reads kv head h / (Hq/Hkv),
 // as HF repeat_kv does); returns [T, Hq, D] in q's dtype. scale multiplies q k^T (usually D^-0.5).

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
+#include "common/nn/attention.h"
 #include "common/nn/tensor_parallel.h"
 #include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
@@ -574,6 +575,24 @@ at::Tensor TargetModel::RunLayer(const TargetLayerWeights& w, const at::Tensor& 
   at::Tensor attn = VarlenCausalAttention(qkv.q, qkv.k, qkv.v, docs, AttentionScale());
   if (qkv.gate.defined()) attn = attn.reshape({x.size(0), -1}) * qkv.gate.sigmoid();
   return Finish(w, x, attn);
+}
+
+std::string TargetModel::Kernels() const {
+  std::string out = "attention: " + VarlenAttentionKernel(device_, dtype_, config_.head_dim);
+  int64_t linear = 0;
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    linear += model::IsLinearAttentionLayer(config_, i) ? 1 : 0;
+  }
+  if (linear > 0) {
+#ifdef DFLASH_HAVE_GATED_DELTA_SCAN
+    const bool fused = device_.is_cuda();
+#else
+    const bool fused = false;
+#endif
+    out += "; linear attention (" + std::to_string(linear) + " layers): gated delta rule, " +
+           (fused ? "fused scan kernels" : "reference");
+  }
+  return out;
 }
 
 }  // namespace dflash::nn

@@ -135,6 +135,7 @@ class TargetRunner : public StepRunner {
           << ctx.tp_collective << "), " << target_->config().num_hidden_layers
           << " layers, features " << target_->feature_dim() << " wide";
       prepared.applied = Echo();
+      prepared.kernels = target_->Kernels();
       return prepared;
     }
     transport::FeatureChannelOptions o;
@@ -168,6 +169,7 @@ class TargetRunner : public StepRunner {
                                   << data_->summary.documents << " documents; channel "
                                   << sender_->Describe();
     prepared.applied = Echo();
+    prepared.kernels = target_->Kernels();
     // nccl: the channel's descriptor, which the coordinator hands to the drafter (the rings are
     // named by the coordinator).
     if (transport_ == transport::Transport::kNccl) prepared.channel_descriptor = sender_->handoff();

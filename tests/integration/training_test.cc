@@ -545,7 +545,8 @@ TEST_F(TrainingCluster, ADpaceWeightedRunIsEchoedAndLearns) {
                                         "placement: {pairs: 1, transport: host}\n");
   CtlResult follow = RunCtl(address_, {"submit", yaml});
   ASSERT_EQ(follow.exit_code, 0) << follow.out << follow.err;
-  // The kernel report: a CPU drafter runs the reference attention, and says so.
+  // The kernel reports: a CPU target and drafter run the reference attention, and say so.
+  EXPECT_THAT(follow.out, HasSubstr("t0 applied 5 settings, attention: reference (the CPU)"));
   EXPECT_THAT(follow.out, HasSubstr("d0 applied 26 settings, attention: reference in every layer "
                                     "(the drafter is on the CPU)"));
   EXPECT_THAT(follow.out, HasSubstr("running -> done: trained 16 steps"));

@@ -56,5 +56,19 @@ TEST(VarlenAttentionGpu, SdpaFallbackMatchesReference) {
   ExpectMatchesReference({at::kBFloat16, 36, 1e-2});  // head_dim % 8 != 0: not flash
 }
 
+// The start event's report names the kernel that runs: flash where its dtype and head dim allow,
+// SDPA per document otherwise (the two cases above), the reference on the CPU.
+TEST(VarlenAttentionGpu, TheKernelReportNamesWhatRuns) {
+  if (at::getNumGPUs() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  const c10::Device cuda(c10::kCUDA, 0);
+  EXPECT_EQ(VarlenAttentionKernel(cuda, at::kBFloat16, 128), "flash varlen");
+  EXPECT_EQ(VarlenAttentionKernel(cuda, at::kBFloat16, 36),
+            "SDPA per document (BFloat16, head_dim 36)");
+  EXPECT_EQ(VarlenAttentionKernel(cuda, at::kFloat, 128),
+            "SDPA per document (Float, head_dim 128)");
+  EXPECT_EQ(VarlenAttentionKernel(c10::Device(c10::kCPU), at::kBFloat16, 128),
+            "reference (the CPU)");
+}
+
 }  // namespace
 }  // namespace dflash::nn
