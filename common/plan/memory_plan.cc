@@ -398,7 +398,17 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
                   : std::string("none (drafter.kind dflash)"),
           dflash2 ? q_rows * top_k * (rank + 2) * 4 + kLossChunkRows * top_k * s.h * db : 0);
   AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk, selector});
-  AddPhase(&dw, "end of the backward", {master, adam, grads, frozen, casts, feats, last_layer});
+  // The fused attention's backward (common/kernels/dflash_attn) beside a layer's recomputed
+  // activations: dQ accumulated in fp32 and written in the compute dtype, zeroed dK and dV over
+  // the context and block rows, the contiguous dO, and the rows' delta.
+  const int64_t attn_bwd = q_rows * s.q * (4 + 2 * db) + 2 * (t + q_rows) * s.kv * db +
+                           q_rows * target.num_attention_heads * 4;
+  const size_t attn_scratch =
+      Add(&dw, "attention backward scratch",
+          absl::StrCat("fp32 dQ of ", q_rows, " rows, dQ, dO, dK and dV of ", t + q_rows, " rows"),
+          attn_bwd);
+  AddPhase(&dw, "end of the backward",
+           {master, adam, grads, frozen, casts, feats, last_layer, attn_scratch});
   Finish(&dw, {acts, last_layer, feats}, buffers.drafter_receive_buffers * features,
          absl::StrCat(name, ": ", buffers.drafter_receive_buffers, " receive buffers of ", t, " x ",
                       k * s.h, " features"));

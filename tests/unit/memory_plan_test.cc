@@ -302,6 +302,19 @@ TEST(MemoryPlanTest, SlidingLayersCountTheirDenseAttention) {
             dense);
 }
 
+// The fused attention's backward scratch is in the end-of-backward phase: with recompute: layers
+// (where that phase is the peak) at 32768 tokens / 4096 anchors, the plan lacked it by 1.7-1.9 GiB
+// against the peaks measured on an H100 (memory.md).
+TEST(MemoryPlanTest, TheAttentionBackwardScratchIsInTheBackwardPhase) {
+  config::RunSpec spec = Spec(32768, 4096, 2);
+  spec.drafter.recompute = "layers";
+  const RunPlan p = Plan(spec);
+  const int64_t q = 4096 * 16, t = 32768, hq = 32, d = 128, hkv = 8;
+  EXPECT_EQ(TermBytes(p.drafter, "attention backward scratch"),
+            q * hq * d * (4 + 4) + 2 * (t + q) * hkv * d * 2 + q * hq * 4);
+  EXPECT_EQ(p.drafter.phases[p.drafter.peak_phase].name, "end of the backward");
+}
+
 // The predictions against measured peaks: tests/integration/memory_gpu_test.cc (label gpu),
 // which runs the real workers at the current revision instead of figures typed in here.
 
