@@ -239,7 +239,7 @@ TEST_F(HybridTargetTest, SpeculativeDecodingEqualsGreedyDecoding) {
 // nn::RandomHybridWeights (builtin:qwen3.5-27b-random's weights) under the names and shapes that
 // the loader checks for a real Qwen3.5 text backbone (as the built-in parses Qwen3.5-27B's
 // text_config): the oracle's tiny one, drawn on the CPU, loads with every layer and runs a finite
-// forward.
+// forward, and reports the reference kernels it runs on the CPU.
 TEST_F(HybridTargetTest, RandomHybridWeightsLoadAsTheConfigsModel) {
   for (const std::string family : {"qwen3_5"}) {
     const nlohmann::json j = nlohmann::json::parse(
@@ -260,6 +260,15 @@ TEST_F(HybridTargetTest, RandomHybridWeightsLoadAsTheConfigsModel) {
         (*model)->Forward(ids, ids, at::tensor({0, 12}, at::TensorOptions().dtype(at::kInt)));
     ASSERT_TRUE(features.ok()) << features.status();
     EXPECT_TRUE(features->isfinite().all().item<bool>());
+    // The start event's kernel report: on the CPU both kinds of layer run the references.
+    int64_t linear = 0;
+    for (int64_t i = 0; i < config->num_hidden_layers; ++i) {
+      linear += model::IsLinearAttentionLayer(*config, i) ? 1 : 0;
+    }
+    ASSERT_GT(linear, 0);
+    EXPECT_EQ((*model)->Kernels(), "attention: reference (the CPU); linear attention (" +
+                                       std::to_string(linear) +
+                                       " layers): gated delta rule, reference");
   }
 }
 
