@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "services/coordinator/coordinator.h"
@@ -77,6 +78,19 @@ class CoordinatorTest : public ::testing::Test {
       w.mutable_device()->set_free_bytes(free_bytes);
     }
     return coordinator_->Register(w)->worker_id();
+  }
+
+  // The run's status once it shows an evaluation in progress (polled for at most 30 s; the last
+  // status read otherwise).
+  v1::RunStatus WaitUntilEvaluating(const std::string& run_id) {
+    v1::RunStatus seen;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      seen = *coordinator_->GetRun(run_id);
+      if (seen.has_evaluating()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return seen;
   }
 
   void Beat(const std::string& id) {

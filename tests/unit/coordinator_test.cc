@@ -281,11 +281,7 @@ TEST_F(CoordinatorTest, ATensorParallelGpuTargetEvaluatesBetweenSteps) {
   bool release = false;
   std::vector<int64_t> dispatched_at_eval;  // the highest step dispatched when each rank decodes
   workers_.on_evaluate = [&] {
-    int64_t highest = -1;
-    {
-      std::lock_guard<std::mutex> lock(workers_.mu_);
-      for (const v1::RunStepRequest& r : workers_.requests) highest = std::max(highest, r.step());
-    }
+    const int64_t highest = workers_.HighestStep();
     std::unique_lock<std::mutex> lock(m);
     dispatched_at_eval.push_back(highest);
     if (dispatched_at_eval.size() <= 2) cv.wait(lock, [&] { return release; });
@@ -294,13 +290,7 @@ TEST_F(CoordinatorTest, ATensorParallelGpuTargetEvaluatesBetweenSteps) {
   AddGpuWorker("t1", v1::WORKER_ROLE_TARGET, 1);
   AddGpuWorker("d0", v1::WORKER_ROLE_DRAFTER, 2);
   std::thread trainer([&] { coordinator_->Tick(); });
-  v1::RunStatus seen;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    seen = *coordinator_->GetRun(run.run_id());
-    if (seen.has_evaluating()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  const v1::RunStatus seen = WaitUntilEvaluating(run.run_id());
   ASSERT_TRUE(seen.has_evaluating());
   EXPECT_TRUE(seen.evaluating().between_steps());
   EXPECT_EQ(seen.evaluating().worker(), "t0|t1");
@@ -342,12 +332,7 @@ TEST_F(CoordinatorTest, AReservedGroupEvaluatesBesideTheSteps) {
   std::condition_variable cv;
   bool observed = false;                    // the test has seen the evaluation on the status
   std::vector<int64_t> dispatched_at_eval;  // the highest step dispatched when each rank decodes
-  auto highest = [&] {
-    std::lock_guard<std::mutex> lock(workers_.mu_);
-    int64_t h = -1;
-    for (const v1::RunStepRequest& r : workers_.requests) h = std::max(h, r.step());
-    return h;
-  };
+  auto highest = [&] { return workers_.HighestStep(); };
   workers_.on_evaluate = [&] {
     // The first evaluation (both ranks) stays in progress until the test has seen it and the
     // steps have gone on to step 3 without it (at most 20 s; the steps do not signal, so polled).
@@ -375,12 +360,7 @@ TEST_F(CoordinatorTest, AReservedGroupEvaluatesBesideTheSteps) {
   const std::string t3 = AddGpuWorker("t3", v1::WORKER_ROLE_TARGET, 4);
   auto run = *coordinator_->SubmitRun(absl::StrCat(eval, "}\n"), "run.yaml", false);
   std::thread trainer([&] { coordinator_->Tick(); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    seen = *coordinator_->GetRun(run.run_id());
-    if (seen.has_evaluating()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  seen = WaitUntilEvaluating(run.run_id());
   {
     std::lock_guard<std::mutex> lock(m);
     observed = true;

@@ -1,6 +1,8 @@
 // A WorkerControl that records calls and answers from a script, for coordinator tests.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -116,6 +118,14 @@ class FakeWorkerControl : public WorkerControl {
   void CancelCalls(const v1::WorkerInfo& worker) override {
     std::lock_guard<std::mutex> lock(mu_);
     cancelled.push_back(worker.worker_id());
+  }
+
+  // The highest step sent to any worker so far (-1: none).
+  int64_t HighestStep() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t h = -1;
+    for (const v1::RunStepRequest& r : requests) h = std::max(h, r.step());
+    return h;
   }
 
   std::mutex mu_;
