@@ -13,9 +13,12 @@
 #include <algorithm>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #ifdef DFLASH_HAVE_FUSED_ATTN
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/kernels/dflash_attn/dflash_attn.h"
 #endif
 
@@ -178,6 +181,38 @@ bool FusedDrafterAttention::Qualifies(c10::Device device, c10::ScalarType dtype,
 #else
   return false;
 #endif
+}
+
+std::string AttentionKernelReport(const AttentionGeometry& g, const std::vector<int64_t>& windows,
+                                  bool fused) {
+  auto why = [&](int64_t window) -> std::string {
+    if (!fused) return "set by the caller";
+    if (!g.device.is_cuda()) return "the drafter is on the CPU";
+    if (g.dtype != c10::ScalarType::BFloat16) {
+      return absl::StrCat("compute dtype ", c10::toString(g.dtype));
+    }
+    if (window > 0 && window < g.block_size) {
+      return absl::StrCat("sliding window ", window, " below the block size ", g.block_size);
+    }
+    return absl::StrCat("no kernel for head_dim ", g.head_dim, " with ", g.group,
+                        " query heads per kv head");
+  };
+  std::vector<int64_t> reference;
+  std::string reason;
+  for (size_t i = 0; i < windows.size(); ++i) {
+    if (fused && FusedDrafterAttention::Qualifies(g.device, g.dtype, g.head_dim, g.group,
+                                                  g.block_size, windows[i])) {
+      continue;
+    }
+    reference.push_back(static_cast<int64_t>(i));
+    reason = why(windows[i]);
+  }
+  if (reference.empty()) return "attention: fused kernels in every layer";
+  if (reference.size() == windows.size()) {
+    return absl::StrCat("attention: reference in every layer (", reason, ")");
+  }
+  return absl::StrCat("attention: fused kernels; reference in layer(s) ",
+                      absl::StrJoin(reference, ", "), " (", reason, ")");
 }
 
 at::Tensor FusedDrafterAttention::Forward(const at::Tensor& q, const at::Tensor& k,

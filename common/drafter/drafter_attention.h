@@ -24,6 +24,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace dflash::drafter {
 
@@ -55,6 +57,20 @@ struct BlockMask {
   bool causal = false;
   int64_t window = 0;
 };
+
+// A drafter's attention geometry, for AttentionKernelReport.
+struct AttentionGeometry {
+  c10::Device device;
+  c10::ScalarType dtype;                // the compute dtype
+  int64_t head_dim, group, block_size;  // group: query heads per kv head
+};
+
+// Which attention each layer runs, for the run's start event: "attention: fused kernels in every
+// layer", or where and why the reference runs (the CPU, the compute dtype, the head geometry, a
+// sliding window below the block size; `fused` false: an attention the caller set). windows: per
+// layer, 0 for none.
+std::string AttentionKernelReport(const AttentionGeometry& g, const std::vector<int64_t>& windows,
+                                  bool fused);
 
 // Builds the mask metadata. anchors [n] int64 (ascending among entries >= 0, -1 padding) and
 // doc_ids [T] int64 on the same device; checks shapes only (DrafterModel validates values).

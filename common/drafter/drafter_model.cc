@@ -575,37 +575,15 @@ at::Tensor DrafterModel::RunLayer(int64_t layer, const at::Tensor& x, const at::
 
 std::string DrafterModel::AttentionKernels() const {
   const model::TransformerConfig& t = config_.target;
-  const int64_t group = t.num_attention_heads / std::max<int64_t>(1, t.num_key_value_heads);
-  const bool fused = dynamic_cast<const FusedDrafterAttention*>(attention_.get()) != nullptr;
-  auto why = [&](int64_t window) -> std::string {
-    if (!fused) return "set by the caller";
-    if (!options_.device.is_cuda()) return "the drafter is on the CPU";
-    if (compute_dtype() != c10::ScalarType::BFloat16) {
-      return absl::StrCat("compute dtype ", c10::toString(compute_dtype()));
-    }
-    if (window > 0 && window < config_.block_size) {
-      return absl::StrCat("sliding window ", window, " below the block size ", config_.block_size);
-    }
-    return absl::StrCat("no kernel for head_dim ", t.head_dim, " with ", group,
-                        " query heads per kv head");
-  };
-  std::vector<int64_t> reference;
-  std::string reason;
+  std::vector<int64_t> windows;  // per layer, 0 for none
   for (int64_t i = 0; i < config_.num_layers; ++i) {
-    const int64_t window = config_.sliding(i) ? config_.sliding_window : 0;
-    if (fused && FusedDrafterAttention::Qualifies(options_.device, compute_dtype(), t.head_dim,
-                                                  group, config_.block_size, window)) {
-      continue;
-    }
-    reference.push_back(i);
-    reason = why(window);
+    windows.push_back(config_.sliding(i) ? config_.sliding_window : 0);
   }
-  if (reference.empty()) return "attention: fused kernels in every layer";
-  if (static_cast<int64_t>(reference.size()) == config_.num_layers) {
-    return absl::StrCat("attention: reference in every layer (", reason, ")");
-  }
-  return absl::StrCat("attention: fused kernels; reference in layer(s) ",
-                      absl::StrJoin(reference, ", "), " (", reason, ")");
+  const bool fused = dynamic_cast<const FusedDrafterAttention*>(attention_.get()) != nullptr;
+  return AttentionKernelReport(
+      {options_.device, compute_dtype(), t.head_dim,
+       t.num_attention_heads / std::max<int64_t>(1, t.num_key_value_heads), config_.block_size},
+      windows, fused);
 }
 
 at::Tensor DrafterModel::Linear(const at::Tensor& x, const at::Tensor& weight) const {
