@@ -518,8 +518,10 @@ at::Tensor DrafterModel::EmbedBlocks(const Prepared& p) const {
   at::Tensor ids =
       at::cat({p.slot0_tokens, at::full({1}, config_.mask_token_id, p.slot0_tokens.options())});
   at::Tensor rows;  // [n + 1, H]
-  if (table == options_.device) {
-    rows = at::embedding(embed_tokens_, ids.to(table));
+  if (!table.is_cpu() || !options_.device.is_cuda()) {
+    // The table where the drafter runs (or both on the host): a device "cuda" without an index
+    // is the same GPU as the table's "cuda:0", so the kinds are compared, not the devices.
+    rows = at::embedding(embed_tokens_, ids.to(table)).to(options_.device);
   } else {
     // Host table, CUDA drafter: each row copied whole into pinned memory (at::embedding's CPU
     // gather of a bf16 table took 4 ms for 513 rows of 4096 on the H200 host), then one

@@ -7,6 +7,7 @@
 #include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "common/device/device_probe.h"
 #include "common/drafter/drafter_model.h"
 #include "common/drafter/fp8_linear.h"
+#include "tests/common/max_rel_error.h"
 #include "tests/drafter/test_util.h"
 
 namespace dflash::drafter {
@@ -126,7 +128,9 @@ TEST(DrafterGpu, Fp8LinearMatchesTheCpuEmulation) {
   std::map<std::string, at::Tensor> got[2];
   for (int i = 0; i < 2; ++i) {
     const c10::Device device = i == 0 ? c10::Device(c10::kCPU) : cuda;
-    const at::Tensor xi = x.to(device).requires_grad_(true), wi = w.to(device).requires_grad_(true);
+    // Detached: on the CPU .to() returns x itself, which would make the CUDA copies non-leaves.
+    const at::Tensor xi = x.to(device).detach().requires_grad_(true);
+    const at::Tensor wi = w.to(device).detach().requires_grad_(true);
     const at::Tensor y = Fp8Linear(xi, wi, at::kBFloat16);
     y.backward(dy.to(device));
     got[i] = {{"y", y.detach().cpu()}, {"dx", xi.grad().cpu()}, {"dw", wi.grad().cpu()}};
@@ -141,7 +145,22 @@ TEST(DrafterGpu, Fp8ComputeStaysWithinFp8OfTheCpuDrafter) {
   if (!Fp8MatmulInHardware(c10::Device(c10::kCUDA, 0))) GTEST_SKIP() << "no fp8 GEMMs here";
   const Result cpu = RunDrafter(c10::Device(c10::kCPU), c10::ScalarType::BFloat16, false, true);
   const Result gpu = RunDrafter(c10::Device(c10::kCUDA, 0), c10::ScalarType::BFloat16, false, true);
-  ExpectClose(gpu, cpu, 5e-2);
+  // Not ExpectClose's largest elementwise error: e4m3 keeps 3 mantissa bits, so one value that
+  // rounds the other way on the two devices (their bf16 inputs differ by accumulation order) moves
+  // by up to 1/8 of its size, and the next layer carries that on; on an H100 (2026-12-07) the
+  // largest elementwise errors were 6-12% of each tensor's largest value. The error over the whole
+  // tensor averages such flips out: within 3% (a bug in a scale or a layout is of order 1).
+  auto check = [](const at::Tensor& got, const at::Tensor& want, const std::string& name) {
+    const double err = dflash::testing::NormRelError(got, want);
+    std::cerr << "[fp8] " << name << ": " << err << "\n";
+    EXPECT_LT(err, 3e-2) << name;
+  };
+  check(gpu.hidden, cpu.hidden, "hidden");
+  check(gpu.numerator, cpu.numerator, "loss numerator");
+  EXPECT_LT(MaxRelError(gpu.denominator, cpu.denominator), 1e-6);
+  check(gpu.features_grad, cpu.features_grad, "features grad");
+  ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+  for (const auto& [name, grad] : cpu.grads) check(gpu.grads.at(name), grad, name);
 }
 
 // The start event's kernel report: bf16 on CUDA runs the fused attention, but a sliding layer whose
