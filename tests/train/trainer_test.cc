@@ -170,8 +170,9 @@ TEST(DrafterTrainerTest, TheSelectorLossFollowsItsWarmupAndRamp) {
   }
 }
 
-// A drafter whose projections run in fp8 trains like the bf16 one: its first loss within 2% of
-// bf16's on the same weights and batch, and its loss falling over 30 steps.
+// A drafter whose projections run in fp8 trains like the bf16 one: its first loss within 2% and
+// its first gradient norm within 5% of bf16's on the same weights and batch, and its loss falling
+// over 30 steps.
 TEST(DrafterTrainerTest, Fp8ProjectionsTrainLikeBf16) {
   const DrafterConfig c = TinyConfig();
   drafter::DrafterOptions bf16;
@@ -188,16 +189,20 @@ TEST(DrafterTrainerTest, Fp8ProjectionsTrainLikeBf16) {
   auto tb = DrafterTrainer::Create(b.get(), optim, loss);
   ASSERT_TRUE(ta.ok() && tb.ok());
   const DrafterBatch batch = Batch(c, 11);
-  std::vector<double> la, lb;
+  std::vector<double> la, lb, ga, gb;
   for (int i = 0; i < 30; ++i) {
     for (auto* t : {&*ta, &*tb}) {
       ASSERT_TRUE((*t)->AddMicroBatch(batch).ok());
       auto s = (*t)->Step();
       ASSERT_TRUE(s.ok()) << s.status();
       (t == &*ta ? la : lb).push_back(s->loss);
+      (t == &*ta ? ga : gb).push_back(s->grad_norm);
     }
   }
   EXPECT_NEAR(lb.front(), la.front(), 0.02 * la.front());
+  // The first step's gradient norm too (0.5% apart here; 15% apart at the Qwen3-8B drafter's
+  // shape on an H100, 2026-12-07, not understood: docs/benchmarks-training.md, "fp8 projections").
+  EXPECT_NEAR(gb.front(), ga.front(), 0.05 * ga.front());
   EXPECT_LT(lb.back(), 0.5 * lb.front()) << lb.front() << " -> " << lb.back();
   EXPECT_NEAR(lb.back(), la.back(), 0.25 * la.back()) << "bf16 " << la.back();
 }
