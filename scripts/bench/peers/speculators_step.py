@@ -8,7 +8,8 @@ one GPU assembles it (speculators/train/cli.py `main`, train/trainer.py `Trainer
     target_layer_ids = K ids (K = --num-target-layers; speculators' default is 3 layers),
     mask_token_id, full_attention_indices / sliding_window (--sliding-window, below),
     optimizer (--optimizer, default adamw as asked; speculators' own default is muon),
-    loss_implementation (fused on cuda, eager on cpu: the fused loss is Triton), block_size
+    loss_implementation (eager: the fused Triton loss, speculators' default on cuda, fails inside
+    its torch.compile with torch 2.11.0; --loss-implementation fused asks for it), block_size
     --block-size, max_anchors --anchors, total_seq_len --tokens; every other field keeps its
     default, resolved by TrainConfig itself: loss_fn ce, per_position_loss_weight dpace
     (D-PACE, alpha 0.5), lr 1e-3, weight_decay 0.01, linear schedule with 1% warmup,
@@ -123,7 +124,10 @@ def main():
     p.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
                    help="speculators' default is muon; adamw as the comparison asks")
     p.add_argument("--loss-implementation", choices=["auto", "fused", "eager"], default="auto",
-                   help="auto: fused (speculators' default, Triton) on cuda, eager on cpu")
+                   help="auto: eager (on cuda speculators' default is its fused Triton loss, "
+                        "which fails inside its own torch.compile with torch 2.11.0: dynamo "
+                        "'ListVariable(length=21) is already tracked for mutation', one H100, "
+                        "2026-12-07; eager is compiled with the rest of the forward)")
     p.add_argument("--attn-impl", choices=["auto", "simple_flex_attention", "sdpa", "eager"],
                    default="auto",
                    help="draft_attn_impl; auto: simple_flex_attention (speculators' default) on "
@@ -136,7 +140,7 @@ def main():
     if args.attn_impl == "auto":
         args.attn_impl = "simple_flex_attention" if args.device == "cuda" else "sdpa"
     if loss_impl == "auto":
-        loss_impl = "fused" if args.device == "cuda" else "eager"
+        loss_impl = "eager"
 
     t_setup = time.perf_counter()
     stubbed = _stub_datasets()
