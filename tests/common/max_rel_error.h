@@ -1,6 +1,7 @@
 // The scale-aware error every numeric test of the project uses: max |got - want| / max |want| in
-// fp64 on the CPU (the plain max |got - want| when want is all zeros); and ||got - want|| / ||want||
-// (Frobenius norms) where a few rounding flips of a coarse format must not decide the comparison.
+// fp64 on the CPU (the plain max |got - want| when want is all zeros); and ||got - want|| /
+// ||want|| (Frobenius norms) where a few rounding flips of a coarse format must not decide the
+// comparison.
 #pragma once
 
 #include <ATen/TensorOperators.h>
