@@ -24,7 +24,8 @@
 # "refpkg" for the reference package's evaluation (REFPKG_PROMPTS, DFLASH_PATH) and "ref" for the
 # PyTorch reference loop (REF_COMPILE; on the GPU with --static-shapes); the stages of one OUT_DIR can run in separate calls), TOKEN_BUDGET / MAX_ANCHORS, CKPT_EVERY, RUN_YAML (another run.yaml of the same form), EXPORT (best: the snapshot
 # of the best held-out tau, the default; last: the last step's drafter), LOSS_WEIGHTING (decay or
-# dpace: loss.weighting), DRAFTER_PRECISION (auto or fp8: drafter.precision).
+# dpace: loss.weighting), DRAFTER_PRECISION (auto or fp8: drafter.precision), DRAFTER_KIND (dflash
+# or dflash2: drafter.kind, its other settings auto).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:?usage: real_model.sh BUILD_DIR OUT_DIR}
@@ -82,6 +83,7 @@ sed -e "s|path: SmolLM2-135M-Instruct|path: \"$model\"|" \
 [ -n "${TOKEN_BUDGET:-}" ] && sed -i "s|token_budget: [0-9]*|token_budget: $TOKEN_BUDGET|" "$yaml"
 [ -n "${MAX_ANCHORS:-}" ] && sed -i "s|max_anchors: [0-9]*|max_anchors: $MAX_ANCHORS|" "$yaml"
 [ -n "${LOSS_WEIGHTING:-}" ] && sed -i "s|loss: {gamma: auto}|loss: {gamma: auto, weighting: $LOSS_WEIGHTING}|" "$yaml"
+[ -n "${DRAFTER_KIND:-}" ] && sed -i "s|^drafter: {|drafter: {kind: $DRAFTER_KIND, |" "$yaml"
 [ -n "${DRAFTER_PRECISION:-}" ] && sed -i "s|^drafter: {|drafter: {precision: $DRAFTER_PRECISION, |" "$yaml"
 [ -n "${CKPT_EVERY:-}" ] && sed -i "s|checkpoint: {every_steps: [0-9]*|checkpoint: {every_steps: $CKPT_EVERY|" "$yaml"
 [ "$device" = cpu ] && sed -i "s|dtype: bfloat16|dtype: float32|" "$yaml"

@@ -8,8 +8,8 @@
 # evaluation in fp32 (REFPKG_PROMPTS). CMP_WEIGHTING (e.g. dpace): a second training beside the
 # main one on /tmp/rmw, the same data, steps and settings but loss.weighting CMP_WEIGHTING, its
 # export evaluated after the main evaluations (CMP_EVAL_SETS, default 32:294), so that neither
-# evaluation shares the GPU. CMP_PRECISION (fp8): the same, with drafter.precision CMP_PRECISION
-# (alone or with CMP_WEIGHTING).
+# evaluation shares the GPU. CMP_PRECISION (fp8) and CMP_KIND (dflash2): the same, with
+# drafter.precision / drafter.kind set so (alone or together with CMP_WEIGHTING).
 set -uo pipefail
 source /tmp/repo/.devdeps/env.sh >/dev/null 2>&1; export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64
 cd /tmp/repo
@@ -35,9 +35,9 @@ if [ "${REF_STEPS:-600}" -gt 0 ]; then
   refpid=$!
 fi
 cmppid=
-if [ -n "${CMP_WEIGHTING:-}${CMP_PRECISION:-}" ]; then
+if [ -n "${CMP_WEIGHTING:-}${CMP_PRECISION:-}${CMP_KIND:-}" ]; then
   mkdir -p /tmp/rmw && cp /tmp/rm/regen.jsonl /tmp/rmw/
-  (STAGES=train LOSS_WEIGHTING=${CMP_WEIGHTING:-} DRAFTER_PRECISION=${CMP_PRECISION:-} MAX_STEPS=${MAX_STEPS:-6000} EVAL_EVERY=${EVAL_EVERY:-1000} \
+  (STAGES=train LOSS_WEIGHTING=${CMP_WEIGHTING:-} DRAFTER_PRECISION=${CMP_PRECISION:-} DRAFTER_KIND=${CMP_KIND:-} MAX_STEPS=${MAX_STEPS:-6000} EVAL_EVERY=${EVAL_EVERY:-1000} \
      bash scripts/bench/real_model.sh /tmp/b /tmp/rmw >/tmp/rmw.log 2>&1; echo "[cmp] train rc=$?" >>/tmp/rmw.log) &
   cmppid=$!
 fi
