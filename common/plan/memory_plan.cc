@@ -398,6 +398,13 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
                   : std::string("none (drafter.kind dflash)"),
           dflash2 ? q_rows * top_k * (rank + 2) * 4 + kLossChunkRows * top_k * s.h * db : 0);
   AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk, selector});
+  // With recompute: layers the end of the forward is not the forward's peak: each layer runs
+  // whole under its checkpoint and drops its activations after, so the last one's are alive
+  // beside every layer's kept input (the term the backward's recomputation uses). Never the
+  // worker's peak (the backward adds the gradients to it), but the memory a forward needs.
+  if (inputs_kept) {
+    AddPhase(&dw, "during the forward", {master, adam, frozen, casts, feats, last_layer});
+  }
   // The fused attention's backward (common/kernels/dflash_attn) beside a layer's recomputed
   // activations: dQ accumulated in fp32 and written in the compute dtype, zeroed dK and dV over
   // the context and block rows, the contiguous dO, and the rows' delta.

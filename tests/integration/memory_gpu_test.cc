@@ -308,6 +308,19 @@ class MemoryGpu : public TrainingCluster {
     return Int(json::parse(r.out).value(role, json::object()), key);
   }
 
+  // The bytes of one phase of a worker's plan (0 when it has none of that name).
+  int64_t PlannedPhase(const std::string& yaml_path, const std::string& role,
+                       const std::string& phase) {
+    CtlResult r = RunCtl(address_, {"-o", "json", "plan", yaml_path});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    if (r.exit_code != 0) return 0;
+    for (const json& p : json::parse(r.out).value(role, json::object()).value("phases", json())) {
+      if (p.value("name", "") == phase) return Int(p, "bytes");
+    }
+    ADD_FAILURE() << "no phase \"" << phase << "\" in the " << role << "'s plan";
+    return 0;
+  }
+
   // The plan of the run.yaml at `path` (geometry `g`) within 10% of the allocator peaks `m`
   // measured, for both workers; one table row each on stderr.
   void ExpectPlanNearPeaks(const std::string& path, const Geometry& g, const Measured& m) {
@@ -429,12 +442,18 @@ TEST_F(MemoryGpu, TheDrafterRunsOutOfMemoryForRealAndTrainsTheHalves) {
       PlannedPeak(WriteRunYaml("half-plan.yaml", Yaml("half", half, "auto", 2)), "drafter");
   // Everything the full run needed, less the drafter's own reservation, plus an allocator peak
   // 1.5 GiB below the full micro-batch's: the backward's peak is out of reach, the forward's is
-  // not. The forward's peak is not the plan's "end of the forward" (11 GiB here): one layer's
-  // activations, made and dropped under the checkpoint, lift it to within a few GiB of the
-  // backward's. Halfway to the halves' peak (3.5 GiB below) the full forward ran out too, on
-  // both steps (H100, acb7f25, 2026-12-07). The halves' planned peak stays well below.
+  // not. The forward's peak is not the plan's "end of the forward" (11 GiB here) but its phase
+  // "during the forward" (one layer's activations, made and dropped under the checkpoint, beside
+  // every layer's input), which the plan puts the gradients and the attention's backward scratch
+  // (about 4 GiB) under the backward's. Halfway to the halves' peak (3.5 GiB below the full
+  // one) the full forward ran out too, on both steps (H100, acb7f25, 2026-12-07). The halves'
+  // planned peak stays well below.
   constexpr int64_t kBelowFullPeak = int64_t{3} << 29;  // 1.5 GiB
   ASSERT_GT(gap, 2 * kBelowFullPeak);
+  const std::string full_plan = dir_ + "/full-plan.yaml";
+  ASSERT_GT(PlannedPhase(full_plan, "drafter", "end of the backward") -
+                PlannedPhase(full_plan, "drafter", "during the forward"),
+            2 * kBelowFullPeak);
   const int64_t leave = f.need - f.reserved.at("d") + f.peak.at("d") - kBelowFullPeak;
   FreshWorkers("oom", 0);
   std::unique_ptr<Process> hog;

@@ -315,6 +315,33 @@ TEST(MemoryPlanTest, TheAttentionBackwardScratchIsInTheBackwardPhase) {
   EXPECT_EQ(p.drafter.phases[p.drafter.peak_phase].name, "end of the backward");
 }
 
+// With recompute: layers the forward's own peak is a phase of the plan: each layer's activations,
+// made and dropped under its checkpoint, beside every layer's input; 8.5 GiB above the end of the
+// forward at 32768 tokens / 4096 anchors (2 layers), where a GPU with the memory for the end of
+// the forward and less than this ran out in the forward (H100, 2026-12-07). The backward is this
+// plus the gradients and the attention's backward scratch. Without recompute: layers, no such
+// phase (the end of the forward holds every layer's activations).
+TEST(MemoryPlanTest, TheForwardsLayerPeakIsAPhaseWithRecomputeLayers) {
+  config::RunSpec spec = Spec(32768, 4096, 2);
+  spec.drafter.recompute = "layers";
+  const RunPlan p = Plan(spec);
+  auto phase = [&](const std::string& name) -> int64_t {
+    for (const Phase& ph : p.drafter.phases) {
+      if (ph.name == name) return ph.bytes;
+    }
+    ADD_FAILURE() << "no phase " << name;
+    return 0;
+  };
+  const int64_t during = phase("during the forward");
+  EXPECT_GT(during, phase("end of the forward") + 6 * static_cast<int64_t>(kGiB));
+  EXPECT_EQ(phase("end of the backward") - during,
+            TermBytes(p.drafter, "gradients") + TermBytes(p.drafter, "attention backward scratch"));
+  EXPECT_EQ(p.drafter.phases[p.drafter.peak_phase].name, "end of the backward");
+  spec.drafter.recompute = "none";
+  for (const Phase& ph : Plan(spec).drafter.phases)
+    EXPECT_EQ(ph.name.find("during"), std::string::npos);
+}
+
 // The predictions against measured peaks: tests/integration/memory_gpu_test.cc (label gpu),
 // which runs the real workers at the current revision instead of figures typed in here.
 
