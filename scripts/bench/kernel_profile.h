@@ -40,7 +40,7 @@ struct KernelProfile {
   std::vector<DeviceGap> gaps;       // the longest idle intervals, longest first (at most 12)
 };
 
-// "gemm", "attention", "loss", "optimizer", "copy" or "elementwise/other".
+// "gemm", "attention", "loss", "optimizer", "copy", "fp8 quantization" or "elementwise/other".
 std::string KernelCategory(const std::string& name);
 
 // `host_ops`: also records the host's ATen ops (the CPU activity), to name what the host was doing
