@@ -47,8 +47,9 @@ DrafterBatch Batch(const DrafterConfig& c, c10::Device device) {
                       at::tensor(loss_mask, at::kLong).to(device)};
 }
 
+// `perturb`: the features scaled by 1 + perturb (a stand-in for another device's rounding).
 Result RunDrafter(c10::Device device, std::optional<c10::ScalarType> compute_dtype,
-                  bool dflash2 = false, bool fp8 = false) {
+                  bool dflash2 = false, bool fp8 = false, double perturb = 0) {
   DrafterConfig config = TinyConfig();
   if (dflash2) {  // docs/method.md §2.2
     config.conv_kernel_size = 2;
@@ -71,6 +72,7 @@ Result RunDrafter(c10::Device device, std::optional<c10::ScalarType> compute_dty
   Result r;
   if (!model.ok()) return r;
   DrafterBatch batch = Batch(config, device);
+  if (perturb != 0) batch.features = (batch.features.detach() * (1 + perturb)).requires_grad_(true);
   auto hidden = (*model)->Forward(batch);
   EXPECT_TRUE(hidden.ok()) << hidden.status();
   LossOptions loss_options;
@@ -145,22 +147,30 @@ TEST(DrafterGpu, Fp8ComputeStaysWithinFp8OfTheCpuDrafter) {
   if (!Fp8MatmulInHardware(c10::Device(c10::kCUDA, 0))) GTEST_SKIP() << "no fp8 GEMMs here";
   const Result cpu = RunDrafter(c10::Device(c10::kCPU), c10::ScalarType::BFloat16, false, true);
   const Result gpu = RunDrafter(c10::Device(c10::kCUDA, 0), c10::ScalarType::BFloat16, false, true);
-  // Not ExpectClose's largest elementwise error: e4m3 keeps 3 mantissa bits, so one value that
-  // rounds the other way on the two devices (their bf16 inputs differ by accumulation order) moves
-  // by up to 1/8 of its size, and the next layer carries that on; on an H100 (2026-12-07) the
-  // largest elementwise errors were 6-12% of each tensor's largest value. The error over the whole
-  // tensor averages such flips out: within 3% (a bug in a scale or a layout is of order 1).
-  auto check = [](const at::Tensor& got, const at::Tensor& want, const std::string& name) {
-    const double err = dflash::testing::NormRelError(got, want);
-    std::cerr << "[fp8] " << name << ": " << err << "\n";
-    EXPECT_LT(err, 3e-2) << name;
+  // Not ExpectClose's fixed bound: fp8 rounding makes this drafter chaotic. e4m3 keeps 3 mantissa
+  // bits, so a value that rounds the other way moves by up to 1/8 of itself, and the next
+  // quantization carries it on: on the CPU, the features scaled by 1 + 1e-3 move the fp8
+  // drafter's outputs and gradients by 6-13% (norm-relative), the bf16 drafter's by 1-2%; the
+  // GPU's own rounding (another accumulation order, another attention) does the same (its
+  // largest elementwise errors against the CPU were 6-12% on an H100, 2026-12-07). So the bound is
+  // the CPU against itself under a perturbation of 4e-3 (one bf16 step, about what the devices'
+  // rounding differs by), twice over, plus 1%: a wrong scale or layout is of order 1.
+  const Result moved = RunDrafter(c10::Device(c10::kCPU), c10::ScalarType::BFloat16, false, true,
+                                  /*perturb=*/4e-3);
+  auto check = [](const at::Tensor& got, const at::Tensor& want, const at::Tensor& near,
+                  const std::string& name) {
+    const double err = ::dflash::testing::NormRelError(got, want);
+    const double noise = ::dflash::testing::NormRelError(near, want);
+    std::cerr << "[fp8] " << name << ": GPU " << err << ", CPU perturbed " << noise << "\n";
+    EXPECT_LT(err, 2 * noise + 1e-2) << name;
   };
-  check(gpu.hidden, cpu.hidden, "hidden");
-  check(gpu.numerator, cpu.numerator, "loss numerator");
+  check(gpu.hidden, cpu.hidden, moved.hidden, "hidden");
+  check(gpu.numerator, cpu.numerator, moved.numerator, "loss numerator");
   EXPECT_LT(MaxRelError(gpu.denominator, cpu.denominator), 1e-6);
-  check(gpu.features_grad, cpu.features_grad, "features grad");
+  check(gpu.features_grad, cpu.features_grad, moved.features_grad, "features grad");
   ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
-  for (const auto& [name, grad] : cpu.grads) check(gpu.grads.at(name), grad, name);
+  for (const auto& [name, grad] : cpu.grads)
+    check(gpu.grads.at(name), grad, moved.grads.at(name), name);
 }
 
 // The start event's kernel report: bf16 on CUDA runs the fused attention, but a sliding layer whose
