@@ -435,7 +435,13 @@ absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConf
   std::string field;
   int64_t config::BatchingSpec::*member = nullptr;
   int64_t step = 0;
-  if (dom.name == "activations" && role == "drafter") {
+  // A drafter's activations, whether kept (the end of the forward) or recomputed beside the
+  // gradients (the end of the backward, recompute: layers), and the attention's backward scratch
+  // all grow with the query rows, i.e. the anchors.
+  const bool query_rows = dom.name == "activations" ||
+                          dom.name == "backward: layer 0's activations" ||
+                          dom.name == "attention backward scratch";
+  if (query_rows && role == "drafter") {
     field = "batching.max_anchors";
     member = &config::BatchingSpec::max_anchors;
     step = 32;

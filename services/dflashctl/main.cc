@@ -7,6 +7,7 @@
 #include "common/base/file_mode.h"
 #include "common/rpc/tls.h"
 #include "services/dflashctl/commands.h"
+#include "services/dflashctl/plan_local.h"
 #include "services/dflashctl/prepare_command.h"
 
 int main(int argc, char** argv) {
@@ -60,6 +61,17 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand(
       "plan", "predicted peak GPU memory per worker, by term, against the registered GPUs");
   plan->add_option("run_yaml", path, "path to run.yaml")->required();
+  dflash::ctl::LocalPlanArgs lp;
+  bool plan_local = false;
+  plan->add_flag("--local", plan_local,
+                 "plan here, without a coordinator, against --gpu_gib (paths checked here)");
+  plan->add_option("--gpu_gib", lp.gpu_gib,
+                   "with --local: each GPU's memory in GiB (0: not checked)")
+      ->check(CLI::Range(0.0, 1.0e6));
+  plan->add_option("--layout", lp.layout,
+                   "with --local: one_gpu (the pair shares a GPU; auto -> cuda_ipc) or two_gpus "
+                   "(auto -> nccl)")
+      ->check(CLI::IsMember({"one_gpu", "two_gpus"}));
 
   dflash::ctl::EvalArgs ea;
   auto* eval = app.add_subcommand(
@@ -184,7 +196,19 @@ int main(int argc, char** argv) {
   if (*list) return cmd.List();
   if (*cancel) return cmd.Cancel(run_id);
   if (*workers) return cmd.Workers();
-  if (*plan) return cmd.Plan(path);
+  if (*plan) {
+    if (!plan_local) {
+      if (plan->count("--gpu_gib") + plan->count("--layout") > 0) {
+        std::cerr << "dflashctl: plan: --gpu_gib and --layout go with --local (the coordinator "
+                     "plans against its registered GPUs)\n";
+        return ExitCode::kUsage;
+      }
+      return cmd.Plan(path);
+    }
+    lp.run_yaml = path;
+    lp.json = g.json;
+    return dflash::ctl::PlanLocal(lp, std::cout, std::cerr);
+  }
   if (*exp) return cmd.Export(run_id, export_out, export_force, export_best);
   if (*eval) return cmd.Eval(ea);
   if (*regen) return cmd.Regen(ra);

@@ -342,6 +342,21 @@ TEST(MemoryPlanTest, TheForwardsLayerPeakIsAPhaseWithRecomputeLayers) {
     EXPECT_EQ(ph.name.find("during"), std::string::npos);
 }
 
+// With recompute: layers the drafter's largest term is the backward's recomputed layer, which
+// grows with the anchors like the kept activations: the refusal names max_anchors, not "no
+// smaller setting fits".
+TEST(MemoryPlanTest, ARecomputedLayerAboveItsGpuNamesMaxAnchors) {
+  config::RunSpec spec = Spec(32768, 4096, 2);
+  spec.drafter.recompute = "layers";
+  absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
+  ASSERT_TRUE(target.ok());
+  const absl::Status s = CheckFits(spec, *target, Transport::kCudaIpc, "drafter", "d0",
+                                   static_cast<int64_t>(20 * kGiB));
+  ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("the largest term is backward: layer 0's activations"));
+  EXPECT_THAT(s.message(), HasSubstr("batching.max_anchors 4096 -> "));
+}
+
 // The predictions against measured peaks: tests/integration/memory_gpu_test.cc (label gpu),
 // which runs the real workers at the current revision instead of figures typed in here.
 

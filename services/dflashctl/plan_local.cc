@@ -1,0 +1,102 @@
+#include "services/dflashctl/plan_local.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/config/run_spec.h"
+#include "common/plan/memory_plan.h"
+#include "common/run/resolve.h"
+#include "common/transport/transport.h"
+#include "nlohmann/json.hpp"
+#include "services/dflashctl/commands.h"
+
+namespace dflash::ctl {
+namespace {
+
+// The transport a pair at `layout` would use: placement.transport, or what `auto` picks there.
+transport::Transport PlannedTransport(const config::RunSpec& spec, bool one_gpu) {
+  if (spec.placement.transport != "auto") {
+    // Validated with the run.yaml (config::TransportChoices).
+    absl::StatusOr<transport::Transport> t = transport::ParseTransport(spec.placement.transport);
+    if (t.ok()) return *t;
+  }
+  transport::PairLocation where;
+  where.same_host = true;
+  where.both_gpus = true;
+  where.same_gpu = one_gpu;
+  return transport::AutoTransport(where);
+}
+
+}  // namespace
+
+int PlanLocal(const LocalPlanArgs& args, std::ostream& out, std::ostream& err) {
+  if (args.layout != "one_gpu" && args.layout != "two_gpus") {
+    err << "dflashctl: plan: --layout must be one_gpu or two_gpus, got \"" << args.layout << "\"\n";
+    return kUsage;
+  }
+  if (args.gpu_gib < 0) {
+    err << "dflashctl: plan: --gpu_gib must be >= 0, got " << args.gpu_gib << "\n";
+    return kUsage;
+  }
+  std::ifstream in(args.run_yaml);
+  if (!in) {
+    err << "dflashctl: cannot read " << args.run_yaml << "\n";
+    return kInvalidConfig;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  config::RunSpecOptions opts;
+  opts.base_dir = std::filesystem::absolute(args.run_yaml).parent_path().string();
+  opts.check_paths = true;
+  absl::StatusOr<config::RunSpec> spec = config::ParseRunSpec(text.str(), args.run_yaml, opts);
+  if (!spec.ok()) {
+    err << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
+    return kInvalidConfig;
+  }
+  absl::StatusOr<model::TransformerConfig> target = run::RunTargetConfig(*spec);
+  if (!target.ok()) {
+    err << "dflashctl: plan: " << target.status().message() << "\n";
+    return kInvalidConfig;
+  }
+  const bool one_gpu = args.layout == "one_gpu";
+  const transport::Transport tr = PlannedTransport(*spec, one_gpu);
+  absl::StatusOr<plan::RunPlan> p = plan::PlanRun(*spec, *target, tr);
+  if (!p.ok()) {
+    err << "dflashctl: plan: " << p.status().message() << "\n";
+    return kInvalidConfig;
+  }
+  const int64_t capacity = static_cast<int64_t>(args.gpu_gib * (1ull << 30));
+  const std::string gpu = absl::StrCat("(--gpu_gib ", args.gpu_gib, ")");
+  std::vector<std::string> problems;
+  for (const char* role : {"target", "drafter"}) {
+    absl::Status fits = plan::CheckFits(*spec, *target, tr, role, gpu, capacity);
+    if (!fits.ok()) problems.emplace_back(fits.message());
+  }
+  // Sharing one GPU, the two workers' totals together (whatever carries the features).
+  if (one_gpu && problems.empty()) {
+    absl::Status fits = plan::CheckSharedGpuFits(*spec, *target, "one GPU " + gpu, capacity);
+    if (!fits.ok()) problems.emplace_back(fits.message());
+  }
+  if (args.json) {
+    nlohmann::json j = nlohmann::json::parse(plan::PlanJson(*p, capacity, capacity));
+    j["local"] = {{"layout", args.layout}, {"gpu_bytes", capacity}};
+    j["problems"] = problems;
+    out << j.dump(2) << "\n";
+  } else {
+    out << "# planned here (--local): "
+        << (one_gpu ? "the target and the drafter on one GPU"
+                    : "the target and the drafter on two GPUs")
+        << (capacity > 0 ? "" : "; no --gpu_gib: not checked against a GPU") << "\n"
+        << plan::PlanTable(*p, capacity, capacity);
+  }
+  for (const std::string& problem : problems) err << "dflashctl: does not fit: " << problem << "\n";
+  out.flush();
+  return problems.empty() ? kOk : kDoesNotFit;
+}
+
+}  // namespace dflash::ctl
