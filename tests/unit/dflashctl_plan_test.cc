@@ -25,7 +25,10 @@ struct Result {
 class PlanLocalTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) / "dflashctl_plan_test";
+    // One folder per test: ctest runs them as separate processes at once.
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           (std::string("dflashctl_plan_test.") +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
