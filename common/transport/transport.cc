@@ -63,6 +63,11 @@ Transport AutoTransport(const PairLocation& where) {
   return where.both_gpus ? Transport::kNccl : Transport::kHost;
 }
 
+absl::StatusOr<Transport> ChosenTransport(std::string_view setting, const PairLocation& where) {
+  if (setting == "auto") return AutoTransport(where);
+  return ParseTransport(setting);
+}
+
 std::string PlacementProblem(Transport transport, const PairLocation& where) {
   switch (transport) {
     case Transport::kCudaIpc:

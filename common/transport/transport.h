@@ -38,6 +38,9 @@ struct PairLocation {
 // What placement.transport: auto picks for a pair at `where`: cuda_ipc on one GPU, nccl on two
 // GPUs, host otherwise.
 Transport AutoTransport(const PairLocation& where);
+// placement.transport (`setting`) for a pair at `where`: AutoTransport for "auto", else the named
+// transport (INVALID_ARGUMENT as ParseTransport for another name).
+absl::StatusOr<Transport> ChosenTransport(std::string_view setting, const PairLocation& where);
 // Why `transport` cannot carry the features of a pair at `where`, as the end of placement's
 // refusal ("needs the target and the drafter on GPUs"); empty when it can.
 std::string PlacementProblem(Transport transport, const PairLocation& where);

@@ -100,10 +100,8 @@ absl::StatusOr<transport::Transport> ResolveTransport(const config::RunSpec& spe
   where.both_gpus = target.device().kind() == "cuda" && drafter.device().kind() == "cuda";
   where.same_gpu = where.both_gpus && DeviceKey(target) == DeviceKey(drafter);
   where.same_host = HostOf(target.control_address()) == HostOf(drafter.control_address());
-  transport::Transport t = transport::AutoTransport(where);
-  if (spec.placement.transport != "auto") {
-    ASSIGN_OR_RETURN(t, transport::ParseTransport(spec.placement.transport));
-  }
+  ASSIGN_OR_RETURN(transport::Transport t,
+                   transport::ChosenTransport(spec.placement.transport, where));
   const std::string problem = transport::PlacementProblem(t, where);
   if (!problem.empty()) {
     return absl::FailedPreconditionError(
@@ -143,11 +141,9 @@ PlanTargets PlanTargetsOf(const config::RunSpec& spec, const std::vector<v1::Wor
   where.both_gpus = !p.target_worker.empty() && !p.drafter_worker.empty();
   where.same_gpu = shared_gpu;
   where.same_host = true;
-  p.transport = transport::AutoTransport(where);
-  if (spec.placement.transport != "auto") {
-    // Validated with the run.yaml (config::TransportChoices).
-    p.transport = transport::ParseTransport(spec.placement.transport).value_or(p.transport);
-  }
+  // Validated with the run.yaml (config::TransportChoices).
+  p.transport = transport::ChosenTransport(spec.placement.transport, where)
+                    .value_or(transport::AutoTransport(where));
   return p;
 }
 

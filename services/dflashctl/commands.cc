@@ -72,24 +72,28 @@ int Commands::RpcError(const grpc::Status& s, const std::string& what) {
   }
 }
 
-namespace {
-
-// Reads and validates run.yaml here, relative paths against its folder, so that the user sees
-// every problem before anything is sent; the resolved config, or "" after printing why not.
-std::string ResolveLocally(const std::string& path) {
+std::optional<config::RunSpec> ParseLocally(const std::string& path, std::ostream& err) {
   std::string text;
   if (!ReadFile(path, &text)) {
-    std::cerr << "dflashctl: cannot read " << path << "\n";
-    return "";
+    err << "dflashctl: cannot read " << path << "\n";
+    return std::nullopt;
   }
   config::RunSpecOptions opts;
   opts.base_dir = fs::absolute(path).parent_path().string();
   auto spec = config::ParseRunSpec(text, path, opts);
   if (!spec.ok()) {
-    std::cerr << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
-    return "";
+    err << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
+    return std::nullopt;
   }
-  return config::EmitRunSpec(*spec);
+  return *std::move(spec);
+}
+
+namespace {
+
+// The resolved config of ParseLocally, or "" after printing why not.
+std::string ResolveLocally(const std::string& path) {
+  std::optional<config::RunSpec> spec = ParseLocally(path, std::cerr);
+  return spec ? config::EmitRunSpec(*spec) : "";
 }
 
 }  // namespace

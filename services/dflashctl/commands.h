@@ -5,8 +5,10 @@
 
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 
+#include "common/config/run_spec.h"
 #include "dflash/v1/coordinator.grpc.pb.h"
 
 namespace dflash::ctl {
@@ -22,6 +24,11 @@ enum ExitCode : int {
   kBadData = 6,        // prepare: the data was refused (on_bad_record: fail, wrong tokenizer...)
   kDoesNotFit = 7,     // plan: a worker's predicted memory exceeds its GPU (submit refuses it)
 };
+
+// Reads and validates a run.yaml here (as submit, plan and plan --local do), relative paths
+// against its folder and every path checked, so that the user sees every problem before anything
+// is sent; the spec, or nullopt after printing why not on `err`.
+std::optional<config::RunSpec> ParseLocally(const std::string& path, std::ostream& err);
 
 struct GlobalOptions {
   std::string coordinator;  // host:port

@@ -1,8 +1,6 @@
 #include "services/dflashctl/plan_local.h"
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,16 +18,13 @@ namespace {
 
 // The transport a pair at `layout` would use: placement.transport, or what `auto` picks there.
 transport::Transport PlannedTransport(const config::RunSpec& spec, bool one_gpu) {
-  if (spec.placement.transport != "auto") {
-    // Validated with the run.yaml (config::TransportChoices).
-    absl::StatusOr<transport::Transport> t = transport::ParseTransport(spec.placement.transport);
-    if (t.ok()) return *t;
-  }
   transport::PairLocation where;
   where.same_host = true;
   where.both_gpus = true;
   where.same_gpu = one_gpu;
-  return transport::AutoTransport(where);
+  // Validated with the run.yaml (config::TransportChoices).
+  return transport::ChosenTransport(spec.placement.transport, where)
+      .value_or(transport::AutoTransport(where));
 }
 
 }  // namespace
@@ -43,21 +38,8 @@ int PlanLocal(const LocalPlanArgs& args, std::ostream& out, std::ostream& err) {
     err << "dflashctl: plan: --gpu_gib must be >= 0, got " << args.gpu_gib << "\n";
     return kUsage;
   }
-  std::ifstream in(args.run_yaml);
-  if (!in) {
-    err << "dflashctl: cannot read " << args.run_yaml << "\n";
-    return kInvalidConfig;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  config::RunSpecOptions opts;
-  opts.base_dir = std::filesystem::absolute(args.run_yaml).parent_path().string();
-  opts.check_paths = true;
-  absl::StatusOr<config::RunSpec> spec = config::ParseRunSpec(text.str(), args.run_yaml, opts);
-  if (!spec.ok()) {
-    err << "dflashctl: invalid run config:\n" << spec.status().message() << "\n";
-    return kInvalidConfig;
-  }
+  std::optional<config::RunSpec> spec = ParseLocally(args.run_yaml, err);
+  if (!spec) return kInvalidConfig;
   absl::StatusOr<model::TransformerConfig> target = run::RunTargetConfig(*spec);
   if (!target.ok()) {
     err << "dflashctl: plan: " << target.status().message() << "\n";

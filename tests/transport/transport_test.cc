@@ -26,6 +26,19 @@ TEST(TransportTest, NamesRoundTrip) {
   EXPECT_TRUE(DeviceFeatures(Transport::kNccl));
 }
 
+// placement.transport as placement and `dflashctl plan --local` resolve it: auto by where the pair
+// runs, a name as it is (even where its rule refuses it: PlacementProblem's to say), another name
+// refused naming the field.
+TEST(TransportTest, TheChosenTransportIsAutoOrTheNamedOne) {
+  const PairLocation one_gpu{true, true, true};
+  EXPECT_EQ(*ChosenTransport("auto", one_gpu), Transport::kCudaIpc);
+  EXPECT_EQ(*ChosenTransport("nccl", one_gpu), Transport::kNccl);
+  EXPECT_EQ(*ChosenTransport("host", one_gpu), Transport::kHost);
+  const absl::StatusOr<Transport> bad = ChosenTransport("tcp", one_gpu);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("placement.transport"), std::string::npos) << bad.status();
+}
+
 TEST(TransportTest, AutoPicksByWhereThePairRunsAndEachRuleRefusesTheOthers) {
   const PairLocation one_gpu{true, true, true}, two_gpus{true, true, false},
       two_machines{false, true, false}, cpus{true, false, false}, cpus_apart{false, false, false};
