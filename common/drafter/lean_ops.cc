@@ -20,6 +20,9 @@
 #include <vector>
 
 #include "common/drafter/fp8_linear.h"
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+#include "common/kernels/swiglu/swiglu.h"
+#endif
 
 namespace dflash::drafter {
 namespace {
@@ -75,6 +78,24 @@ struct MlpProducts {
   }
 };
 
+// silu(g) * u: on CUDA in one pass (common/kernels/swiglu), else LibTorch's two kernels.
+at::Tensor SiluTimes(const at::Tensor& g, const at::Tensor& u) {
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+  if (kernels::SupportsFusedSwiGlu(g, u)) return kernels::FusedSwiGlu(g, u);
+#endif
+  return at::silu(g) * u;
+}
+
+bool FusedSwiGluBackwardFor(const at::Tensor& g, const at::Tensor& u) {
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+  return kernels::SupportsFusedSwiGlu(g, u);
+#else
+  (void)g;
+  (void)u;
+  return false;
+#endif
+}
+
 struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& gate,
                             const at::Tensor& up, const at::Tensor& down, c10::ScalarType dtype,
@@ -82,7 +103,7 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
     const MlpProducts mm{dtype, fp8};
     at::Tensor g = mm.Forward(h, gate);
     at::Tensor u = mm.Forward(h, up);
-    at::Tensor out = mm.Forward(at::silu(g) * u, down);
+    at::Tensor out = mm.Forward(SiluTimes(g, u), down);
     if (recompute_projections) {
       ctx->save_for_backward({h, gate, up, down});
     } else {
@@ -101,6 +122,19 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
     at::Tensor g = saved.size() > 4 ? saved[4] : mm.Forward(h, gate);
     at::Tensor u = saved.size() > 4 ? saved[5] : mm.Forward(h, up);
     const at::Tensor& dout = grads[0];
+    at::Tensor dg, du;
+    if (FusedSwiGluBackwardFor(g, u)) {
+      // One pass for silu(g) * u (down's weight gradient), one for both gradients, written over
+      // the product's gradient: at most four [N, I] tensors at once (g, u, da = dg, du).
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+      at::Tensor d_down;
+      if (ctx->needs_input_grad(3)) d_down = mm.WeightGrad(dout, SiluTimes(g, u), down);
+      std::tie(dg, du) = kernels::FusedSwiGluBackward(mm.InputGrad(dout, down), g, u);
+      g.reset();
+      u.reset();
+      return InputAndWeightGrads(ctx, mm, h, gate, up, dg, du, d_down);
+#endif
+    }
     // The product's gradient, then mul's and silu's backward as autograd writes them, with the
     // same kernels (so the same values) but in place where autograd would allocate: at most four
     // [N, I] tensors at once (g, u, silu(g), the product's gradient), not six; recomputed g and u
@@ -109,13 +143,21 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
     at::Tensor d_down;
     if (ctx->needs_input_grad(3)) d_down = mm.WeightGrad(dout, s * u, down);
     at::Tensor da = mm.InputGrad(dout, down);
-    at::Tensor du = da * s;
+    du = da * s;
     s.reset();
     da.mul_(u);  // d(silu(g)) = da * u
     u.reset();
-    at::Tensor dg = at::silu_backward_out(da, da, g);
+    dg = at::silu_backward_out(da, da, g);
     g.reset();
     da.reset();
+    return InputAndWeightGrads(ctx, mm, h, gate, up, dg, du, d_down);
+  }
+
+  // The projections' gradients from those of g = h gate^T and u = h up^T.
+  static variable_list InputAndWeightGrads(AutogradContext* ctx, const MlpProducts& mm,
+                                           const at::Tensor& h, const at::Tensor& gate,
+                                           const at::Tensor& up, const at::Tensor& dg,
+                                           const at::Tensor& du, const at::Tensor& d_down) {
     at::Tensor dh, d_gate, d_up;
     if (ctx->needs_input_grad(0)) dh = mm.InputGrad(dg, gate) + mm.InputGrad(du, up);
     if (ctx->needs_input_grad(1)) d_gate = mm.WeightGrad(dg, h, gate);

@@ -1,0 +1,96 @@
+#include "common/kernels/swiglu/swiglu.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/kernels/launch_check.h"
+#include "common/kernels/swiglu/params.h"
+
+namespace dflash::kernels {
+namespace {
+
+bool Enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DFLASH_FUSED_SWIGLU");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+SwiGluDType DTypeOf(c10::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16:
+      return SwiGluDType::kBFloat16;
+    case at::kHalf:
+      return SwiGluDType::kFloat16;
+    default:
+      return SwiGluDType::kFloat32;
+  }
+}
+
+bool Matching(const at::Tensor& a, const at::Tensor& b) {
+  const auto dt = a.scalar_type();
+  return a.defined() && b.defined() && a.is_cuda() && b.device() == a.device() &&
+         b.sizes() == a.sizes() && b.scalar_type() == dt &&
+         (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf);
+}
+
+void Check(const at::Tensor& g, const at::Tensor& u) {
+  TORCH_CHECK(Matching(g, u), "fused SwiGLU: g and u must be CUDA tensors of one shape and dtype ",
+              "(fp32, bf16 or fp16); got ", g.sizes(), " ", g.scalar_type(), " and ", u.sizes(),
+              " ", u.scalar_type());
+}
+
+void Launch(const SwiGluParams& p, const at::Tensor& on) {
+  CheckLaunch(LaunchSwiGlu(p, at::cuda::getCurrentCUDAStream(on.device().index()).stream()),
+              "fused SwiGLU: launch failed");
+}
+
+}  // namespace
+
+bool SupportsFusedSwiGlu(const at::Tensor& g, const at::Tensor& u) {
+  return Enabled() && Matching(g, u);
+}
+
+at::Tensor FusedSwiGlu(const at::Tensor& g, const at::Tensor& u) {
+  Check(g, u);
+  const c10::cuda::CUDAGuard guard(g.device());
+  const at::Tensor gc = g.contiguous(), uc = u.contiguous();
+  at::Tensor out = at::empty_like(gc, at::MemoryFormat::Contiguous);
+  SwiGluParams p;
+  p.g = gc.data_ptr();
+  p.u = uc.data_ptr();
+  p.out = out.data_ptr();
+  p.n = gc.numel();
+  p.dtype = DTypeOf(gc.scalar_type());
+  Launch(p, gc);
+  return out;
+}
+
+std::pair<at::Tensor, at::Tensor> FusedSwiGluBackward(at::Tensor da, const at::Tensor& g,
+                                                      const at::Tensor& u) {
+  Check(g, u);
+  Check(da, g);
+  const c10::cuda::CUDAGuard guard(g.device());
+  const at::Tensor gc = g.contiguous(), uc = u.contiguous();
+  if (!da.is_contiguous()) da = da.contiguous();
+  at::Tensor du = at::empty_like(gc, at::MemoryFormat::Contiguous);
+  SwiGluParams p;
+  p.g = gc.data_ptr();
+  p.u = uc.data_ptr();
+  p.da = da.data_ptr();
+  p.out = da.data_ptr();  // dg over da
+  p.du = du.data_ptr();
+  p.n = gc.numel();
+  p.dtype = DTypeOf(gc.scalar_type());
+  p.backward = true;
+  Launch(p, gc);
+  return {da, du};
+}
+
+}  // namespace dflash::kernels

@@ -1,0 +1,26 @@
+// SwiGLU's elementwise part on CUDA in one kernel per direction (swiglu_launch.cu), for the
+// drafter's MLP (common/drafter/lean_ops.cc, SwiGluMlp): LibTorch's composition there (silu, mul
+// forward; silu, two muls and silu_backward in the backward, each a pass over [N, I]) is the
+// reference it replaces on the GPU (tests/kernels/swiglu_gpu_test.cc compares the two and an fp32
+// reference). Not differentiable itself: SwiGluMlp's autograd function calls both directions.
+// DFLASH_FUSED_SWIGLU=0 in the environment keeps the composition (benchmarks measure both in one
+// build; a worker records the variable in its kernel overrides).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace dflash::kernels {
+
+// Whether the fused kernels take these: g and u of one shape, dtype (fp32, bf16, fp16) and CUDA
+// device; and DFLASH_FUSED_SWIGLU is not "0".
+bool SupportsFusedSwiGlu(const at::Tensor& g, const at::Tensor& u);
+
+// silu(g) * u.
+at::Tensor FusedSwiGlu(const at::Tensor& g, const at::Tensor& u);
+
+// Given da, the gradient of silu(g) * u: returns {dg, du}. dg is written over `da` (which must
+// then be contiguous and not needed afterwards), so the backward allocates one [N, I] tensor.
+std::pair<at::Tensor, at::Tensor> FusedSwiGluBackward(at::Tensor da, const at::Tensor& g,
+                                                      const at::Tensor& u);
+
+}  // namespace dflash::kernels
