@@ -4,7 +4,8 @@
 # (`scripts/bench/gpu/gpu_tests.sh pack 'drafter_gpu|memory_gpu|swiglu'`; carry .devdeps .gpu/t):
 #   1. drafter_gpu_test (the fp8 tests, fixed) and swiglu_gpu_test (the fused SwiGLU, new), the
 #      raw GEMMs in PyTorch (scripts/bench/fp8_gemm.py: bf16 against _scaled_mm at the
-#      projections' shapes) and the drafter step profiled in bf16 and fp8 (--profile 1), and in bf16 with DFLASH_FUSED_SWIGLU=0 (the composition);
+#      projections' shapes) and the drafter step profiled in bf16 and fp8 (--profile 1), and
+#      in bf16 with DFLASH_FUSED_SWIGLU=0 (the composition);
 #   2. memory_gpu_test's drafter out-of-memory case (its margin now 1.5 GiB below the full
 #      micro-batch's peak);
 #   3. the draft cache at batch 1 / 16 / 64 (its drafter's embedding on "cuda" against "cuda:0");
