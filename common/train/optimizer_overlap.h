@@ -1,4 +1,4 @@
-// The optimizer step overlapped with the next forward (docs/method.md, "Optimizer step"): AdamW
+// The optimizer step overlapped with the next forward (docs/method.md §4): AdamW
 // is memory-bound (it reads and writes ~28 bytes per parameter), the forward's GEMMs are
 // compute-bound, so on a CUDA device the update runs on a side stream, one parameter group at a
 // time (DrafterModel::ParameterGroup: the tensors outside the layers, then each layer), and the
