@@ -5,13 +5,13 @@
 # carry .devdeps .gpu/t):
 #   1. drafter_gpu_test (the fp8 tests, fixed), swiglu_gpu_test and trainer_gpu_test (the fused
 #      SwiGLU and the overlapped optimizer step, new); the drafter step profiled (--profile 1) in
-#      bf16 as built, without the optimizer overlap, with the SwiGLU composition, and in fp8; the
-#      raw GEMMs in PyTorch (scripts/bench/fp8_gemm.py: bf16 against _scaled_mm at the
-#      projections' shapes);
+#      bf16 as built, without the optimizer overlap, with the SwiGLU composition, and in fp8;
 #   2. memory_gpu_test's drafter out-of-memory case (its margin now 1.5 GiB below the full
 #      micro-batch's peak);
 #   3. the draft cache at batch 1 / 16 / 64 (its drafter's embedding on "cuda" against "cuda:0");
-#   4. scripts/bench/gpu/sliding_window.sh (the reference at 8192 only).
+#   4. scripts/bench/gpu/sliding_window.sh (the reference at 8192 only);
+#   5. the raw GEMMs in PyTorch (scripts/bench/fp8_gemm.py: bf16 against _scaled_mm at the
+#      projections' shapes).
 # In that order, so that a call cut short by too little device time returns the first stages.
 # Everything under $OUT, packed into $OUT/run43.tgz (a call returns few files).
 set -uo pipefail
@@ -41,9 +41,6 @@ variant bf16-no-overlap DFLASH_FUSED_SWIGLU=1 -- --overlap-optimizer 0
 variant bf16-aten-swiglu DFLASH_FUSED_SWIGLU=0 --
 variant fp8 DFLASH_FUSED_SWIGLU=1 -- --precision fp8
 pack
-py=/opt/torch/.venv/bin/python3; [ -x "$py" ] || py=python3
-timeout 60 "$py" scripts/bench/fp8_gemm.py --json "$OUT/fp8/gemm.json" >>"$OUT/log" 2>&1
-pack
 OUT="$OUT/oom" GTEST_FILTER='MemoryGpu.TheDrafter*' timeout 200 \
   bash scripts/bench/gpu/gpu_tests.sh run memory_gpu_test
 cat "$OUT/oom/log" >>"$OUT/log"; pack
@@ -53,4 +50,7 @@ for b in 1 16 64; do
 done
 pack
 timeout 150 bash scripts/bench/gpu/sliding_window.sh >/dev/null 2>&1
+pack
+py=/opt/torch/.venv/bin/python3; [ -x "$py" ] || py=python3
+timeout 60 "$py" scripts/bench/fp8_gemm.py --json "$OUT/fp8/gemm.json" >>"$OUT/log" 2>&1
 pack
