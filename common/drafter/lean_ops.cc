@@ -35,10 +35,17 @@ c10::ScalarType SavedDtype(AutogradContext* ctx) {
 }
 
 // dW = dY^T X over every leading dimension, in the compute dtype, returned in `weight_dtype`:
-// what autograd computes for linear(x, w.to(dtype)) followed by the cast's backward.
+// what autograd computes for linear(x, w.to(dtype)) followed by the cast's backward. On CUDA, a
+// bf16 / fp16 product for an fp32 weight is written in fp32 by the GEMM itself (its fp32
+// accumulator, not rounded to bf16 first): no [Out, In] bf16 result and no cast pass over it.
 at::Tensor WeightGrad(const at::Tensor& dy, const at::Tensor& x, c10::ScalarType weight_dtype) {
   const at::Tensor dy2 = dy.reshape({-1, dy.size(-1)});
   const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+  const c10::ScalarType in = dy2.scalar_type();
+  if (dy2.is_cuda() && weight_dtype == at::kFloat && (in == at::kBFloat16 || in == at::kHalf) &&
+      x2.scalar_type() == in) {
+    return at::mm(dy2.t(), x2, at::kFloat);
+  }
   return dy2.t().mm(x2).to(weight_dtype);
 }
 
