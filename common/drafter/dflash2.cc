@@ -126,7 +126,6 @@ absl::StatusOr<at::Tensor> DrafterModel::SelectCandidates(const at::Tensor& hidd
                                                           const PickFn& pick,
                                                           at::Tensor* candidates,
                                                           std::vector<at::Tensor>* scores) const {
-  Await(ParameterFence::kAllGroups);
   if (!config_.dflash2()) {
     return absl::FailedPreconditionError(
         "the candidate selector is DFlash2's; this is a DFlash "

@@ -37,7 +37,6 @@
 #include <utility>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
@@ -490,13 +489,11 @@ at::Tensor DrafterModel::RunForward(const std::shared_ptr<const Prepared>& prepa
   // Block stream [Q, H] from the frozen embedding; ctx [T, H] = hidden_norm(fc(features)), shared
   // by every layer (no input norm on it).
   const c10::ScalarType dtype = compute_dtype();
-  Await(0);  // fc, the norms; each layer's group before the layer
   // ctx first: its GEMM runs on the device while the host gathers the block rows.
   at::Tensor ctx = nn::RmsNorm(Linear(features.to(dtype), fc_), hidden_norm_.to(dtype), eps);
   at::Tensor x = EmbedBlocks(p).to(dtype);
   for (int64_t i = 0; i < static_cast<int64_t>(layers_.size()); ++i) {
     const DrafterLayerParams& w = layers_[static_cast<size_t>(i)];
-    Await(i + 1);
     if (options_.recompute != Recompute::kLayers) {
       x = RunLayer(i, x, ctx, p);
       continue;
@@ -638,20 +635,7 @@ absl::StatusOr<at::Tensor> DrafterModel::Forward(const DrafterBatch& batch) cons
   }
 }
 
-int64_t DrafterModel::ParameterGroup(const std::string& name) {
-  int64_t layer = 0;
-  const std::string prefix = "layers.";
-  if (name.rfind(prefix, 0) != 0) return 0;
-  const size_t dot = name.find('.', prefix.size());
-  if (dot == std::string::npos ||
-      !absl::SimpleAtoi(name.substr(prefix.size(), dot - prefix.size()), &layer)) {
-    return 0;
-  }
-  return layer + 1;
-}
-
 absl::StatusOr<at::Tensor> DrafterModel::Logits(const at::Tensor& hidden) const {
-  Await(ParameterFence::kAllGroups);
   if (!hidden.defined() || hidden.dim() != 2 || hidden.size(1) != config_.target.hidden_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hidden must be [rows, ", config_.target.hidden_size, "], got ", Shape(hidden)));
@@ -724,7 +708,6 @@ at::Tensor DpaceWeights(const at::Tensor& mask, const at::Tensor& ce, double alp
 
 absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const at::Tensor& hidden,
                                                const LossOptions& options) const {
-  Await(ParameterFence::kAllGroups);
   if (config_.output_multiplier != 1.0 || config_.final_logit_softcapping > 0) {
     return absl::UnimplementedError(
         "training a drafter whose output head is scaled or soft-capped (output_multiplier, "

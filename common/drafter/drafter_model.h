@@ -237,18 +237,6 @@ struct CachedBlock {
   int64_t block_length = 0;  // in [1, B]: slots from it on are not attended to; 0: B
 };
 
-// Work on another stream that writes the parameters: the trainer's optimizer step, overlapped
-// with the next forward (common/train/optimizer_overlap.h). The model makes the calling thread's
-// current stream wait for a parameter group before it reads that group's tensors.
-class ParameterFence {
- public:
-  static constexpr int64_t kAllGroups = -1;
-  virtual ~ParameterFence() = default;
-  // Queues a wait (no host wait) for the pending writes of `group` (DrafterModel::ParameterGroup),
-  // or of every group with kAllGroups, on the current stream.
-  virtual void Await(int64_t group) const = 0;
-};
-
 class DrafterModel {
  public:
   // embed_tokens and lm_head [V, H] are the target's, used frozen (detached, never saved); with
@@ -289,20 +277,8 @@ class DrafterModel {
   // Labels and weights of the batch's query rows (validates the batch, including loss_mask).
   absl::StatusOr<BlockTargets> Targets(const DrafterBatch& batch, double gamma) const;
 
-  // Every trainable tensor with its checkpoint name, in ParameterSpecs order. With a parameter
-  // fence, the current stream first waits for every group's pending writes.
-  const std::vector<NamedParameter>& parameters() const {
-    Await(ParameterFence::kAllGroups);
-    return params_;
-  }
-  // The parameter groups a fence orders: 0 every parameter outside the decoder layers (fc, the
-  // norms, DFlash2's selector), l + 1 the tensors of layer l ("layers.<l>."). Forward reads
-  // group 0 first, then the layers in order; every other method waits for all groups.
-  static int64_t ParameterGroup(const std::string& name);
-  int64_t num_parameter_groups() const { return config_.num_layers + 1; }
-  // `fence` (not owned; null: none) must outlive its use; set by the trainer that writes the
-  // parameters on another stream.
-  void set_parameter_fence(const ParameterFence* fence) { fence_ = fence; }
+  // Every trainable tensor with its checkpoint name, in ParameterSpecs order.
+  const std::vector<NamedParameter>& parameters() const { return params_; }
   const DrafterConfig& config() const { return config_; }
   const DrafterOptions& options() const { return options_; }
   c10::ScalarType compute_dtype() const { return options_.compute_dtype.value_or(options_.dtype); }
@@ -347,13 +323,8 @@ class DrafterModel {
   at::Tensor RunCachedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& ctx_k,
                             const at::Tensor& ctx_v, const Prepared& p) const;
 
-  void Await(int64_t group) const {
-    if (fence_ != nullptr) fence_->Await(group);
-  }
-
   DrafterConfig config_;
   DrafterOptions options_;
-  const ParameterFence* fence_ = nullptr;
   std::vector<NamedParameter> params_;
   std::vector<DrafterLayerParams> layers_;  // the same tensors as params_, by role
   at::Tensor fc_, hidden_norm_, norm_;

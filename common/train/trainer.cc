@@ -28,7 +28,6 @@
 #include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
 #include "common/train/grad_reducer.h"
-#include "common/train/optimizer_overlap.h"
 
 namespace dflash::train {
 namespace {
@@ -84,9 +83,6 @@ struct DrafterTrainer::Impl {
   std::vector<int64_t> slot_correct, slot_total;
   std::unique_ptr<GradReducer> reducer;  // with a communicator
   int64_t oom_splits = 0;                // this step's
-  std::vector<int64_t> group;            // per parameter: DrafterModel::ParameterGroup
-  int64_t groups = 1;
-  std::unique_ptr<OptimizerOverlap> overlap;  // on CUDA unless turned off
 };
 
 namespace {
@@ -134,18 +130,7 @@ DrafterTrainer::DrafterTrainer(drafter::DrafterModel* model, OptimConfig config,
                                drafter::LossOptions loss)
     : model_(model), config_(config), loss_(loss), impl_(std::make_unique<Impl>()) {}
 
-DrafterTrainer::~DrafterTrainer() {
-  if (impl_->overlap != nullptr) model_->set_parameter_fence(nullptr);
-}
-
-void DrafterTrainer::SetOptimizerOverlap(bool on) {
-  Impl& m = *impl_;
-  if (m.overlap != nullptr) m.overlap->Await(drafter::ParameterFence::kAllGroups);
-  m.overlap = on ? OptimizerOverlap::Create(model_->options().device, m.groups) : nullptr;
-  model_->set_parameter_fence(m.overlap.get());
-}
-
-bool DrafterTrainer::optimizer_overlapped() const { return impl_->overlap != nullptr; }
+DrafterTrainer::~DrafterTrainer() = default;
 
 absl::StatusOr<std::unique_ptr<DrafterTrainer>> DrafterTrainer::Create(
     drafter::DrafterModel* model, const OptimConfig& config, const drafter::LossOptions& loss,
@@ -164,10 +149,7 @@ absl::StatusOr<std::unique_ptr<DrafterTrainer>> DrafterTrainer::Create(
     t->impl_->exp_avg.push_back(at::zeros_like(p.tensor));
     t->impl_->exp_avg_sq.push_back(at::zeros_like(p.tensor));
     t->impl_->steps.push_back(at::zeros({}, p.tensor.options()));
-    t->impl_->group.push_back(drafter::DrafterModel::ParameterGroup(p.name));
   }
-  t->impl_->groups = model->num_parameter_groups();
-  t->SetOptimizerOverlap(true);
   if (t->comm_ != nullptr) {
     t->impl_->reducer = std::make_unique<GradReducer>(t->impl_->params, t->comm_);
   }
@@ -347,10 +329,8 @@ absl::Status DrafterTrainer::ApplyOptimizer(StepStats* stats) {
     // gradients are read twice in all instead of being rewritten twice first.
     const at::NoGradGuard no_grad;
     std::vector<at::Tensor> params, grads, exp_avg, exp_avg_sq, steps;
-    std::vector<int64_t> group;
     for (size_t i = 0; i < m.params.size(); ++i) {
       if (!m.params[i].grad().defined()) continue;  // untouched this step: not updated
-      group.push_back(m.group[i]);
       params.push_back(m.params[i]);
       grads.push_back(m.params[i].grad());
       exp_avg.push_back(m.exp_avg[i]);
@@ -368,31 +348,10 @@ absl::Status DrafterTrainer::ApplyOptimizer(StepStats* stats) {
       const at::Tensor grad_scale =
           at::full({}, s.weight_sum / clip, grads[0].options().dtype(at::kFloat));
       s.lr = LearningRate(config_, step_);
-      // Group by group (the same kernels on the same tensors as one call: the same values), on
-      // the side stream when overlapped (optimizer_overlap.h).
-      auto update = [&](int64_t g) {
-        std::vector<at::Tensor> p, gr, m1, m2, st;
-        for (size_t i = 0; i < params.size(); ++i) {
-          if (group[i] != g) continue;
-          p.push_back(params[i]);
-          gr.push_back(grads[i]);
-          m1.push_back(exp_avg[i]);
-          m2.push_back(exp_avg_sq[i]);
-          st.push_back(steps[i]);
-        }
-        if (p.empty()) return;
-        at::_foreach_add_(st, 1.0);
-        at::_fused_adamw_(p, gr, m1, m2, /*max_exp_avg_sqs=*/{}, st, s.lr, config_.beta1,
-                          config_.beta2, config_.weight_decay, config_.eps, /*amsgrad=*/false,
-                          /*maximize=*/false, grad_scale, /*found_inf=*/{});
-      };
-      if (m.overlap != nullptr) {
-        std::vector<at::Tensor> used = grads;
-        used.push_back(grad_scale);
-        m.overlap->Run(update, used);
-      } else {
-        for (int64_t g = 0; g < m.groups; ++g) update(g);
-      }
+      at::_foreach_add_(steps, 1.0);
+      at::_fused_adamw_(params, grads, exp_avg, exp_avg_sq, /*max_exp_avg_sqs=*/{}, steps, s.lr,
+                        config_.beta1, config_.beta2, config_.weight_decay, config_.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, grad_scale, /*found_inf=*/{});
     }
 
   } catch (const c10::Error& e) {
@@ -440,7 +399,6 @@ absl::StatusOr<StepStats> DrafterTrainer::Step(std::optional<double> global_weig
 absl::Status DrafterTrainer::SaveState(
     const std::string& path, const std::map<std::string, std::string>& extra_metadata) const {
   const Impl& m = *impl_;
-  if (m.overlap != nullptr) m.overlap->Await(drafter::ParameterFence::kAllGroups);  // moments too
   std::vector<at::Tensor> keep;  // CPU copies alive until written
   std::vector<model::TensorToWrite> out;
   auto add = [&](const std::string& name, const at::Tensor& t) {
@@ -473,7 +431,6 @@ absl::Status DrafterTrainer::SaveState(
 
 absl::StatusOr<std::map<std::string, std::string>> DrafterTrainer::LoadState(
     const std::string& path) {
-  if (impl_->overlap != nullptr) impl_->overlap->Await(drafter::ParameterFence::kAllGroups);
   absl::StatusOr<std::unique_ptr<model::SafetensorsFile>> file = model::SafetensorsFile::Open(path);
   if (!file.ok()) return file.status();
   const std::map<std::string, std::string> meta = (*file)->header().metadata;

@@ -95,12 +95,6 @@ class DrafterTrainer {
   // are divided by (tests; without a communicator only).
   absl::StatusOr<StepStats> Step(std::optional<double> global_weight_sum = std::nullopt);
 
-  // On a CUDA device (the default there) the optimizer step runs on a side stream, layer by
-  // layer, and the model's next forward waits for each layer's update only when it reaches it
-  // (optimizer_overlap.h); the same values either way. `false` runs it on the current stream.
-  void SetOptimizerOverlap(bool on);
-  bool optimizer_overlapped() const;
-
   int64_t step() const { return step_; }              // steps finished
   int64_t skipped_steps() const { return skipped_; }  // of those, not applied
   const OptimConfig& config() const { return config_; }

@@ -32,11 +32,9 @@
 //          [--doc-min 200] [--doc-max 2000] [--target builtin:qwen3-8b-random] [--dtype bfloat16]
 //          [--layers 5] [--recompute none|mlp|layers] [--device cuda|cpu] [--json FILE] [--dump-dir
 //          DIR] [--export-weights DIR] [--profile 1] [--precision auto|fp8]
-//          [--overlap-optimizer 1|0]
 // Each timed step ends with a device synchronization (ms_median); then the same number of steps
 // runs back to back with one synchronization at the end (ms_pipelined: what a run's steps take,
-// where the optimizer step overlaps the next forward). --overlap-optimizer 0 runs the optimizer
-// step on the current stream (DrafterTrainer::SetOptimizerOverlap).
+// without the host's wait between them; drafter_step_ref.py measures both the same way).
 // --precision fp8: drafter.precision fp8 (the projections' GEMMs in e4m3, docs/method.md §4.1;
 // a GPU of compute capability 8.9 or later).
 // --profile 1 (CUDA only) adds where the device time goes (scripts/bench/kernel_profile.h): the
@@ -167,7 +165,7 @@ int main(int argc, char** argv) {
       argc, argv,
       {"--tokens", "--anchors", "--steps", "--warmup", "--seed", "--doc-min", "--doc-max",
        "--layers", "--recompute", "--target", "--dtype", "--device", "--json", "--dump-dir",
-       "--precision", "--export-weights", "--profile", "--overlap-optimizer"},
+       "--precision", "--export-weights", "--profile"},
       "drafter_step");
   const int64_t tokens = Flag(argc, argv, "--tokens", 8192);
   const int64_t max_anchors = Flag(argc, argv, "--anchors", 512);
@@ -186,7 +184,6 @@ int main(int argc, char** argv) {
   const std::string dump_dir = StrFlag(argc, argv, "--dump-dir");
   const std::string export_dir = StrFlag(argc, argv, "--export-weights");
   const bool profile = Flag(argc, argv, "--profile", 0) != 0;
-  const bool overlap_optimizer = Flag(argc, argv, "--overlap-optimizer", 1) != 0;
   if (tokens < 2 || max_anchors < 1 || steps < 1 || warmup < 0 || doc_min < 2 ||
       doc_max < doc_min) {
     Die("bad flags: need --tokens >= 2, --anchors >= 1, --steps >= 1, 2 <= --doc-min <= --doc-max");
@@ -231,7 +228,6 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<dflash::train::DrafterTrainer>> trainer =
       dflash::train::DrafterTrainer::Create(drafter->get(), run_options->optim, run_options->loss);
   Check(trainer.status(), "trainer");
-  (*trainer)->SetOptimizerOverlap(overlap_optimizer);
 
   // Static memory, from the parameter list: fp32 master weights, their gradients, AdamW's two
   // moments (4 + 4 + 8 bytes per element).
@@ -440,7 +436,7 @@ int main(int argc, char** argv) {
   std::snprintf(buf, sizeof(buf),
                 "{\"impl\": \"dflash%s\", \"tokens\": %lld, \"anchors\": %lld, \"documents\": %zu, "
                 "\"steps_timed\": %lld, \"ms_median\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, "
-                "\"ms_pipelined\": %.3f, \"optimizer_overlap\": %s, "
+                "\"ms_pipelined\": %.3f, "
                 "\"steps_per_s\": %.4f, \"ctx_tok_per_s\": %.1f, \"peak_bytes\": %lld, "
                 "\"param_elems\": %lld, \"train_static_bytes\": %lld, \"frozen_bytes\": %lld, "
                 "\"static_bytes\": %lld, \"beyond_bytes\": %lld, \"other_target_bytes\": %lld, "
@@ -451,13 +447,13 @@ int main(int argc, char** argv) {
                     .c_str(),
                 static_cast<long long>(tokens), static_cast<long long>(batch.anchors.size(0)),
                 pieces.size(), static_cast<long long>(steps), median, sorted.front(), sorted.back(),
-                pipelined, (*trainer)->optimizer_overlapped() ? "true" : "false", 1e3 / median,
-                static_cast<double>(tokens) * 1e3 / median, static_cast<long long>(mem.peak),
-                static_cast<long long>(param_elems), static_cast<long long>(train_static),
-                static_cast<long long>(frozen), static_cast<long long>(stat),
-                static_cast<long long>(mem.peak - stat), static_cast<long long>(other_held),
-                static_cast<long long>(forward_peak), static_cast<long long>(backward_peak),
-                setup_s, grad_norm0, losses.front(), loss_list.c_str());
+                pipelined, 1e3 / median, static_cast<double>(tokens) * 1e3 / median,
+                static_cast<long long>(mem.peak), static_cast<long long>(param_elems),
+                static_cast<long long>(train_static), static_cast<long long>(frozen),
+                static_cast<long long>(stat), static_cast<long long>(mem.peak - stat),
+                static_cast<long long>(other_held), static_cast<long long>(forward_peak),
+                static_cast<long long>(backward_peak), setup_s, grad_norm0, losses.front(),
+                loss_list.c_str());
   const std::string line = absl::StrCat(buf, profile_json, "}");
   std::printf("%s\n", line.c_str());
   if (!json_path.empty()) {

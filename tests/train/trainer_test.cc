@@ -108,22 +108,6 @@ TEST(OptimConfigTest, ErrorsNameTheField) {
             std::string::npos);
 }
 
-// The optimizer's parameter groups (the update of each may overlap the next forward's earlier
-// layers on a GPU, tests/train/trainer_gpu_test.cc), and no overlap on the CPU.
-TEST(DrafterTrainerTest, ParameterGroupsAreTheLayersAfterEverythingElse) {
-  EXPECT_EQ(drafter::DrafterModel::ParameterGroup("fc.weight"), 0);
-  EXPECT_EQ(drafter::DrafterModel::ParameterGroup("norm.weight"), 0);
-  EXPECT_EQ(drafter::DrafterModel::ParameterGroup("layers.0.mlp.up_proj.weight"), 1);
-  EXPECT_EQ(drafter::DrafterModel::ParameterGroup("layers.12.self_attn.q_proj.weight"), 13);
-  EXPECT_EQ(drafter::DrafterModel::ParameterGroup("layers.x.weight"), 0);
-  auto model = MakeModel(TinyConfig(), 3);
-  EXPECT_EQ(model->num_parameter_groups(), 3);
-  auto trainer = DrafterTrainer::Create(model.get(), Config(4), Loss());
-  ASSERT_TRUE(trainer.ok());
-  EXPECT_FALSE((*trainer)->optimizer_overlapped());
-}
-
-
 TEST(DrafterTrainerTest, LossFallsOnAFixedBatch) {
   const DrafterConfig c = TinyConfig();
   auto model = MakeModel(c, 3);

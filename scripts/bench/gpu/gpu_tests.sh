@@ -14,7 +14,6 @@ tests=(tests/integration/memory_gpu_test tests/integration/training_gpu_test
        tests/worker/worker_metrics_gpu_test tests/drafter/drafter_gpu_test tests/nn/nn_gpu_test
        tests/spec/spec_gpu_test tests/spec/sampling_gpu_test tests/kernels/dflash_attn_gpu_test tests/kernels/fused_ce_gpu_test
        tests/kernels/fp8_quant_gpu_test tests/kernels/swiglu_gpu_test
-       tests/train/trainer_gpu_test
        tests/kernels/rope_gpu_test tests/kernels/wgmma_gpu_test tests/gpu/device_probe_gpu_test
        tests/transport/feature_checksum_gpu_test tests/transport/nccl_channel_gpu_test
        tests/transport/nccl_communicator_gpu_test)
