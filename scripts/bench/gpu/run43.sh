@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Device run 43 (2026-12-07), after run 42 (docs/benchmarks.md): its failures fixed and re-run,
+# Device run 43 (2026-12-07; ran on an H100 from binaries of cdbc92a: the --overlap-optimizer flag
+# and trainer_gpu_test it uses were removed after, in 3c3b299), after run 42 (docs/benchmarks.md):
+# its failures fixed and re-run,
 # and where the fp8 step's time goes. From binaries built on the CPU machine
 # (`scripts/bench/gpu/gpu_tests.sh pack 'drafter_gpu|memory_gpu|swiglu|trainer_gpu'`;
 # carry .devdeps .gpu/t):
