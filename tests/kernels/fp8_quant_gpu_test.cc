@@ -2,8 +2,10 @@
 // (drafter::QuantizeRowsE4m3Reference / QuantizeColumnsE4m3Reference, LibTorch's operators on the
 // CPU): the same e4m3 bytes and the same scales, bit for bit, for bf16 and fp32 matrices with
 // rows of very different magnitudes, a row and a column of zeros, and sizes that are no multiple
-// of the kernels' tiles (the columns' padding to 16 rows included). Labelled gpu; skipped without
-// a CUDA device.
+// of the kernels' tiles (the columns' padding to 16 rows included), through both column paths (the
+// 16-byte one where the columns are a multiple of 8 bf16 / 4 fp32 values, e.g. 1024 x 4096, 200 x
+// 136; the element-wise one otherwise, e.g. 37 x 300 bf16, 300 x 33). Labelled gpu; skipped
+// without a CUDA device.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/equal.h>
@@ -45,8 +47,13 @@ class Fp8QuantGpu : public ::testing::Test {
 TEST_F(Fp8QuantGpu, RowsAndColumnsMatchTheCpuReferenceBitForBit) {
   at::Generator gen = at::detail::createCPUGenerator(21);
   const c10::Device cuda(c10::kCUDA, 0);
-  for (const auto& [rows, cols] :
-       {std::pair<int64_t, int64_t>{37, 300}, {1, 16}, {300, 33}, {1024, 4096}, {16, 12288}}) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 300},
+                                   {1, 16},
+                                   {300, 33},
+                                   {1024, 4096},
+                                   {16, 12288},
+                                   {200, 136},
+                                   {65, 264}}) {
     for (const c10::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
       const std::string what =
           std::to_string(rows) + " x " + std::to_string(cols) + " " + c10::toString(dtype);
