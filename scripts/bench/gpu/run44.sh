@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Device run 44 (prepared 2026-12-07 after run 43): the fp8 columns' 16-byte kernels and where the
+# fp8 step's time goes with them, then the planner against the allocator's peaks at this revision
+# (it failed at cdbc92a: the drafter +10.7% at 16384 / 1024 recompute mlp). From binaries built
+# on the CPU machine (`scripts/bench/gpu/gpu_tests.sh pack 'fp8_quant|drafter_gpu|memory_gpu'`;
+# carry .devdeps .gpu/t):
+#   1. fp8_quant_gpu_test (both column paths bit for bit against the CPU reference) and
+#      drafter_gpu_test;
+#   2. drafter_step --profile 1 at 8192 / 512 in bf16 and fp8 (the categories and the top kernels
+#      of each phase in the JSON);
+#   3. memory_gpu_test's ThePlan case (the planned and measured peaks at three geometries).
+# Everything under $OUT, packed into $OUT/run44.tgz after each stage (a call returns few files).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+real=${OUT:?set OUT to the folder the results go to}
+export OUT=/tmp/r44
+rm -rf "$OUT" && mkdir -p "$OUT/t" "$OUT/plan" "$OUT/step"
+pack() { tar -czf "$real/run44.tgz.new" -C "$OUT" . 2>/dev/null &&
+         mv "$real/run44.tgz.new" "$real/run44.tgz"; cp "$OUT/log" "$real/log"; }
+OUT="$OUT/t" timeout 90 bash scripts/bench/gpu/gpu_tests.sh run 'fp8_quant|drafter_gpu'
+cat "$OUT/t/log" >>"$OUT/log"
+set +u; source .devdeps/env.sh >/dev/null 2>&1; set -u
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
+for p in fp8 auto; do
+  timeout 100 build/scripts/bench/drafter_step --tokens 8192 --anchors 512 --steps 10 \
+    --profile 1 --precision "$p" --json "$OUT/step/$p.json" >"$OUT/step/$p.log" 2>&1
+  grep -o '"ms_median": [0-9.]*, .*"ms_pipelined": [0-9.]*\|"peak_bytes": [0-9]*' \
+    "$OUT/step/$p.json" | tr '\n' ' ' | sed "s/^/[$p] /" >>"$OUT/log"; echo >>"$OUT/log"
+done
+pack
+OUT="$OUT/plan" GTEST_FILTER='MemoryGpu.ThePlan*' timeout 200 \
+  bash scripts/bench/gpu/gpu_tests.sh run memory_gpu_test
+cat "$OUT/plan/log" >>"$OUT/log"
+grep -h "memory_gpu_test\]" "$OUT/plan/"*.log >>"$OUT/log"
+pack
