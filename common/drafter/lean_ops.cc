@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,38 @@ struct MlpProducts {
     return fp8 ? Fp8WeightGrad(dy, x, dtype).to(w.scalar_type())
                : drafter::WeightGrad(dy, x, w.scalar_type());
   }
+  // g = h gate^T and u = h up^T; in fp8 h is quantized once for both.
+  std::pair<at::Tensor, at::Tensor> GateUp(const at::Tensor& h, const at::Tensor& gate,
+                                           const at::Tensor& up) const {
+    if (!fp8) return {Forward(h, gate), Forward(h, up)};
+    const Fp8Rows hq = QuantizeRowsE4m3(h);
+    return {ScaledMatmulNT(hq, QuantizeRowsE4m3(gate), dtype),
+            ScaledMatmulNT(hq, QuantizeRowsE4m3(up), dtype)};
+  }
+  // dh = dg gate + du up: in the compute dtype the second product added by the GEMM into the
+  // first (no separate add pass); in fp8 as two products and a sum.
+  at::Tensor GateUpInputGrad(const at::Tensor& dg, const at::Tensor& gate, const at::Tensor& du,
+                             const at::Tensor& up) const {
+    if (fp8 || dg.dim() != 2) return InputGrad(dg, gate) + InputGrad(du, up);
+    at::Tensor dh = at::mm(dg, gate.to(dtype));
+    return dh.addmm_(du, up.to(dtype));
+  }
+  // gate's and up's weight gradients; in fp8 h's column quantization made once for both.
+  std::pair<at::Tensor, at::Tensor> GateUpWeightGrads(const at::Tensor& dg, const at::Tensor& du,
+                                                      const at::Tensor& h, const at::Tensor& gate,
+                                                      const at::Tensor& up, bool want_gate,
+                                                      bool want_up) const {
+    if (!fp8) {
+      return {want_gate ? WeightGrad(dg, h, gate) : at::Tensor(),
+              want_up ? WeightGrad(du, h, up) : at::Tensor()};
+    }
+    if (!want_gate && !want_up) return {};
+    const Fp8Rows hc = QuantizeColumnsE4m3(h);
+    auto one = [&](const at::Tensor& dy, const at::Tensor& w) {
+      return ScaledMatmulNT(QuantizeColumnsE4m3(dy), hc, dtype).to(w.scalar_type());
+    };
+    return {want_gate ? one(dg, gate) : at::Tensor(), want_up ? one(du, up) : at::Tensor()};
+  }
 };
 
 // silu(g) * u: on CUDA in one pass (common/kernels/swiglu), else LibTorch's two kernels.
@@ -108,8 +141,7 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
                             const at::Tensor& up, const at::Tensor& down, c10::ScalarType dtype,
                             bool recompute_projections, bool fp8) {
     const MlpProducts mm{dtype, fp8};
-    at::Tensor g = mm.Forward(h, gate);
-    at::Tensor u = mm.Forward(h, up);
+    auto [g, u] = mm.GateUp(h, gate, up);
     at::Tensor out = mm.Forward(SiluTimes(g, u), down);
     if (recompute_projections) {
       ctx->save_for_backward({h, gate, up, down});
@@ -126,8 +158,13 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
     const at::Tensor &h = saved[0], &gate = saved[1], &up = saved[2], &down = saved[3];
     const MlpProducts mm{SavedDtype(ctx), ctx->saved_data["fp8"].toBool()};
     // The same products as the forward's, so the same values.
-    at::Tensor g = saved.size() > 4 ? saved[4] : mm.Forward(h, gate);
-    at::Tensor u = saved.size() > 4 ? saved[5] : mm.Forward(h, up);
+    at::Tensor g, u;
+    if (saved.size() > 4) {
+      g = saved[4];
+      u = saved[5];
+    } else {
+      std::tie(g, u) = mm.GateUp(h, gate, up);
+    }
     const at::Tensor& dout = grads[0];
     at::Tensor dg, du;
     if (FusedSwiGluBackwardFor(g, u)) {
@@ -165,10 +202,10 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
                                            const at::Tensor& h, const at::Tensor& gate,
                                            const at::Tensor& up, const at::Tensor& dg,
                                            const at::Tensor& du, const at::Tensor& d_down) {
-    at::Tensor dh, d_gate, d_up;
-    if (ctx->needs_input_grad(0)) dh = mm.InputGrad(dg, gate) + mm.InputGrad(du, up);
-    if (ctx->needs_input_grad(1)) d_gate = mm.WeightGrad(dg, h, gate);
-    if (ctx->needs_input_grad(2)) d_up = mm.WeightGrad(du, h, up);
+    at::Tensor dh;
+    if (ctx->needs_input_grad(0)) dh = mm.GateUpInputGrad(dg, gate, du, up);
+    auto [d_gate, d_up] = mm.GateUpWeightGrads(dg, du, h, gate, up, ctx->needs_input_grad(1),
+                                               ctx->needs_input_grad(2));
     return {dh, d_gate, d_up, d_down, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

@@ -30,8 +30,10 @@ at::Tensor CastLinear(const at::Tensor& x, const at::Tensor& weight, c10::Scalar
 // two [N, I] projections for the backward (not silu(gate) or the product); with
 // `recompute_projections` only h, and the backward computes the two projections again (two of the
 // MLP's three forward GEMMs: 2 [N, I] tensors less kept, for about a third more MLP backward work).
-// With `fp8` its six GEMMs are fp8_linear.h's (the same tensors kept). On CUDA silu(g) * u and its
-// two gradients run in one pass each (common/kernels/swiglu: fp32 arithmetic, one rounding).
+// With `fp8` its six GEMMs are fp8_linear.h's (the same tensors kept), h quantized once for gate
+// and up (rows forward, columns for their weight gradients). Otherwise dh = dg gate + du up is one
+// GEMM adding into the other's output. On CUDA silu(g) * u and its two gradients run in one pass
+// each (common/kernels/swiglu: fp32 arithmetic, one rounding).
 at::Tensor SwiGluMlp(const at::Tensor& h, const at::Tensor& gate, const at::Tensor& up,
                      const at::Tensor& down, c10::ScalarType dtype,
                      bool recompute_projections = false, bool fp8 = false);
