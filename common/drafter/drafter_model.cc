@@ -562,16 +562,19 @@ at::Tensor DrafterModel::RunLayer(int64_t layer, const at::Tensor& x, const at::
   at::Tensor h = nn::RmsNorm(x, w.input_norm.to(dtype), eps);
   at::Tensor attn_delta;  // DFlash2: the attention's output-side kernel offsets
   if (config_.dflash2()) std::tie(h, attn_delta) = ConvIn(h, w.attn_conv_base, w.attn_conv_proj);
-  at::Tensor q = nn::RmsNorm(Linear(h, w.q_proj).reshape({q_rows, hq, d}), w.q_norm.to(dtype), eps);
-  q = nn::ApplyRope(q, p.q_rope);  // at the block positions
   // The same k_proj / k_norm / v_proj serve context rows and block rows, projected apart so that
-  // the backward keeps ctx (one tensor for every layer) and h, not a [T + Q, H] copy per layer.
-  auto project = [&](const at::Tensor& weight) {
-    return at::cat({Linear(ctx, weight), Linear(h, weight)}, 0).reshape({kv_rows, hkv, d});
-  };
-  at::Tensor k = nn::RmsNorm(project(w.k_proj), w.k_norm.to(dtype), eps);
+  // the backward keeps ctx (one tensor for every layer) and h, not a [T + Q, H] copy per layer;
+  // the products that share an input in one node (lean_ops.h, SharedInputLinear).
+  const std::vector<at::Tensor> of_h =
+      SharedInputLinear(h, {w.q_proj, w.k_proj, w.v_proj}, dtype, options_.fp8);
+  const std::vector<at::Tensor> of_ctx =
+      SharedInputLinear(ctx, {w.k_proj, w.v_proj}, dtype, options_.fp8);
+  at::Tensor q = nn::RmsNorm(of_h[0].reshape({q_rows, hq, d}), w.q_norm.to(dtype), eps);
+  q = nn::ApplyRope(q, p.q_rope);  // at the block positions
+  at::Tensor k = nn::RmsNorm(at::cat({of_ctx[0], of_h[1]}, 0).reshape({kv_rows, hkv, d}),
+                             w.k_norm.to(dtype), eps);
   k = nn::ApplyRope(k, p.k_rope);  // context positions, then block positions
-  at::Tensor v = project(w.v_proj);
+  at::Tensor v = at::cat({of_ctx[1], of_h[2]}, 0).reshape({kv_rows, hkv, d});
   return FinishLayer(layer, x, q, k, v, p, attn_delta);
 }
 

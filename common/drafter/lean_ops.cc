@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -66,6 +67,72 @@ struct CastLinearFunction : public torch::autograd::Function<CastLinearFunction>
     if (ctx->needs_input_grad(0)) dx = at::matmul(dy, weight.to(SavedDtype(ctx)));
     if (ctx->needs_input_grad(1)) dw = WeightGrad(dy, x, weight.scalar_type());
     return {dx, dw, at::Tensor()};
+  }
+};
+
+// x [..., In] -> [rows, In] and back: the products below work on matrices.
+at::Tensor Rows2d(const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+
+struct SharedInputLinearFunction : public torch::autograd::Function<SharedInputLinearFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
+                               c10::ScalarType dtype, bool fp8) {
+    std::vector<at::Tensor> keep = {x};
+    keep.insert(keep.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(keep);
+    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->saved_data["fp8"] = fp8;
+    variable_list out;
+    std::vector<int64_t> shape = x.sizes().vec();
+    std::optional<Fp8Rows> xq;
+    for (const at::Tensor& w : weights) {
+      shape.back() = w.size(0);
+      if (!fp8) {
+        out.push_back(at::linear(x, w.to(dtype)));
+        continue;
+      }
+      if (!xq) xq = QuantizeRowsE4m3(Rows2d(x));
+      out.push_back(ScaledMatmulNT(*xq, QuantizeRowsE4m3(w), dtype).view(shape));
+    }
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const c10::ScalarType dtype = SavedDtype(ctx);
+    const bool fp8 = ctx->saved_data["fp8"].toBool();
+    const at::Tensor x2 = Rows2d(x);
+    at::Tensor dx;  // [rows, In]
+    std::optional<Fp8Rows> xc;
+    variable_list out = {at::Tensor()};
+    for (size_t i = 0; i + 1 < saved.size(); ++i) {
+      const at::Tensor& w = saved[i + 1];
+      if (!grads[i].defined()) {
+        out.push_back(at::Tensor());
+        continue;
+      }
+      const at::Tensor dy = Rows2d(grads[i]);
+      if (ctx->needs_input_grad(0)) {
+        if (fp8) {
+          const at::Tensor p = Fp8InputGrad(dy, w, dtype);
+          dx = dx.defined() ? dx.add_(p) : p;
+        } else {
+          dx = dx.defined() ? dx.addmm_(dy, w.to(dtype)) : at::mm(dy, w.to(dtype));
+        }
+      }
+      if (!ctx->needs_input_grad(i + 1)) {
+        out.push_back(at::Tensor());
+      } else if (fp8) {
+        if (!xc) xc = QuantizeColumnsE4m3(x2);
+        out.push_back(ScaledMatmulNT(QuantizeColumnsE4m3(dy), *xc, dtype).to(w.scalar_type()));
+      } else {
+        out.push_back(WeightGrad(dy, x2, w.scalar_type()));
+      }
+    }
+    if (dx.defined()) out[0] = dx.view(x.sizes());
+    out.push_back(at::Tensor());  // dtype
+    out.push_back(at::Tensor());  // fp8
+    return out;
   }
 };
 
@@ -333,6 +400,13 @@ at::Tensor Checkpoint(const std::function<at::Tensor(const std::vector<at::Tenso
   if (!at::GradMode::is_enabled()) return fn(inputs);
   return CheckpointFunction::apply(at::TensorList(inputs), at::TensorList(weights),
                                    c10::make_intrusive<CheckpointedFn>(fn));
+}
+
+std::vector<at::Tensor> SharedInputLinear(const at::Tensor& x,
+                                          const std::vector<at::Tensor>& weights,
+                                          c10::ScalarType dtype, bool fp8) {
+  // As a TensorList: a std::vector argument would not be taken for tensors (no gradients).
+  return SharedInputLinearFunction::apply(x, at::TensorList(weights), dtype, fp8);
 }
 
 at::Tensor SwiGluMlp(const at::Tensor& h, const at::Tensor& gate, const at::Tensor& up,

@@ -26,6 +26,14 @@ namespace dflash::drafter {
 // weight's dtype).
 at::Tensor CastLinear(const at::Tensor& x, const at::Tensor& weight, c10::ScalarType dtype);
 
+// x weights[i]^T for every i, as CastLinear each (or with `fp8` as fp8_linear.h's GEMMs), in one
+// autograd node: x's gradient is the products' sum, each added by its GEMM into the previous
+// (no add passes), and in fp8 x is quantized once (rows forward, columns for the weight
+// gradients) instead of once per weight. The outputs' values are CastLinear's / Fp8Linear's.
+std::vector<at::Tensor> SharedInputLinear(const at::Tensor& x,
+                                          const std::vector<at::Tensor>& weights,
+                                          c10::ScalarType dtype, bool fp8);
+
 // down(silu(gate(h)) * up(h)): h [N, H] in `dtype`; gate, up [I, H], down [H, I]. Keeps h and the
 // two [N, I] projections for the backward (not silu(gate) or the product); with
 // `recompute_projections` only h, and the backward computes the two projections again (two of the
