@@ -7,6 +7,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/bmm.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/randint.h>
@@ -135,6 +136,46 @@ TEST(LeanOpsTest, SwiGluMlpInFp8MatchesTheFp8LinearGraph) {
                            in[3], c.dtype);
         });
   }
+}
+
+// Projections sharing their input in one node against one linear each (CastLinear's plain graph,
+// or Fp8Linear): the same outputs and gradients, the input's summed by the GEMMs; an output that
+// is not used gives its weight no gradient.
+TEST(LeanOpsTest, SharedInputLinearMatchesOneLinearPerWeight) {
+  for (const bool fp8 : {false, true}) {
+    for (const Case& c : Cases()) {
+      if (fp8 && c.dtype != at::kBFloat16) continue;  // fp8 needs a bf16 compute dtype
+      for (const std::vector<int64_t>& x_shape :
+           {std::vector<int64_t>{37, 32}, std::vector<int64_t>{3, 5, 32}}) {
+        const at::Tensor x = at::randn(x_shape).to(c.dtype);
+        const at::Tensor w0 = at::randn({48, 32}) * 0.2, w1 = at::randn({16, 32}) * 0.2,
+                         w2 = at::randn({16, 32}) * 0.2;
+        Compare(
+            std::string("SharedInputLinear ") + (fp8 ? "fp8 " : "") + c10::toString(c.dtype) +
+                " x " + std::to_string(x_shape.size()) + "-d",
+            c, {x, w0, w1, w2},
+            [&](const std::vector<at::Tensor>& in) {
+              return at::cat(SharedInputLinear(in[0], {in[1], in[2], in[3]}, c.dtype, fp8), -1);
+            },
+            [&](const std::vector<at::Tensor>& in) {
+              std::vector<at::Tensor> parts;
+              for (size_t i = 1; i < 4; ++i) {
+                parts.push_back(fp8 ? Fp8Linear(in[0], in[i], c.dtype)
+                                    : at::linear(in[0], in[i].to(c.dtype)));
+              }
+              return at::cat(parts, -1);
+            });
+      }
+    }
+  }
+  const at::Tensor x = at::randn({7, 32}).requires_grad_(true);
+  const at::Tensor w0 = (at::randn({8, 32}) * 0.2).requires_grad_(true);
+  const at::Tensor w1 = (at::randn({8, 32}) * 0.2).requires_grad_(true);
+  const std::vector<at::Tensor> out = SharedInputLinear(x, {w0, w1}, at::kFloat, false);
+  out[0].sum().backward();
+  EXPECT_TRUE(w0.grad().defined());
+  EXPECT_FALSE(w1.grad().defined()) << "an unused output's weight gets no gradient";
+  EXPECT_TRUE(x.grad().defined());
 }
 
 // DFlash2's candidate logits gathered a chunk of rows at a time (the backward gathers them again)
