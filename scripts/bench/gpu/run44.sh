@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Device run 44 (prepared 2026-12-07 after run 43): the fp8 columns' 16-byte kernels and where the
-# fp8 step's time goes with them, then the planner against the allocator's peaks at this revision
+# Device run 44 (prepared 2026-12-07 after run 43): the fp8 columns' 16-byte kernels, the shared
+# input projections (SharedInputLinear; in fp8 one quantization per shared input) and where the
+# fp8 and bf16 steps' time goes with them (against run 43's 148.5 / 145.7 ms), then the planner against the allocator's peaks at this revision
 # (it failed at cdbc92a: the drafter +10.7% at 16384 / 1024 recompute mlp). From binaries built
 # on the CPU machine (`scripts/bench/gpu/gpu_tests.sh pack 'fp8_quant|drafter_gpu|memory_gpu'`;
 # carry .devdeps .gpu/t):
