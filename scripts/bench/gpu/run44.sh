@@ -9,7 +9,11 @@
 #      drafter_gpu_test;
 #   2. drafter_step --profile 1 at 8192 / 512 in bf16 and fp8 (the categories and the top kernels
 #      of each phase in the JSON);
-#   3. memory_gpu_test's ThePlan case (the planned and measured peaks at three geometries).
+#   3. memory_gpu_test's ThePlan case (the planned and measured peaks at three geometries);
+#   4. the drafter's peaks by phase (drafter_step's forward_peak_bytes and backward_peak_bytes) at
+#      the planner test's geometries and its 65,536-token one, to compare with the plan's phases
+#      (`dflashctl plan --local` on the CPU machine): what docs/memory.md says is missing to
+#      recalibrate the drafter's plan.
 # Everything under $OUT, packed into $OUT/run44.tgz after each stage (a call returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -33,4 +37,15 @@ OUT="$OUT/plan" GTEST_FILTER='MemoryGpu.ThePlan*' timeout 200 \
   bash scripts/bench/gpu/gpu_tests.sh run memory_gpu_test
 cat "$OUT/plan/log" >>"$OUT/log"
 grep -h "memory_gpu_test\]" "$OUT/plan/"*.log >>"$OUT/log"
+pack
+mkdir -p "$OUT/phases"
+for g in "8192 512 none 5 200 2000" "16384 1024 mlp 5 200 2000" "4096 256 layers 2 200 2000" \
+         "65536 2048 none 2 65536 65536"; do
+  set -- $g
+  timeout 120 build/scripts/bench/drafter_step --tokens "$1" --anchors "$2" --recompute "$3" \
+    --layers "$4" --doc-min "$5" --doc-max "$6" --steps 3 --warmup 1 \
+    --json "$OUT/phases/$1_$3.json" >"$OUT/phases/$1_$3.log" 2>&1
+  grep -o '"peak_bytes": [0-9]*\|"forward_peak_bytes": [0-9]*\|"backward_peak_bytes": [0-9]*' \
+    "$OUT/phases/$1_$3.json" | tr '\n' ' ' | sed "s/^/[phases $g] /" >>"$OUT/log"; echo >>"$OUT/log"
+done
 pack
