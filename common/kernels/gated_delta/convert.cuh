@@ -9,28 +9,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/kernels/float_convert.cuh"
 #include "common/kernels/gated_delta/params.h"
 
 namespace dflash::kernels::gdr {
 
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) {
-  return __float2half(x);
-}
+using kernels::FromFloat;  // common/kernels/float_convert.cuh, also as gdr::
+using kernels::ToFloat;
 
 // Returns fn(std::integral_constant<int, DK>, T{}) for DK in {64, 128, 256} and T the element
 // type of `dtype`, or cudaErrorInvalidValue for another dk.

@@ -6,26 +6,13 @@
 
 #include <cstdint>
 
+#include "common/kernels/float_convert.cuh"
 #include "common/kernels/swiglu/params.h"
 
 namespace dflash::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float ToF(float v) { return v; }
-__device__ __forceinline__ float ToF(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float ToF(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T FromF(float v);
-template <>
-__device__ __forceinline__ float FromF<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __half FromF<__half>(float v) { return __float2half(v); }
 
 // `kVec` elements at once: one 16-byte access for 2-byte types with kVec = 8.
 template <typename T, int kVec>
@@ -41,9 +28,9 @@ __device__ __forceinline__ void Forward(const T* __restrict__ g, const T* __rest
   Pack<T, kVec> ov;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    const float x = ToF(gv.v[k]);
+    const float x = ToFloat(gv.v[k]);
     const float s = x / (1.0f + __expf(-x));
-    ov.v[k] = FromF<T>(s * ToF(uv.v[k]));
+    ov.v[k] = FromFloat<T>(s * ToFloat(uv.v[k]));
   }
   *reinterpret_cast<Pack<T, kVec>*>(out + i) = ov;
 }
@@ -59,10 +46,10 @@ __device__ __forceinline__ void Backward(const T* da, const T* __restrict__ g,
   Pack<T, kVec> gout, uout;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    const float x = ToF(gv.v[k]), a = ToF(av.v[k]);
+    const float x = ToFloat(gv.v[k]), a = ToFloat(av.v[k]);
     const float sigma = 1.0f / (1.0f + __expf(-x));
-    uout.v[k] = FromF<T>(a * x * sigma);
-    gout.v[k] = FromF<T>(a * ToF(uv.v[k]) * sigma * (1.0f + x * (1.0f - sigma)));
+    uout.v[k] = FromFloat<T>(a * x * sigma);
+    gout.v[k] = FromFloat<T>(a * ToFloat(uv.v[k]) * sigma * (1.0f + x * (1.0f - sigma)));
   }
   *reinterpret_cast<Pack<T, kVec>*>(du + i) = uout;
   *reinterpret_cast<Pack<T, kVec>*>(dg + i) = gout;
