@@ -70,8 +70,66 @@ struct CastLinearFunction : public torch::autograd::Function<CastLinearFunction>
   }
 };
 
-// x [..., In] -> [rows, In] and back: the products below work on matrices.
+// x [..., In] -> [rows, In]: the products below work on matrices.
 at::Tensor Rows2d(const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+
+// x W_i^T for every weight, as CastLinear's forward (or with fp8 the e4m3 GEMMs, x quantized once
+// for all of them), each shaped as x with its last dimension W_i's rows.
+std::vector<at::Tensor> SharedProducts(const at::Tensor& x, at::TensorList weights,
+                                       c10::ScalarType dtype, bool fp8) {
+  std::vector<at::Tensor> out;
+  std::vector<int64_t> shape = x.sizes().vec();
+  std::optional<Fp8Rows> xq;
+  for (const at::Tensor& w : weights) {
+    shape.back() = w.size(0);
+    if (!fp8) {
+      out.push_back(at::linear(x, w.to(dtype)));
+      continue;
+    }
+    if (!xq) xq = QuantizeRowsE4m3(Rows2d(x));
+    out.push_back(ScaledMatmulNT(*xq, QuantizeRowsE4m3(w), dtype).view(shape));
+  }
+  return out;
+}
+
+// The gradients of SharedProducts given each product's gradient dys[i] (undefined: none): x's
+// (when want_dx), their sum added by each GEMM into the previous one's output (fp8: summed), and
+// weight i's (when want_dw[i] and dys[i] is defined), in the weight's dtype; in fp8 x's column
+// quantization made once for all of them.
+struct SharedGrads {
+  at::Tensor dx;
+  std::vector<at::Tensor> dw;
+};
+SharedGrads SharedProductGrads(const at::Tensor& x, at::TensorList weights,
+                               const std::vector<at::Tensor>& dys, c10::ScalarType dtype, bool fp8,
+                               bool want_dx, const std::vector<bool>& want_dw) {
+  const at::Tensor x2 = Rows2d(x);
+  SharedGrads g;
+  std::optional<Fp8Rows> xc;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const at::Tensor& w = weights[i];
+    g.dw.emplace_back();
+    if (!dys[i].defined()) continue;
+    const at::Tensor dy = Rows2d(dys[i]);
+    if (want_dx) {
+      if (fp8) {
+        const at::Tensor p = Fp8InputGrad(dy, w, dtype);
+        g.dx = g.dx.defined() ? g.dx.add_(p) : p;
+      } else {
+        g.dx = g.dx.defined() ? g.dx.addmm_(dy, w.to(dtype)) : at::mm(dy, w.to(dtype));
+      }
+    }
+    if (!want_dw[i]) continue;
+    if (fp8) {
+      if (!xc) xc = QuantizeColumnsE4m3(x2);
+      g.dw.back() = ScaledMatmulNT(QuantizeColumnsE4m3(dy), *xc, dtype).to(w.scalar_type());
+    } else {
+      g.dw.back() = WeightGrad(dy, x2, w.scalar_type());
+    }
+  }
+  if (g.dx.defined()) g.dx = g.dx.view(x.sizes());
+  return g;
+}
 
 struct SharedInputLinearFunction : public torch::autograd::Function<SharedInputLinearFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
@@ -82,55 +140,19 @@ struct SharedInputLinearFunction : public torch::autograd::Function<SharedInputL
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["fp8"] = fp8;
     ctx->set_materialize_grads(false);  // an unused output: no zeros, no products for it
-    variable_list out;
-    std::vector<int64_t> shape = x.sizes().vec();
-    std::optional<Fp8Rows> xq;
-    for (const at::Tensor& w : weights) {
-      shape.back() = w.size(0);
-      if (!fp8) {
-        out.push_back(at::linear(x, w.to(dtype)));
-        continue;
-      }
-      if (!xq) xq = QuantizeRowsE4m3(Rows2d(x));
-      out.push_back(ScaledMatmulNT(*xq, QuantizeRowsE4m3(w), dtype).view(shape));
-    }
-    return out;
+    return SharedProducts(x, weights, dtype, fp8);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const c10::ScalarType dtype = SavedDtype(ctx);
-    const bool fp8 = ctx->saved_data["fp8"].toBool();
-    const at::Tensor x2 = Rows2d(x);
-    at::Tensor dx;  // [rows, In]
-    std::optional<Fp8Rows> xc;
-    variable_list out = {at::Tensor()};
-    for (size_t i = 0; i + 1 < saved.size(); ++i) {
-      const at::Tensor& w = saved[i + 1];
-      if (!grads[i].defined()) {
-        out.push_back(at::Tensor());
-        continue;
-      }
-      const at::Tensor dy = Rows2d(grads[i]);
-      if (ctx->needs_input_grad(0)) {
-        if (fp8) {
-          const at::Tensor p = Fp8InputGrad(dy, w, dtype);
-          dx = dx.defined() ? dx.add_(p) : p;
-        } else {
-          dx = dx.defined() ? dx.addmm_(dy, w.to(dtype)) : at::mm(dy, w.to(dtype));
-        }
-      }
-      if (!ctx->needs_input_grad(i + 1)) {
-        out.push_back(at::Tensor());
-      } else if (fp8) {
-        if (!xc) xc = QuantizeColumnsE4m3(x2);
-        out.push_back(ScaledMatmulNT(QuantizeColumnsE4m3(dy), *xc, dtype).to(w.scalar_type()));
-      } else {
-        out.push_back(WeightGrad(dy, x2, w.scalar_type()));
-      }
-    }
-    if (dx.defined()) out[0] = dx.view(x.sizes());
+    const at::TensorList weights = at::TensorList(saved).slice(1);
+    std::vector<bool> want_dw;
+    for (size_t i = 0; i < weights.size(); ++i) want_dw.push_back(ctx->needs_input_grad(i + 1));
+    SharedGrads g =
+        SharedProductGrads(saved[0], weights, grads, SavedDtype(ctx),
+                           ctx->saved_data["fp8"].toBool(), ctx->needs_input_grad(0), want_dw);
+    variable_list out = {g.dx};
+    out.insert(out.end(), g.dw.begin(), g.dw.end());
     out.push_back(at::Tensor());  // dtype
     out.push_back(at::Tensor());  // fp8
     return out;
@@ -151,38 +173,6 @@ struct MlpProducts {
   at::Tensor WeightGrad(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w) const {
     return fp8 ? Fp8WeightGrad(dy, x, dtype).to(w.scalar_type())
                : drafter::WeightGrad(dy, x, w.scalar_type());
-  }
-  // g = h gate^T and u = h up^T; in fp8 h is quantized once for both.
-  std::pair<at::Tensor, at::Tensor> GateUp(const at::Tensor& h, const at::Tensor& gate,
-                                           const at::Tensor& up) const {
-    if (!fp8) return {Forward(h, gate), Forward(h, up)};
-    const Fp8Rows hq = QuantizeRowsE4m3(h);
-    return {ScaledMatmulNT(hq, QuantizeRowsE4m3(gate), dtype),
-            ScaledMatmulNT(hq, QuantizeRowsE4m3(up), dtype)};
-  }
-  // dh = dg gate + du up: in the compute dtype the second product added by the GEMM into the
-  // first (no separate add pass); in fp8 as two products and a sum.
-  at::Tensor GateUpInputGrad(const at::Tensor& dg, const at::Tensor& gate, const at::Tensor& du,
-                             const at::Tensor& up) const {
-    if (fp8 || dg.dim() != 2) return InputGrad(dg, gate) + InputGrad(du, up);
-    at::Tensor dh = at::mm(dg, gate.to(dtype));
-    return dh.addmm_(du, up.to(dtype));
-  }
-  // gate's and up's weight gradients; in fp8 h's column quantization made once for both.
-  std::pair<at::Tensor, at::Tensor> GateUpWeightGrads(const at::Tensor& dg, const at::Tensor& du,
-                                                      const at::Tensor& h, const at::Tensor& gate,
-                                                      const at::Tensor& up, bool want_gate,
-                                                      bool want_up) const {
-    if (!fp8) {
-      return {want_gate ? WeightGrad(dg, h, gate) : at::Tensor(),
-              want_up ? WeightGrad(du, h, up) : at::Tensor()};
-    }
-    if (!want_gate && !want_up) return {};
-    const Fp8Rows hc = QuantizeColumnsE4m3(h);
-    auto one = [&](const at::Tensor& dy, const at::Tensor& w) {
-      return ScaledMatmulNT(QuantizeColumnsE4m3(dy), hc, dtype).to(w.scalar_type());
-    };
-    return {want_gate ? one(dg, gate) : at::Tensor(), want_up ? one(du, up) : at::Tensor()};
   }
 };
 
@@ -209,7 +199,8 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
                             const at::Tensor& up, const at::Tensor& down, c10::ScalarType dtype,
                             bool recompute_projections, bool fp8) {
     const MlpProducts mm{dtype, fp8};
-    auto [g, u] = mm.GateUp(h, gate, up);
+    const std::vector<at::Tensor> gu = SharedProducts(h, {gate, up}, dtype, fp8);
+    const at::Tensor &g = gu[0], &u = gu[1];
     at::Tensor out = mm.Forward(SiluTimes(g, u), down);
     if (recompute_projections) {
       ctx->save_for_backward({h, gate, up, down});
@@ -231,7 +222,9 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
       g = saved[4];
       u = saved[5];
     } else {
-      std::tie(g, u) = mm.GateUp(h, gate, up);
+      std::vector<at::Tensor> gu = SharedProducts(h, {gate, up}, mm.dtype, mm.fp8);
+      g = std::move(gu[0]);
+      u = std::move(gu[1]);
     }
     const at::Tensor& dout = grads[0];
     at::Tensor dg, du;
@@ -265,16 +258,15 @@ struct SwiGluMlpFunction : public torch::autograd::Function<SwiGluMlpFunction> {
     return InputAndWeightGrads(ctx, mm, h, gate, up, dg, du, d_down);
   }
 
-  // The projections' gradients from those of g = h gate^T and u = h up^T.
+  // The projections' gradients from those of g = h gate^T and u = h up^T (SharedProductGrads).
   static variable_list InputAndWeightGrads(AutogradContext* ctx, const MlpProducts& mm,
                                            const at::Tensor& h, const at::Tensor& gate,
                                            const at::Tensor& up, const at::Tensor& dg,
                                            const at::Tensor& du, const at::Tensor& d_down) {
-    at::Tensor dh;
-    if (ctx->needs_input_grad(0)) dh = mm.GateUpInputGrad(dg, gate, du, up);
-    auto [d_gate, d_up] = mm.GateUpWeightGrads(dg, du, h, gate, up, ctx->needs_input_grad(1),
-                                               ctx->needs_input_grad(2));
-    return {dh, d_gate, d_up, d_down, at::Tensor(), at::Tensor(), at::Tensor()};
+    SharedGrads g =
+        SharedProductGrads(h, {gate, up}, {dg, du}, mm.dtype, mm.fp8, ctx->needs_input_grad(0),
+                           {ctx->needs_input_grad(1), ctx->needs_input_grad(2)});
+    return {g.dx, g.dw[0], g.dw[1], d_down, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
