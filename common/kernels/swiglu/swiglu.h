@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <utility>
+
 namespace dflash::kernels {
 
 // Whether the fused kernels take these: g and u of one shape, dtype (fp32, bf16, fp16) and CUDA
