@@ -210,6 +210,190 @@ struct Unit {
   }
 };
 
+// The drafter worker (common/drafter, common/train/trainer.cc), from what the code keeps and when
+// (docs/memory.md, "The drafter's phases"): fp32 master weights and AdamW's two moments; the
+// target's lm_head, frozen (an untied embed_tokens stays in host memory); one weight's compute
+// cast at a time (common/drafter/lean_ops.h casts per product, forward and backward); per layer
+// the query rows' saved activations (x, h, q before and after norm + RoPE, k and v, the
+// attention's output, y, the MLP's input, gate and up) and the context rows' keys (before and
+// after norm + RoPE) and values; outside the layers fc's output and ctx over the context rows,
+// and four [Q, H] rows tensors (the last layer's output, the final norm's output that the trainer
+// holds, the supervised rows and the fused loss's gradient, kept to the end of the backward).
+// Phases: the end of the forward (inside the loss: one chunk of logits), the backward of the
+// last layer's MLP (every activation still kept, the MLP's intermediates and its weights'
+// gradients), the backward of layer 0's MLP and attention (every later layer's gradients, layer
+// 0's activations), and the end of the backward (every gradient, fc's included).
+void PlanDrafter(const config::RunSpec& spec, const model::TransformerConfig& target,
+                 const Shape& s, int64_t k, int64_t features,
+                 const transport::FeatureBuffers& buffers, const std::string& name,
+                 WorkerPlan* out) {
+  WorkerPlan& dw = *out;
+  dw.role = "drafter";
+  const int64_t db = DtypeBytes(spec.target.dtype);
+  const int64_t t = spec.batching.token_budget;
+  const int64_t q_rows = spec.batching.max_anchors * spec.drafter.block_size;
+  const int64_t ld = spec.drafter.layers;
+  // DFlash2 (docs/method.md §2.2): per layer two convolutions (base [2, Kc, H] and the kernel
+  // projection [2 Kc G, H]), and the selector's codebooks [V, R] and projection [R, H].
+  const bool dflash2 = spec.drafter.kind == "dflash2";
+  const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
+  const int64_t conv_k = two.conv_kernel_size;
+  const int64_t groups = s.h / std::max<int64_t>(1, two.conv_group_size);
+  const int64_t rank = two.selector_rank;
+  const int64_t top_k = two.selector_top_k;
+  const int64_t dflash2_params = dflash2 ? ld * 2 * (2 * conv_k * s.h + 2 * conv_k * groups * s.h) +
+                                               2 * s.vocab * rank + rank * s.h
+                                         : 0;
+  const int64_t layer_params = LayerParams(s, /*qk_norm=*/true, false, false);
+  const int64_t fc_params = k * s.h * s.h + s.h;  // fc and hidden_norm
+  const int64_t drafter_params = ld * layer_params + fc_params + s.h + dflash2_params;
+  const int64_t mlp_params = 3 * s.h * s.inter;
+  const size_t master =
+      Add(&dw, "master weights",
+          absl::StrCat("fp32, ", drafter_params, " parameters (", ld, " layers + fc)"),
+          drafter_params * 4);
+  const size_t adam = Add(&dw, "AdamW state", "fp32 exp_avg + exp_avg_sq", drafter_params * 8);
+  const size_t frozen =
+      Add(&dw, "frozen lm_head",
+          absl::StrCat(spec.target.dtype, ", the target's",
+                       s.tied ? " (tied to embed_tokens)" : "; embed_tokens stays in host memory"),
+          s.vocab * s.h * db);
+  const size_t casts = Add(&dw, "compute casts of the weights",
+                           db < 4 ? absl::StrCat(spec.target.dtype, ", one weight at a time")
+                                  : std::string("none (fp32 compute)"),
+                           db < 4 ? s.h * std::max(s.inter, s.q) * db : 0);
+  const size_t feats = Add(&dw, "features",
+                           buffers.drafter_device_copies > 0
+                               ? absl::StrCat(t, " x ", k * s.h, ", copied to the device")
+                               : absl::StrCat("none: read in place (", name, ")"),
+                           buffers.drafter_device_copies * features);
+  const int64_t mlp_row = 2 * s.inter * db;  // gate and up
+  const int64_t row = (4 * s.h + 3 * s.q + 3 * s.kv) * db + mlp_row;
+  const int64_t ctx = 3 * s.kv * db;
+  const int64_t layer_acts = q_rows * row + t * ctx;
+  const int64_t rows_h = q_rows * s.h * db;  // one [Q, H] tensor
+  const int64_t ctx_h = t * s.h * db;        // one [T, H] tensor
+  // fc's output and ctx; the last layer's output, the final norm's, the supervised rows and the
+  // loss's gradient (in the backward: the incoming gradient and the MLP's input gradient instead
+  // of the first and the third).
+  const int64_t outside = 2 * ctx_h + 4 * rows_h;
+  // drafter.recompute (DrafterOptions::recompute): what the backward computes again.
+  const std::string& recompute = spec.drafter.recompute;
+  int64_t kept = ld * layer_acts;
+  std::string what = absl::StrCat(ld, " layers x (", q_rows, " query rows + ", t, " context rows)");
+  if (recompute == "mlp") {
+    kept = ld * (layer_acts - q_rows * mlp_row);
+    what += " less gate and up";
+  } else if (recompute == "layers") {
+    kept = ld * rows_h;
+    what = absl::StrCat(ld, " layer inputs (", q_rows, " rows)");
+  }
+  // Sliding-attention layers whose window is below the block size run the reference attention
+  // (the fused kernels take the others, as they take full layers: docs/method.md §2.1): dense
+  // per-block scores, whose probabilities the backward keeps (the compute dtype's and softmax's
+  // fp32 output), for every such layer (one at a time with recompute: layers).
+  absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
+  const bool narrow_window =
+      sliding.ok() && sliding->window > 0 && sliding->window < spec.drafter.block_size;
+  const int64_t n_sliding =
+      sliding.ok() && narrow_window ? static_cast<int64_t>(sliding->layers.size()) : 0;
+  const int64_t dense_layer =
+      q_rows * target.num_attention_heads * (t + spec.drafter.block_size) * (db + 4);
+  if (n_sliding > 0 && recompute != "layers") {
+    kept += n_sliding * dense_layer;
+    what += absl::StrCat("; ", n_sliding, " sliding layer(s) x dense attention probabilities (",
+                         q_rows, " x ", target.num_attention_heads, " heads x ",
+                         t + spec.drafter.block_size, ")");
+  }
+  const size_t acts = Add(&dw, "activations",
+                          absl::StrCat(what, "; fc's output and ctx (", t, " rows), 4 x [", q_rows,
+                                       ", ", s.h, "] around the loss"),
+                          kept + outside);
+  const int64_t logits_bytes = db;  // the fused loss's logits are in lm_head's dtype
+  const size_t chunk =
+      Add(&dw, "loss chunk",
+          absl::StrCat(spec.target.dtype, " logits, ", kLossChunkRows, " rows x ", s.vocab),
+          kLossChunkRows * s.vocab * logits_bytes);
+  // DFlash2's selector loss keeps, for the backward, each query row's fp32 scores and successor
+  // codes; the K lm_head rows of a row are gathered a chunk of rows at a time (GatheredRowLogits),
+  // again in the backward.
+  const size_t selector =
+      Add(&dw, "selector loss",
+          dflash2 ? absl::StrCat(q_rows, " rows x ", top_k, " candidates x ", rank + 2,
+                                 " (fp32 codes and scores) + ", kLossChunkRows, " rows x ", top_k,
+                                 " x ", s.h, " (one chunk of lm_head rows)")
+                  : std::string("none (drafter.kind dflash)"),
+          dflash2 ? q_rows * top_k * (rank + 2) * 4 + kLossChunkRows * top_k * s.h * db : 0);
+  AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk, selector});
+  const bool layers = recompute == "layers";
+  // What the last layer's backward computes again: with recompute: layers the whole layer under
+  // its checkpoint (its activations and its output, the root of the inner backward), with
+  // recompute: mlp gate and up.
+  int64_t again = 0;
+  std::string again_what = "none (drafter.recompute none)";
+  if (layers) {
+    again = layer_acts + rows_h + (n_sliding > 0 ? dense_layer : 0);
+    again_what = absl::StrCat(q_rows, " query rows + ", t, " context rows, and the output");
+  } else if (recompute == "mlp") {
+    again = q_rows * mlp_row;
+    again_what = absl::StrCat("gate and up, [", q_rows, ", ", s.inter, "] each");
+  }
+  const size_t recomputed = Add(&dw, "recomputed in the last layer", again_what, again);
+  // With recompute: layers the end of the forward is not the forward's peak: each layer runs
+  // whole under its checkpoint and drops its activations after, so the last one's are alive
+  // beside every layer's kept input. Never the worker's peak (the backward adds the gradients to
+  // it), but the memory a forward needs.
+  if (layers) {
+    AddPhase(&dw, "during the forward", {master, adam, frozen, casts, feats, acts, recomputed});
+  }
+  // SwiGluMlp's backward (lean_ops.cc): the product's gradient and up's, beside gate and up
+  // (kept or recomputed); and the MLP weights' fp32 gradients.
+  const size_t mlp_bwd =
+      Add(&dw, "MLP backward intermediates", absl::StrCat("2 x [", q_rows, ", ", s.inter, "]"),
+          2 * q_rows * s.inter * db);
+  const size_t mlp_grads = Add(&dw, "gradients of one MLP",
+                               absl::StrCat("fp32, ", mlp_params, " parameters"), mlp_params * 4);
+  AddPhase(&dw, "last layer's MLP backward",
+           {master, adam, frozen, casts, feats, acts, selector, recomputed, mlp_bwd, mlp_grads});
+  // Layer 0's backward: every later layer's gradients and its own MLP's; its activations (kept,
+  // or recomputed), the rows around the loss and the context rows' accumulated gradient.
+  const int64_t before_fc = drafter_params - fc_params - (layer_params - mlp_params);
+  const size_t later_grads =
+      Add(&dw, "gradients before layer 0's attn",
+          absl::StrCat("fp32, ", before_fc, " parameters (all but fc and layer 0's attention)"),
+          before_fc * 4);
+  const size_t last_layer =
+      Add(&dw, "backward: layer 0's activations",
+          absl::StrCat(q_rows, " query rows + ", t, " context rows", layers ? ", recomputed" : "",
+                       "; fc's output, ctx and its gradient; 4 x [", q_rows, ", ", s.h, "]"),
+          layer_acts + (n_sliding > 0 ? dense_layer : 0) + outside + ctx_h);
+  AddPhase(&dw, "layer 0's MLP backward",
+           {master, adam, frozen, casts, feats, selector, later_grads, last_layer, mlp_bwd});
+  // The fused attention's backward (common/kernels/dflash_attn) beside a layer's activations: dQ
+  // accumulated in fp32 and written in the compute dtype, zeroed dK and dV over the context and
+  // block rows, the contiguous dO, and the rows' delta.
+  const int64_t attn_bwd = q_rows * s.q * (4 + 2 * db) + 2 * (t + q_rows) * s.kv * db +
+                           q_rows * target.num_attention_heads * 4;
+  const size_t attn_scratch =
+      Add(&dw, "attention backward scratch",
+          absl::StrCat("fp32 dQ of ", q_rows, " rows, dQ, dO, dK and dV of ", t + q_rows, " rows"),
+          attn_bwd);
+  AddPhase(&dw, "layer 0's attention backward",
+           {master, adam, frozen, casts, feats, selector, later_grads, last_layer, attn_scratch});
+  // fc's weight gradient last: every gradient, fc's output and ctx with their gradients, the
+  // final norm's output and the loss's gradient.
+  const size_t grads = Add(&dw, "gradients", "fp32", drafter_params * 4);
+  const size_t tail = Add(&dw, "fc's rows and their gradients",
+                          absl::StrCat("fc's output, ctx and their gradients (", t, " rows); 2 x [",
+                                       q_rows, ", ", s.h, "]"),
+                          4 * ctx_h + 2 * rows_h);
+  AddPhase(&dw, "end of the backward", {master, adam, frozen, casts, feats, grads, tail});
+  Finish(&dw, {acts, last_layer, recomputed, mlp_bwd, attn_scratch, feats},
+         buffers.drafter_receive_buffers * features,
+         absl::StrCat(name, ": ", buffers.drafter_receive_buffers, " receive buffers of ", t, " x ",
+                      k * s.h, " features"));
+}
+
 }  // namespace
 
 absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::TransformerConfig& target,
@@ -230,7 +414,6 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   const int64_t run_layers =
       evaluates ? target.num_hidden_layers : 1 + *std::max_element(ids->begin(), ids->end());
   const int64_t t = plan.token_budget;
-  const int64_t q_rows = plan.max_anchors * spec.drafter.block_size;
   const int64_t features = t * k * s.h * db;
   const int64_t embed = s.vocab * s.h * (s.tied ? 1 : 2);  // embed_tokens (+ lm_head)
 
@@ -296,129 +479,8 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   }
   Finish(&tw, {forward}, slots, slots_what);
 
-  // Drafter worker (common/drafter, common/train/trainer.cc): fp32 master weights, gradients and
-  // AdamW's two moments; the target's lm_head, frozen (an untied embed_tokens stays in host
-  // memory); the compute casts of the weights, made per product and again in the backward
-  // (common/drafter/lean_ops.h), so one layer's MLP weights at most; per layer the query rows'
-  // (anchors x block) saved activations (x, h, q before and after norm + RoPE, the attention
-  // output, y, the MLP input, gate and up) and the context rows' keys (before and after norm +
-  // RoPE) and values. Gradients exist from the backward to the optimizer step: the peak is the
-  // end of the forward (all kept activations, no gradients) or the end of the backward (all
-  // gradients and the activations of layer 0, the last one back-propagated; with
-  // drafter.recompute: layers that one layer's activations are recomputed there, beside every
-  // layer's kept input).
-  WorkerPlan& dw = plan.drafter;
-  dw.role = "drafter";
-  const int64_t ld = spec.drafter.layers;
-  // DFlash2 (docs/method.md §2.2): per layer two convolutions (base [2, Kc, H] and the kernel
-  // projection [2 Kc G, H]), and the selector's codebooks [V, R] and projection [R, H].
-  const bool dflash2 = spec.drafter.kind == "dflash2";
-  const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
-  const int64_t conv_k = two.conv_kernel_size;
-  const int64_t groups = s.h / std::max<int64_t>(1, two.conv_group_size);
-  const int64_t rank = two.selector_rank;
-  const int64_t top_k = two.selector_top_k;
-  const int64_t dflash2_params = dflash2 ? ld * 2 * (2 * conv_k * s.h + 2 * conv_k * groups * s.h) +
-                                               2 * s.vocab * rank + rank * s.h
-                                         : 0;
-  const int64_t drafter_params = ld * LayerParams(s, /*qk_norm=*/true, false, false) +
-                                 k * s.h * s.h + 2 * s.h + dflash2_params;
-  const size_t master =
-      Add(&dw, "master weights",
-          absl::StrCat("fp32, ", drafter_params, " parameters (", ld, " layers + fc)"),
-          drafter_params * 4);
-  const size_t adam = Add(&dw, "AdamW state", "fp32 exp_avg + exp_avg_sq", drafter_params * 8);
-  const size_t grads = Add(&dw, "gradients", "fp32", drafter_params * 4);
-  const size_t frozen =
-      Add(&dw, "frozen lm_head",
-          absl::StrCat(spec.target.dtype, ", the target's",
-                       s.tied ? " (tied to embed_tokens)" : "; embed_tokens stays in host memory"),
-          s.vocab * s.h * db);
-  const size_t casts = Add(&dw, "compute casts of the weights",
-                           db < 4 ? absl::StrCat(spec.target.dtype, ", one layer's MLP at a time")
-                                  : std::string("none (fp32 compute)"),
-                           db < 4 ? 3 * s.h * s.inter * db : 0);
-  const size_t feats = Add(&dw, "features",
-                           buffers.drafter_device_copies > 0
-                               ? absl::StrCat(t, " x ", k * s.h, ", copied to the device")
-                               : absl::StrCat("none: read in place (", name, ")"),
-                           buffers.drafter_device_copies * features);
-  const int64_t mlp_row = 2 * s.inter * db;  // gate and up
-  const int64_t row = (4 * s.h + 3 * s.q + 3 * s.kv) * db + mlp_row + 2 * s.h * 4;
-  const int64_t ctx = 3 * s.kv * db;
-  const int64_t layer_acts = q_rows * row + t * ctx;
-  // drafter.recompute (DrafterOptions::recompute): what the backward computes again.
-  int64_t kept = ld * layer_acts;
-  std::string what = absl::StrCat(ld, " layers x (", q_rows, " query rows + ", t, " context rows)");
-  if (spec.drafter.recompute == "mlp") {
-    kept = ld * (layer_acts - q_rows * mlp_row) + q_rows * mlp_row;
-    what += ", gate and up of one layer at a time";
-  } else if (spec.drafter.recompute == "layers") {
-    kept = ld * q_rows * s.h * db;
-    what = absl::StrCat(ld, " layer inputs (", q_rows, " rows)");
-  }
-  const int64_t outside = 2 * t * s.h * db + 2 * q_rows * s.h * db;  // fc output, final norm
-  // Sliding-attention layers whose window is below the block size run the reference attention
-  // (the fused kernels take the others, as they take full layers: docs/method.md §2.1): dense
-  // per-block scores, whose probabilities the backward keeps (the compute dtype's and softmax's
-  // fp32 output), for every such layer (one at a time with recompute: layers).
-  absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
-  const bool narrow_window =
-      sliding.ok() && sliding->window > 0 && sliding->window < spec.drafter.block_size;
-  const int64_t n_sliding =
-      sliding.ok() && narrow_window ? static_cast<int64_t>(sliding->layers.size()) : 0;
-  const int64_t dense_layer =
-      q_rows * target.num_attention_heads * (t + spec.drafter.block_size) * (db + 4);
-  const int64_t dense_kept = spec.drafter.recompute == "layers" ? 0 : n_sliding * dense_layer;
-  if (n_sliding > 0) {
-    kept += dense_kept;
-    what += absl::StrCat("; ", n_sliding, " sliding layer(s) x dense attention probabilities (",
-                         q_rows, " x ", target.num_attention_heads, " heads x ",
-                         t + spec.drafter.block_size, ")");
-  }
-  const size_t acts = Add(&dw, "activations", what, kept + outside);
-  const bool inputs_kept = spec.drafter.recompute == "layers";
-  const size_t last_layer =
-      Add(&dw, "backward: layer 0's activations",
-          absl::StrCat(q_rows, " query rows + ", t, " context rows",
-                       inputs_kept ? absl::StrCat(", recomputed; and ", ld, " layer inputs") : ""),
-          layer_acts + (inputs_kept ? ld * q_rows * s.h * db : 0) + outside +
-              (n_sliding > 0 ? dense_layer : 0));
-  const size_t chunk =
-      Add(&dw, "loss chunk", absl::StrCat("fp32 logits, ", kLossChunkRows, " rows x ", s.vocab),
-          kLossChunkRows * s.vocab * 4);
-  // DFlash2's selector loss keeps, for the backward, each query row's fp32 scores and successor
-  // codes; the K lm_head rows of a row are gathered a chunk of rows at a time (GatheredRowLogits),
-  // again in the backward.
-  const size_t selector =
-      Add(&dw, "selector loss",
-          dflash2 ? absl::StrCat(q_rows, " rows x ", top_k, " candidates x ", rank + 2,
-                                 " (fp32 codes and scores) + ", kLossChunkRows, " rows x ", top_k,
-                                 " x ", s.h, " (one chunk of lm_head rows)")
-                  : std::string("none (drafter.kind dflash)"),
-          dflash2 ? q_rows * top_k * (rank + 2) * 4 + kLossChunkRows * top_k * s.h * db : 0);
-  AddPhase(&dw, "end of the forward", {master, adam, frozen, casts, feats, acts, chunk, selector});
-  // With recompute: layers the end of the forward is not the forward's peak: each layer runs
-  // whole under its checkpoint and drops its activations after, so the last one's are alive
-  // beside every layer's kept input (the term the backward's recomputation uses). Never the
-  // worker's peak (the backward adds the gradients to it), but the memory a forward needs.
-  if (inputs_kept) {
-    AddPhase(&dw, "during the forward", {master, adam, frozen, casts, feats, last_layer});
-  }
-  // The fused attention's backward (common/kernels/dflash_attn) beside a layer's recomputed
-  // activations: dQ accumulated in fp32 and written in the compute dtype, zeroed dK and dV over
-  // the context and block rows, the contiguous dO, and the rows' delta.
-  const int64_t attn_bwd = q_rows * s.q * (4 + 2 * db) + 2 * (t + q_rows) * s.kv * db +
-                           q_rows * target.num_attention_heads * 4;
-  const size_t attn_scratch =
-      Add(&dw, "attention backward scratch",
-          absl::StrCat("fp32 dQ of ", q_rows, " rows, dQ, dO, dK and dV of ", t + q_rows, " rows"),
-          attn_bwd);
-  AddPhase(&dw, "end of the backward",
-           {master, adam, grads, frozen, casts, feats, last_layer, attn_scratch});
-  Finish(&dw, {acts, last_layer, feats}, buffers.drafter_receive_buffers * features,
-         absl::StrCat(name, ": ", buffers.drafter_receive_buffers, " receive buffers of ", t, " x ",
-                      k * s.h, " features"));
+  // Drafter worker: PlanDrafter below.
+  PlanDrafter(spec, target, s, k, features, buffers, name, &plan.drafter);
   return plan;
 }
 
@@ -438,9 +500,10 @@ absl::Status CheckFits(const config::RunSpec& spec, const model::TransformerConf
   // A drafter's activations, whether kept (the end of the forward) or recomputed beside the
   // gradients (the end of the backward, recompute: layers), and the attention's backward scratch
   // all grow with the query rows, i.e. the anchors.
-  const bool query_rows = dom.name == "activations" ||
-                          dom.name == "backward: layer 0's activations" ||
-                          dom.name == "attention backward scratch";
+  const bool query_rows =
+      dom.name == "activations" || dom.name == "backward: layer 0's activations" ||
+      dom.name == "recomputed in the last layer" || dom.name == "MLP backward intermediates" ||
+      dom.name == "attention backward scratch";
   if (query_rows && role == "drafter") {
     field = "batching.max_anchors";
     member = &config::BatchingSpec::max_anchors;
@@ -555,18 +618,18 @@ std::string PlanTable(const RunPlan& plan, int64_t target_capacity, int64_t draf
       const bool at_peak =
           std::find(w->phases[w->peak_phase].terms.begin(), w->phases[w->peak_phase].terms.end(),
                     i) != w->phases[w->peak_phase].terms.end();
-      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s %s %s\n", t.name, u(t.bytes),
+      absl::StrAppend(&out, absl::StrFormat("  %-36s %8s %s %s\n", t.name, u(t.bytes),
                                             at_peak ? "*" : " ", t.what));
     }
     for (const Phase& p : w->phases) {
-      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s\n", "phase: " + p.name, u(p.bytes)));
+      absl::StrAppend(&out, absl::StrFormat("  %-36s %8s\n", "phase: " + p.name, u(p.bytes)));
     }
-    absl::StrAppend(&out, absl::StrFormat("  %-32s %8s   (* = alive then)\n", "allocator peak",
+    absl::StrAppend(&out, absl::StrFormat("  %-36s %8s   (* = alive then)\n", "allocator peak",
                                           u(w->allocator_peak)));
     for (const Term& t : w->extra) {
-      absl::StrAppend(&out, absl::StrFormat("  %-32s %8s   %s\n", t.name, u(t.bytes), t.what));
+      absl::StrAppend(&out, absl::StrFormat("  %-36s %8s   %s\n", t.name, u(t.bytes), t.what));
     }
-    absl::StrAppend(&out, absl::StrFormat("  %-32s %8s", "device total", u(w->device_bytes)));
+    absl::StrAppend(&out, absl::StrFormat("  %-36s %8s", "device total", u(w->device_bytes)));
     if (cap > 0) {
       absl::StrAppend(&out, " of ", u(cap), w->device_bytes <= cap ? " (fits)" : " (DOES NOT FIT)");
     } else {

@@ -27,7 +27,8 @@ case "${1:?usage: gpu_tests.sh pack|run [FILTER]}" in
     # carry stays under 64 MiB beside .devdeps; the service binaries only for the tests that start
     # them (integration, worker), the transformers oracles' outputs only for nn_gpu_test.
     filter=${2:-.}
-    bash scripts/build.sh >/dev/null
+    # PACK_BUILT=1: pack what build/ holds (its picked targets built by hand, e.g. with ninja).
+    [ "${PACK_BUILT:-0}" = 1 ] || bash scripts/build.sh >/dev/null
     rm -rf /tmp/gt && mkdir -p /tmp/gt .gpu/t
     picked=()
     for t in "${tests[@]}"; do echo "$t" | grep -qE "$filter" && picked+=("$t"); done

@@ -2,7 +2,8 @@
 # Device run 44 (prepared 2026-12-07 after run 43): the fp8 columns' 16-byte kernels, the shared
 # input projections (SharedInputLinear; in fp8 one quantization per shared input) and where the
 # fp8 and bf16 steps' time goes with them (against run 43's 148.5 / 145.7 ms), then the planner against the allocator's peaks at this revision
-# (it failed at cdbc92a: the drafter +10.7% at 16384 / 1024 recompute mlp). From binaries built
+# (it failed at cdbc92a: the drafter +10.7% at 16384 / 1024 recompute mlp; the drafter's plan
+# since rewritten phase by phase from what the code keeps). From binaries built
 # on the CPU machine (`scripts/bench/gpu/gpu_tests.sh pack 'fp8_quant|drafter_gpu|memory_gpu'`;
 # carry .devdeps .gpu/t):
 #   1. fp8_quant_gpu_test (both column paths bit for bit against the CPU reference) and
@@ -11,7 +12,8 @@
 #      of each phase in the JSON);
 #   3. memory_gpu_test's ThePlan case (the planned and measured peaks at three geometries);
 #   4. the drafter's peaks by phase (drafter_step's forward_peak_bytes and backward_peak_bytes) at
-#      the planner test's geometries and its 65,536-token one, to compare with the plan's phases
+#      the planner test's geometries, its 65,536-token one and 32768 / 4096 / recompute layers,
+#      to compare with the plan's phases
 #      (`dflashctl plan --local` on the CPU machine): what docs/memory.md says is missing to
 #      recalibrate the drafter's plan.
 # Everything under $OUT, packed into $OUT/run44.tgz after each stage (a call returns few files).
@@ -40,7 +42,7 @@ grep -h "memory_gpu_test\]" "$OUT/plan/"*.log >>"$OUT/log"
 pack
 mkdir -p "$OUT/phases"
 for g in "8192 512 none 5 200 2000" "16384 1024 mlp 5 200 2000" "4096 256 layers 2 200 2000" \
-         "65536 2048 none 2 65536 65536"; do
+         "65536 2048 none 2 65536 65536" "32768 4096 layers 2 200 2000"; do
   set -- $g
   timeout 120 build/scripts/bench/drafter_step --tokens "$1" --anchors "$2" --recompute "$3" \
     --layers "$4" --doc-min "$5" --doc-max "$6" --steps 3 --warmup 1 \
