@@ -51,8 +51,9 @@ std::string KernelCategory(const std::string& name) {
   std::string s = name;
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   if (Has(s, "memcpy") || Has(s, "memset")) return "copy";
-  // drafter.precision: fp8's operand quantization (common/kernels/fp8_quant).
-  if (Has(s, "rowquantkernel") || Has(s, "colquantkernel") || Has(s, "colamaxkernel")) {
+  // drafter.precision: fp8's operand quantization (common/kernels/fp8_quant: RowQuantKernel,
+  // ColAmaxKernel / ColQuantKernel and their 16-byte ColAmaxVecKernel / ColQuantVecKernel).
+  if (Has(s, "rowquant") || Has(s, "colquant") || Has(s, "colamax")) {
     return "fp8 quantization";
   }
   // Before attention: the fused cross-entropy's kernels live in namespace dflash::kernels, and
