@@ -15,7 +15,10 @@
 //
 // Usage: spec_decode [--target builtin:qwen3-8b-random] [--dtype bfloat16] [--layers 5]
 //          [--block 16] [--batch 1] [--prompt 512] [--new 128] [--rounds 3] [--device cuda]
-//          [--json FILE]
+//          [--profile 0|1] [--json FILE]
+// --profile 1 (CUDA): one more decode with the cache under the kernel profiler
+// (kernel_profile.h, with the host's ops): its device time by category, the longest kernels and
+// the longest idle gaps with what the host did meanwhile, in the JSON and on stderr.
 // CPU smoke geometry: --target builtin:tiny-qwen3 --dtype float32 --device cpu --layers 1
 //   --block 4 --batch 2 --prompt 16 --new 8 --rounds 1
 #include <ATen/Context.h>
@@ -36,6 +39,7 @@
 #include "common/spec/speculative.h"
 #include "nlohmann/json.hpp"
 #include "scripts/bench/bench_flags.h"
+#include "scripts/bench/kernel_profile.h"
 
 namespace {
 
@@ -81,10 +85,11 @@ int64_t NewTokens(const spec::SpecDecodeResult& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  dflash::bench::RequireKnownFlags(argc, argv,
-                                   {"--target", "--dtype", "--layers", "--block", "--batch",
-                                    "--prompt", "--new", "--rounds", "--device", "--json"},
-                                   "spec_decode");
+  dflash::bench::RequireKnownFlags(
+      argc, argv,
+      {"--target", "--dtype", "--layers", "--block", "--batch", "--prompt", "--new", "--rounds",
+       "--device", "--profile", "--json"},
+      "spec_decode");
   const std::string target_name = StrFlag(argc, argv, "--target", "builtin:qwen3-8b-random");
   const std::string dtype_name = StrFlag(argc, argv, "--dtype", "bfloat16");
   const int64_t batch = Flag(argc, argv, "--batch", 1), prompt = Flag(argc, argv, "--prompt", 512);
@@ -152,19 +157,28 @@ int main(int argc, char** argv) {
                           {"verify_seconds", Median(verify_s[c])},
                           {"tau", tau[c]}};
   };
-  const nlohmann::json out = {
-      {"target", target_name},
-      {"dtype", dtype_name},
-      {"layers", config.num_layers},
-      {"block", config.block_size},
-      {"batch", batch},
-      {"prompt", prompt},
-      {"new", new_tokens},
-      {"rounds", rounds},
-      {"cache", side(0)},
-      {"no_cache", side(1)},
-      {"speedup", Median(tps[1]) > 0 ? Median(tps[0]) / Median(tps[1]) : 0.0},
-      {"device", device.str()}};
+  std::string profile = "null";
+  if (Flag(argc, argv, "--profile", 0) == 1 && device.is_cuda()) {
+    absl::StatusOr<dflash::bench::KernelProfile> p = dflash::bench::ProfileKernels(
+        [&] { Decode(**target, **draft, prompts, new_tokens, true); }, /*host_ops=*/true);
+    if (!p.ok()) Fail("--profile", p.status());
+    std::fprintf(stderr, "%s\n",
+                 dflash::bench::ProfileTable("decode with the cache", *p, 15).c_str());
+    profile = dflash::bench::ProfileJson(*p, 15);
+  }
+  nlohmann::json out = {{"target", target_name},
+                        {"dtype", dtype_name},
+                        {"layers", config.num_layers},
+                        {"block", config.block_size},
+                        {"batch", batch},
+                        {"prompt", prompt},
+                        {"new", new_tokens},
+                        {"rounds", rounds},
+                        {"cache", side(0)},
+                        {"no_cache", side(1)},
+                        {"speedup", Median(tps[1]) > 0 ? Median(tps[0]) / Median(tps[1]) : 0.0},
+                        {"device", device.str()}};
+  out["profile"] = nlohmann::json::parse(profile);
   std::printf("%s\n", out.dump().c_str());
   const std::string json_path = StrFlag(argc, argv, "--json");
   if (!json_path.empty()) std::ofstream(json_path) << out.dump() << "\n";
