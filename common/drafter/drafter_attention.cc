@@ -6,6 +6,7 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/searchsorted.h>
 #include <ATen/ops/softmax.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
@@ -51,67 +52,104 @@ void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
               " rows, expected T + Q = ", t, " + ", n * b);
 }
 
-// Attention of blocks [j0, j0 + c) -> [c*B, Hq, D].
+// The context rows each block of a chunk can see: block j reads rows [lo[j], lo[j] + count[j])
+// (ctx_begin .. anchor - 1 of its own document; a sliding window's first slot starts no earlier
+// than anchor - window + 1), count 0 for padding.
+struct ChunkRows {
+  std::vector<int64_t> lo, count;
+  int64_t most = 0;  // the largest count
+};
+
+ChunkRows RowsOf(const int64_t* anchor, const int64_t* begin, int64_t window, int64_t j0,
+                 int64_t c) {
+  ChunkRows r;
+  for (int64_t j = j0; j < j0 + c; ++j) {
+    int64_t lo = begin[j], hi = anchor[j];
+    if (window > 0) lo = std::max(lo, hi - (window - 1));
+    if (anchor[j] < 0 || hi < lo) lo = hi = 0;
+    r.lo.push_back(lo);
+    r.count.push_back(hi - lo);
+    r.most = std::max(r.most, hi - lo);
+  }
+  return r;
+}
+
+// Attention of blocks [j0, j0 + c) -> [c*B, Hq, D]. Each block scores only the context rows it
+// can see (`rows`), gathered into [c, most] with the shorter blocks' tail masked, and its own B
+// rows: the cost is the chunk's blocks times its longest visible context, not the batch's whole
+// context (speculative decoding packs one block per sequence, each seeing its own sequence only).
 at::Tensor AttendChunk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const BlockMask& mask, double scale, int64_t j0, int64_t c) {
-  const int64_t b = mask.block_size, t = mask.doc_ids.size(0);
+                       const BlockMask& mask, double scale, int64_t j0, int64_t c,
+                       const ChunkRows& rows) {
+  const int64_t b = mask.block_size, all = mask.doc_ids.size(0), m = rows.most;
   const int64_t hq = q.size(1), hkv = k.size(1), d = q.size(2), g = hq / hkv;
   // Query heads grouped by the kv head they read: [c, Hkv, G, B, D].
   at::Tensor qc = q.narrow(0, j0 * b, c * b).reshape({c, b, hkv, g, d}).permute({0, 2, 3, 1, 4});
-  // Context rows shared by every block: ctx(x) [Hkv, 1, T, D] (a leading 1 is added below);
-  // each block's own rows: own(x) [c, Hkv, 1, B, D].
-  auto ctx = [&](const at::Tensor& x) { return x.narrow(0, 0, t).permute({1, 0, 2}).unsqueeze(1); };
+  // The visible context rows' indices [c, m] (past a block's count: its first row, masked).
+  std::vector<int64_t> index(static_cast<size_t>(c * m));
+  for (int64_t j = 0; j < c; ++j) {
+    for (int64_t r = 0; r < m; ++r) {
+      index[static_cast<size_t>(j * m + r)] = rows.lo[j] + (r < rows.count[j] ? r : 0);
+    }
+  }
+  const at::TensorOptions long_opts = mask.anchors.options();
+  const at::Tensor row = at::tensor(index, at::kLong).to(long_opts.device()).view({c, m});
+  const at::Tensor count = at::tensor(rows.count, at::kLong).to(long_opts.device());
+  // ctx(x) [c, Hkv, 1, m, D]: each block's visible context rows; own(x) [c, Hkv, 1, B, D].
+  auto ctx = [&](const at::Tensor& x) {
+    return x.index_select(0, row.view({-1}))
+        .view({c, m, hkv, d})
+        .permute({0, 2, 1, 3})
+        .unsqueeze(2);
+  };
   auto own = [&](const at::Tensor& x) {
-    return x.narrow(0, t + j0 * b, c * b)
+    return x.narrow(0, all + j0 * b, c * b)
         .reshape({c, b, hkv, d})
         .permute({0, 2, 1, 3})
         .unsqueeze(2);
   };
-  at::Tensor scores = at::cat({at::matmul(qc, ctx(k).unsqueeze(0).transpose(-1, -2)),
-                               at::matmul(qc, own(k).transpose(-1, -2))},
-                              -1) *
-                      scale;  // [c, Hkv, G, B, T + B]
+  const at::Tensor kc = ctx(k), vc = ctx(v);
+  at::Tensor scores =
+      at::cat({at::matmul(qc, kc.transpose(-1, -2)), at::matmul(qc, own(k).transpose(-1, -2))},
+              -1) *
+      scale;  // [c, Hkv, G, B, m + B]
 
-  // visible [c, T + B]: the same row for every slot and head of a block.
+  // visible [c, m + B]: the same row for every slot and head of a block.
   at::Tensor anchors = mask.anchors.narrow(0, j0, c);
   at::Tensor valid = anchors.ge(0);
-  at::Tensor anchor_row = anchors.clamp_min(0);
-  at::Tensor rows = at::arange(t, anchors.options());
-  at::Tensor anchor_doc = t > 0 ? mask.doc_ids.index_select(0, anchor_row) : anchor_row;
-  at::Tensor ctx_visible = mask.doc_ids.unsqueeze(0).eq(anchor_doc.unsqueeze(1)) &
-                           rows.unsqueeze(0).lt(anchors.unsqueeze(1)) & valid.unsqueeze(1);
+  at::Tensor ctx_visible = at::arange(m, long_opts).unsqueeze(0).lt(count.unsqueeze(1));
   at::Tensor own_visible = valid.unsqueeze(1).expand({c, b});
   if (mask.block_lengths.defined()) {
-    own_visible = own_visible & at::arange(b, anchors.options())
-                                    .unsqueeze(0)
-                                    .lt(mask.block_lengths.narrow(0, j0, c).unsqueeze(1));
+    own_visible =
+        own_visible &
+        at::arange(b, long_opts).unsqueeze(0).lt(mask.block_lengths.narrow(0, j0, c).unsqueeze(1));
   }
-  // visible [c, B, T + B]: per slot where a sliding layer narrows it, else the block's row.
+  // visible [c, B, m + B]: per slot where a sliding layer narrows it, else the block's row.
   at::Tensor visible;
   if (mask.causal || mask.window > 0) {
-    at::Tensor slot = at::arange(b, anchors.options());  // k, and k' for the block's own rows
-    at::Tensor ctx3 = ctx_visible.unsqueeze(1).expand({c, b, t});
+    at::Tensor slot = at::arange(b, long_opts);  // k, and k' for the block's own rows
+    at::Tensor ctx3 = ctx_visible.unsqueeze(1).expand({c, b, m});
     at::Tensor own3 = own_visible.unsqueeze(1).expand({c, b, b});
     if (mask.causal) own3 = own3 & slot.view({1, 1, b}).le(slot.view({1, b, 1}));
     if (mask.window > 0) {
-      // Context row c at distance (a_j + k) - c, block row k' at k - k'.
+      // Context row r at distance (a_j + k) - r, block row k' at k - k'.
       at::Tensor first = anchors.view({c, 1, 1}) + slot.view({1, b, 1}) - (mask.window - 1);
-      ctx3 = ctx3 & rows.view({1, 1, t}).ge(first);
+      ctx3 = ctx3 & row.view({c, 1, m}).ge(first);
       own3 = own3 & (slot.view({1, b, 1}) - slot.view({1, 1, b})).lt(mask.window);
     }
     visible = at::cat({ctx3, own3}, 2);
   } else {
-    visible = at::cat({ctx_visible, own_visible}, 1).unsqueeze(1).expand({c, b, t + b});
+    visible = at::cat({ctx_visible, own_visible}, 1).unsqueeze(1).expand({c, b, m + b});
   }
   // A row with nothing visible is computed as if everything were visible (finite softmax, no NaN
   // in forward or backward) and then zeroed.
   at::Tensor any = visible.any(2, /*keepdim=*/true);  // [c, B, 1]
-  at::Tensor keep = (visible | any.logical_not()).view({c, 1, 1, b, t + b});
+  at::Tensor keep = (visible | any.logical_not()).view({c, 1, 1, b, m + b});
   scores = scores.masked_fill(keep.logical_not(), -std::numeric_limits<double>::infinity());
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   probs = probs * any.view({c, 1, 1, b, 1}).to(probs.scalar_type());
-  at::Tensor out = at::matmul(probs.narrow(-1, 0, t), ctx(v).unsqueeze(0)) +
-                   at::matmul(probs.narrow(-1, t, b), own(v));  // [c, Hkv, G, B, D]
+  at::Tensor out = at::matmul(probs.narrow(-1, 0, m), vc) +
+                   at::matmul(probs.narrow(-1, m, b), own(v));  // [c, Hkv, G, B, D]
   return out.permute({0, 3, 1, 2, 4}).reshape({c * b, hq, d});
 }
 
@@ -152,11 +190,34 @@ at::Tensor ReferenceDrafterAttention::Forward(const at::Tensor& q, const at::Ten
   CheckShapes(q, k, v, mask);
   const int64_t n = mask.anchors.size(0), b = mask.block_size, t = mask.doc_ids.size(0);
   if (n == 0) return q.new_empty(q.sizes());
-  const int64_t per_block = q.size(1) * b * (t + b);
-  const int64_t chunk = std::max<int64_t>(1, max_score_elements_ / std::max<int64_t>(1, per_block));
+  // Each block scores only the context rows it can see (AttendChunk): a batch of many short
+  // documents (speculative decoding packs one block per sequence) costs the sum of what its
+  // blocks see, not their count times the batch's context. Blocks join a chunk while its scores,
+  // [blocks, Hq, B, longest visible context + B], stay within max_score_elements.
+  const at::Tensor anchors = mask.anchors.to(at::kCPU).contiguous();
+  const at::Tensor begins =
+      (mask.ctx_begin.defined() ? mask.ctx_begin : at::zeros_like(mask.anchors))
+          .to(at::kCPU)
+          .contiguous();
+  const int64_t* anchor = anchors.data_ptr<int64_t>();
+  const int64_t* begin = begins.data_ptr<int64_t>();
+  const int64_t per_row = q.size(1) * b;  // scores per visible row of one block
+  const ChunkRows every = RowsOf(anchor, begin, mask.window, 0, n);
   std::vector<at::Tensor> parts;
-  for (int64_t j0 = 0; j0 < n; j0 += chunk) {
-    parts.push_back(AttendChunk(q, k, v, mask, scale, j0, std::min(chunk, n - j0)));
+  for (int64_t j0 = 0; j0 < n;) {
+    int64_t c = 1, most = every.count[j0];
+    while (j0 + c < n) {
+      const int64_t longer = std::max(most, every.count[j0 + c]);
+      if ((c + 1) * per_row * (longer + b) > max_score_elements_) break;
+      most = longer;
+      ++c;
+    }
+    ChunkRows rows;
+    rows.lo.assign(every.lo.begin() + j0, every.lo.begin() + j0 + c);
+    rows.count.assign(every.count.begin() + j0, every.count.begin() + j0 + c);
+    rows.most = most;
+    parts.push_back(AttendChunk(q, k, v, mask, scale, j0, c, rows));
+    j0 += c;
   }
   return parts.size() == 1 ? parts.front() : at::cat(parts, 0);
 }

@@ -88,10 +88,12 @@ class DrafterAttention {
 };
 
 // The reference on any device: for a chunk of blocks at a time, the scores of each block against
-// all T context rows and its own B block rows ([chunk, Hq, B, T + B], other blocks are never
-// visible), the mask above applied densely, softmax in fp32 cast back to q's dtype (as HF eager
-// attention does), times v. Scratch is bounded by max_score_elements per chunk (at least one
-// block per chunk).
+// the context rows it can see (its document's rows before its anchor, within a sliding window's
+// reach; gathered, the shorter blocks' tails masked) and its own B block rows ([chunk, Hq, B,
+// longest + B], other blocks are never visible), the mask above applied, softmax in fp32 cast
+// back to q's dtype (as HF eager attention does), times v. Scratch is bounded by
+// max_score_elements per chunk (at least one block per chunk). A batch of many documents costs
+// what its blocks see, not every block against the batch's whole context.
 class ReferenceDrafterAttention : public DrafterAttention {
  public:
   explicit ReferenceDrafterAttention(int64_t max_score_elements = int64_t{1} << 26)

@@ -289,21 +289,25 @@ void PlanDrafter(const config::RunSpec& spec, const model::TransformerConfig& ta
     what = absl::StrCat(ld, " layer inputs (", q_rows, " rows)");
   }
   // Sliding-attention layers whose window is below the block size run the reference attention
-  // (the fused kernels take the others, as they take full layers: docs/method.md §2.1): dense
-  // per-block scores, whose probabilities the backward keeps (the compute dtype's and softmax's
-  // fp32 output), for every such layer (one at a time with recompute: layers).
+  // (the fused kernels take the others, as they take full layers: docs/method.md §2.1): each
+  // block's scores against the context rows it can see (at most window - 1 before its anchor)
+  // and its own rows, whose probabilities the backward keeps (the compute dtype's and softmax's
+  // fp32 output), with the gathered keys and values of those rows, for every such layer (one at
+  // a time with recompute: layers).
   absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
   const bool narrow_window =
       sliding.ok() && sliding->window > 0 && sliding->window < spec.drafter.block_size;
   const int64_t n_sliding =
       sliding.ok() && narrow_window ? static_cast<int64_t>(sliding->layers.size()) : 0;
+  const int64_t seen = narrow_window ? std::min<int64_t>(t, sliding->window - 1) : t;
   const int64_t dense_layer =
-      q_rows * target.num_attention_heads * (t + spec.drafter.block_size) * (db + 4);
+      q_rows * target.num_attention_heads * (seen + spec.drafter.block_size) * (db + 4) +
+      spec.batching.max_anchors * seen * 2 * s.kv * db;
   if (n_sliding > 0 && recompute != "layers") {
     kept += n_sliding * dense_layer;
-    what += absl::StrCat("; ", n_sliding, " sliding layer(s) x dense attention probabilities (",
-                         q_rows, " x ", target.num_attention_heads, " heads x ",
-                         t + spec.drafter.block_size, ")");
+    what += absl::StrCat("; ", n_sliding, " sliding layer(s) x attention probabilities (", q_rows,
+                         " x ", target.num_attention_heads, " heads x ",
+                         seen + spec.drafter.block_size, ") and the rows' keys and values");
   }
   const size_t acts = Add(&dw, "activations",
                           absl::StrCat(what, "; fc's output and ctx (", t, " rows), 4 x [", q_rows,

@@ -281,6 +281,65 @@ TEST(DrafterAttentionTest, SlidingLayersNarrowWhatEachSlotSees) {
   EXPECT_FALSE(FusedDrafterAttention::Supports(q, k, mask));
 }
 
+// Each chunk of blocks scores only the context rows its blocks can see (speculative decoding
+// packs one block per sequence: scoring every block against the whole batch's context made the
+// reference's cost grow with the batch squared). The same outputs and gradients whatever the
+// chunking, and each document's blocks the same as when its document is attended alone: eight
+// documents, short blocks, a block with no context and padding. (float64 inputs; the softmax runs
+// in fp32, hence 1e-6.)
+TEST(DrafterAttentionTest, ChunksSeeTheSameAsTheirDocumentsAlone) {
+  const std::vector<int64_t> lengths = {5, 9, 1, 7, 12, 3, 8, 6};
+  const int64_t b = 4, hq = 4, hkv = 2, d = 8;
+  std::vector<int64_t> doc_ids, anchors, block_lengths, starts;
+  for (size_t j = 0; j < lengths.size(); ++j) {
+    starts.push_back(static_cast<int64_t>(doc_ids.size()));
+    doc_ids.insert(doc_ids.end(), static_cast<size_t>(lengths[j]), static_cast<int64_t>(j));
+    // One block per document at its last row (the first document's row 0 for no context).
+    anchors.push_back(j == 0 ? 0 : starts.back() + lengths[j] - 1);
+    block_lengths.push_back(1 + static_cast<int64_t>(j) % b);
+  }
+  anchors.push_back(-1);  // padding
+  block_lengths.push_back(b);
+  const int64_t t = static_cast<int64_t>(doc_ids.size()), n = static_cast<int64_t>(anchors.size());
+  at::manual_seed(8);
+  const at::Tensor q0 = at::randn({n * b, hq, d}, at::kDouble);
+  const at::Tensor k0 = at::randn({t + n * b, hkv, d}, at::kDouble);
+  const at::Tensor v0 = at::randn({t + n * b, hkv, d}, at::kDouble);
+  const at::Tensor dout = at::randn({n * b, hq, d}, at::kDouble);
+  const BlockMask mask = BuildBlockMask(Longs(anchors), Longs(doc_ids), b, Longs(block_lengths));
+  std::vector<at::Tensor> first;
+  for (int64_t max_elements : {int64_t{1} << 26, int64_t{2000}, int64_t{1}}) {
+    at::Tensor q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
+               v = v0.clone().requires_grad_(true);
+    const at::Tensor out = ReferenceDrafterAttention(max_elements).Forward(q, k, v, mask, 0.3);
+    (out * dout).sum().backward();
+    const std::vector<at::Tensor> got = {out.detach(), q.grad(), k.grad(), v.grad()};
+    if (first.empty()) {
+      first = got;
+      continue;
+    }
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_LT((got[i] - first[i]).abs().max().item<double>(), 1e-6)
+          << "max_elements " << max_elements << " tensor " << i;
+    }
+  }
+  // Document j alone: its rows, its block.
+  for (size_t j = 0; j < lengths.size(); ++j) {
+    const int64_t len = lengths[j], s0 = starts[j];
+    const int64_t anchor = anchors[j] - s0;
+    const BlockMask alone = BuildBlockMask(Longs({anchor}), Longs(std::vector<int64_t>(len, 0)), b,
+                                           Longs({block_lengths[j]}));
+    const at::Tensor q = q0.narrow(0, static_cast<int64_t>(j) * b, b);
+    const int64_t own = t + static_cast<int64_t>(j) * b;  // the block's own rows among the keys
+    const at::Tensor k = at::cat({k0.narrow(0, s0, len), k0.narrow(0, own, b)}, 0);
+    const at::Tensor v = at::cat({v0.narrow(0, s0, len), v0.narrow(0, own, b)}, 0);
+    const at::Tensor out = ReferenceDrafterAttention().Forward(q, k, v, alone, 0.3);
+    EXPECT_LT((out - first[0].narrow(0, static_cast<int64_t>(j) * b, b)).abs().max().item<double>(),
+              1e-6)
+        << "document " << j;
+  }
+}
+
 // A small packed batch for the model-level tests: documents of 6, 5 and 7 rows.
 DrafterBatch SmallBatch(const DrafterConfig& c, const std::vector<int64_t>& anchors) {
   const int64_t t = 18;

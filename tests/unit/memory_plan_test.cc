@@ -287,7 +287,7 @@ TEST(MemoryPlanTest, ADflash2DrafterCountsItsSelectorAndConvolutions) {
 // the GPU (the fused kernels take every other layer): each keeps its dense per-block probabilities
 // for the backward, in the compute dtype and softmax's fp32, anchors x B x heads x (T + B) values.
 // A window of at least the block size (2048 here) costs what a full layer costs.
-TEST(MemoryPlanTest, SlidingLayersCountTheirDenseAttention) {
+TEST(MemoryPlanTest, SlidingLayersCountTheirReferenceAttention) {
   config::RunSpec spec = Spec(8192, 512, 5);
   const RunPlan full = Plan(spec);
   spec.drafter.sliding_layers = std::vector<int64_t>{1, 3};
@@ -296,7 +296,10 @@ TEST(MemoryPlanTest, SlidingLayersCountTheirDenseAttention) {
   EXPECT_EQ(TermBytes(fused.drafter, "activations"), TermBytes(full.drafter, "activations"));
   spec.drafter.sliding_window = 8;  // below the block size 16
   const RunPlan sliding = Plan(spec);
-  const int64_t dense = int64_t{512} * 16 * 32 * (8192 + 16) * (2 + 4);
+  // Each block's probabilities over the 7 context rows its window can see and its 16 own rows,
+  // and those rows' keys and values (8 kv heads of 128).
+  const int64_t dense =
+      int64_t{512} * 16 * 32 * (7 + 16) * (2 + 4) + int64_t{512} * 7 * 2 * 1024 * 2;
   EXPECT_EQ(TermBytes(sliding.drafter, "activations") - TermBytes(full.drafter, "activations"),
             2 * dense);
   EXPECT_EQ(TermBytes(sliding.drafter, "backward: layer 0's activations") -
