@@ -479,6 +479,17 @@ absl::StatusOr<SpecDecodeResult> Generate(const nn::TargetModel& target, int64_t
         RETURN_IF_ERROR(target.Extend(replay_ids, replay_tokens, cache.get(), false).status());
         ++result.replays;
       }
+      // The kept rows' features, gathered into one tensor of those rows only: a narrow of the
+      // verification's whole [rows, K*H] features per sequence kept every verification's
+      // rejected rows alive until decoding ended (at batch 64, block 16 and Qwen3-8B's 5 x 4096
+      // features 42 MB per verification).
+      std::vector<int64_t> kept_rows;
+      for (size_t j = 0; j < active.size(); ++j) {
+        for (int64_t r = 0; r <= kept[j]; ++r) kept_rows.push_back(offsets[j] + r);
+      }
+      const at::Tensor kept_features = verify.features.index_select(
+          0, at::tensor(kept_rows, at::kLong).to(verify.features.device()));
+      int64_t kept_at = 0;
       result.verify_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       for (size_t j = 0; j < active.size(); ++j) {
@@ -496,7 +507,8 @@ absl::StatusOr<SpecDecodeResult> Generate(const nn::TargetModel& target, int64_t
         // The target ran the block's first k+1 rows for real: keep their cache and features.
         const int64_t kept = static_cast<int64_t>(s->tokens.size()) + k;
         RETURN_IF_ERROR(cache->Truncate(ids[j], kept));
-        s->features.push_back(verify.features.narrow(0, offsets[j], k + 1));
+        s->features.push_back(kept_features.narrow(0, kept_at, k + 1));
+        kept_at += k + 1;
         const std::vector<int64_t>& out = outs[j];
         s->tokens.insert(s->tokens.end(), out.begin(), out.end());
         const size_t before = s->emitted.size();
