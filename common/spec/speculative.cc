@@ -183,8 +183,10 @@ absl::StatusOr<Drafts> Draft(const drafter::DrafterModel& drafter,
   Drafts out;
   if (drafter.config().dflash2()) {
     ASSIGN_OR_RETURN(out, SelectorDraft(drafter, hidden, active, sampling, sampler));
+    out.context_kept = caches != nullptr;
     return out;
   }
+  out.context_kept = caches != nullptr;
   ASSIGN_OR_RETURN(at::Tensor logits, drafter.Logits(hidden));
   std::vector<int64_t> picks;  // [n * (B-1)]
   if (sampler == nullptr) {
@@ -406,6 +408,9 @@ absl::StatusOr<SpecDecodeResult> Generate(const nn::TargetModel& target, int64_t
       if (active.empty()) break;
       auto t0 = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(Drafts drafts, draft(contexts, sampler.get()));
+      if (drafts.context_kept) {
+        for (Sequence* s : active) s->features.clear();
+      }
       const std::vector<std::vector<int64_t>>& proposals = drafts.tokens;
       ++result.drafter_forwards;
       auto t1 = std::chrono::steady_clock::now();

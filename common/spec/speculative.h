@@ -113,8 +113,10 @@ struct SpecDecodeResult {
 
 // One sequence as a proposer sees it.
 struct DraftContext {
-  std::vector<int64_t> tokens;       // prompt and emitted tokens; the target has not run the last
-  std::vector<at::Tensor> features;  // target features [rows, K*H] of tokens[0..size-2], in chunks
+  std::vector<int64_t> tokens;  // prompt and emitted tokens; the target has not run the last
+  // Target features [rows, K*H] of tokens[0..size-2], in chunks; after a proposer that keeps
+  // them (DraftBlocks::context_kept), only the rows added since its last call.
+  std::vector<at::Tensor> features;
   // Slots of this step's block, in [2, B]: B, or 1 + the tokens still to emit when fewer. The
   // proposer still returns B-1 tokens; only the first block_length-1 are verified.
   int64_t block_length = 0;
@@ -132,6 +134,11 @@ using Proposer = std::function<absl::StatusOr<std::vector<std::vector<int64_t>>>
 struct DraftBlocks {
   std::vector<std::vector<int64_t>> tokens;
   at::Tensor q;
+  // The proposer keeps what it needs of every feature row it was given (the drafter's cache of
+  // context keys and values): the decoding loop drops each sequence's features after the call,
+  // so that a DraftContext holds only the rows added since the previous block, not the whole
+  // context (at Qwen3-8B's 5 x 4096 features, 40 KB per token of every sequence).
+  bool context_kept = false;
 };
 using SamplingProposer =
     std::function<absl::StatusOr<DraftBlocks>(const std::vector<const DraftContext*>&)>;

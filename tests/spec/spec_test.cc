@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/status.h"
 #include "common/drafter/drafter_model.h"
 #include "common/nn/builtin_target.h"
 #include "common/nn/generate.h"
@@ -111,10 +112,11 @@ TEST(SpeculativeTest, TheDraftersCacheProposesWhatTheWholeContextDoes) {
   }
 }
 
-// A proposer that knows the greedy continuation and is right for the first `right` slots only.
+// A proposer that knows the greedy continuation and is right for the first `right` slots only;
+// with `whole_context` it checks that it was given the features of the whole context.
 Proposer KnowingProposer(const std::vector<std::vector<int64_t>>& prompts,
                          const std::vector<std::vector<int64_t>>& continuation, int64_t b,
-                         int64_t right) {
+                         int64_t right, bool whole_context = true) {
   return [=](const std::vector<const DraftContext*>& contexts) {
     std::vector<std::vector<int64_t>> out;
     for (const DraftContext* c : contexts) {
@@ -129,7 +131,9 @@ Proposer KnowingProposer(const std::vector<std::vector<int64_t>>& prompts,
       const size_t emitted = c->tokens.size() - prompts[which].size();
       int64_t rows = 0;
       for (const at::Tensor& f : c->features) rows += f.size(0);
-      EXPECT_EQ(rows, static_cast<int64_t>(c->tokens.size()) - 1);  // features of all but the last
+      if (whole_context) {  // features of all but the last
+        EXPECT_EQ(rows, static_cast<int64_t>(c->tokens.size()) - 1);
+      }
       std::vector<int64_t> p;
       for (int64_t k = 0; k < b - 1; ++k) {
         const int64_t want = cont.at(emitted + k);
@@ -248,6 +252,51 @@ TEST(SpeculativeTest, LastBlockShrinksToTheTokensLeft) {
   EXPECT_EQ(s.prompts_verified, static_cast<int64_t>(n));
   EXPECT_DOUBLE_EQ(s.tau_prompt_mean(), 29.0 / 4);
   EXPECT_DOUBLE_EQ(s.tau(), 1.0 + 26.0 / 4);
+}
+
+// A proposer that keeps the context it was given (DraftBlocks::context_kept, as the drafter with
+// its cache does) is handed at each block only the feature rows added since its last call; one
+// that does not keep it, the whole context every time. The rows the first saw add up to the
+// whole context, and both decode the same tokens.
+TEST(SpeculativeTest, AProposerThatKeepsTheContextIsGivenOnlyTheNewRows) {
+  auto target = Target();
+  ASSERT_NE(target, nullptr);
+  const int64_t b = 6, max_new = 20;
+  const auto reference = Greedy(*target, kPrompts, max_new + b);
+  SpecDecodeOptions options;
+  options.max_new_tokens = max_new;
+  Proposer knowing = KnowingProposer(kPrompts, reference, b, 2, /*whole_context=*/false);
+  std::vector<std::vector<int64_t>> tokens[2];
+  for (bool keeps : {true, false}) {
+    std::map<const DraftContext*, int64_t> seen;  // rows handed to the proposer so far
+    int64_t calls = 0;
+    SamplingProposer proposer =
+        [&](const std::vector<const DraftContext*>& contexts) -> absl::StatusOr<DraftBlocks> {
+      for (const DraftContext* c : contexts) {
+        int64_t rows = 0;
+        for (const at::Tensor& f : c->features) rows += f.size(0);
+        const int64_t context = static_cast<int64_t>(c->tokens.size()) - 1;
+        if (keeps) {
+          EXPECT_EQ(seen[c] + rows, context) << "call " << calls;
+          if (seen[c] > 0) EXPECT_EQ(rows, 3) << "2 proposals accepted and the bonus";
+          seen[c] += rows;
+        } else {
+          EXPECT_EQ(rows, context) << "call " << calls;
+        }
+      }
+      ++calls;
+      DraftBlocks out;
+      ASSIGN_OR_RETURN(out.tokens, knowing(contexts));
+      out.context_kept = keeps;
+      return out;
+    };
+    auto out = SpeculativeGenerate(*target, b, proposer, kPrompts, options);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_GT(calls, 3);
+    tokens[keeps ? 0 : 1] = out->tokens;
+  }
+  EXPECT_EQ(tokens[0], Greedy(*target, kPrompts, max_new));
+  EXPECT_EQ(tokens[0], tokens[1]);
 }
 
 TEST(SpeculativeTest, StopTokenInsideAnAcceptedBlockEndsTheOutputThere) {
