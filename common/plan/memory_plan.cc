@@ -472,7 +472,13 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
                           absl::StrCat(batch, " prompts x ", positions, " positions x ",
                                        target.num_hidden_layers, " layers"),
                           batch * positions * target.num_hidden_layers * 2 * s.kv * db);
-    AddPhase(&tw, "evaluation during a forward", {weights, forward, snapshot, kv});
+    // The drafter's cache of each prompt's context keys and values (spec::SpeculativeGenerate
+    // with SpecDecodeOptions::drafter_kv_cache), in the compute dtype.
+    const size_t drafter_kv = Add(&tw, "evaluation: drafter caches",
+                                  absl::StrCat(batch, " prompts x ", positions, " positions x ",
+                                               spec.drafter.layers, " drafter layers"),
+                                  batch * positions * spec.drafter.layers * 2 * s.kv * db);
+    AddPhase(&tw, "evaluation during a forward", {weights, forward, snapshot, kv, drafter_kv});
   }
   int64_t slots = 0;
   std::string slots_what;

@@ -138,6 +138,9 @@ TEST(MemoryPlanTest, EvaluationsLoadTheWholeTargetAndPlanTheDecoding) {
   // 16 prompts x (2048 + 256 + 16) positions x 36 layers x k and v x 8 heads x 128 x bf16.
   EXPECT_EQ(TermBytes(p.target, "evaluation: KV caches"),
             int64_t{16} * (2048 + 256 + 16) * 36 * 2 * 8 * 128 * 2);
+  // The evaluator's drafter keeps each prompt's context keys and values in its 5 layers.
+  EXPECT_EQ(TermBytes(p.target, "evaluation: drafter caches"),
+            int64_t{16} * (2048 + 256 + 16) * 5 * 2 * 8 * 128 * 2);
   bool found = false;
   for (const auto& phase : p.target.phases) found |= phase.name == "evaluation during a forward";
   EXPECT_TRUE(found);
