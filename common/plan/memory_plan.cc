@@ -210,6 +210,22 @@ struct Unit {
   }
 };
 
+// The drafter's parameters: its layers, fc with hidden_norm, the final norm, and with DFlash2
+// (docs/method.md §2.2) per layer two convolutions (base [2, Kc, H] and the kernel projection
+// [2 Kc G, H]) and the selector's codebooks [V, R] and projection [R, H].
+int64_t DrafterParams(const config::RunSpec& spec, const Shape& s, int64_t k) {
+  const int64_t ld = spec.drafter.layers;
+  int64_t n = ld * LayerParams(s, /*qk_norm=*/true, false, false) + k * s.h * s.h + 2 * s.h;
+  if (spec.drafter.kind == "dflash2") {
+    const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
+    const int64_t conv_k = two.conv_kernel_size;
+    const int64_t groups = s.h / std::max<int64_t>(1, two.conv_group_size);
+    n += ld * 2 * (2 * conv_k * s.h + 2 * conv_k * groups * s.h) + 2 * s.vocab * two.selector_rank +
+         two.selector_rank * s.h;
+  }
+  return n;
+}
+
 // The drafter worker (common/drafter, common/train/trainer.cc), from what the code keeps and when
 // (docs/memory.md, "The drafter's phases"): fp32 master weights and AdamW's two moments; the
 // target's lm_head, frozen (an untied embed_tokens stays in host memory); one weight's compute
@@ -233,20 +249,13 @@ void PlanDrafter(const config::RunSpec& spec, const model::TransformerConfig& ta
   const int64_t t = spec.batching.token_budget;
   const int64_t q_rows = spec.batching.max_anchors * spec.drafter.block_size;
   const int64_t ld = spec.drafter.layers;
-  // DFlash2 (docs/method.md §2.2): per layer two convolutions (base [2, Kc, H] and the kernel
-  // projection [2 Kc G, H]), and the selector's codebooks [V, R] and projection [R, H].
   const bool dflash2 = spec.drafter.kind == "dflash2";
   const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
-  const int64_t conv_k = two.conv_kernel_size;
-  const int64_t groups = s.h / std::max<int64_t>(1, two.conv_group_size);
   const int64_t rank = two.selector_rank;
   const int64_t top_k = two.selector_top_k;
-  const int64_t dflash2_params = dflash2 ? ld * 2 * (2 * conv_k * s.h + 2 * conv_k * groups * s.h) +
-                                               2 * s.vocab * rank + rank * s.h
-                                         : 0;
   const int64_t layer_params = LayerParams(s, /*qk_norm=*/true, false, false);
   const int64_t fc_params = k * s.h * s.h + s.h;  // fc and hidden_norm
-  const int64_t drafter_params = ld * layer_params + fc_params + s.h + dflash2_params;
+  const int64_t drafter_params = DrafterParams(spec, s, k);
   const int64_t mlp_params = 3 * s.h * s.inter;
   const size_t master =
       Add(&dw, "master weights",
@@ -459,9 +468,7 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
     // An evaluation (services/target_worker/evaluator.cc) beside a forward of the run-ahead step:
     // the drafter snapshot in fp32, and the KV caches of one batch of prompts (16 at most, each
     // up to data.max_length prompt tokens + eval.max_new_tokens + a block).
-    const int64_t drafter_params =
-        spec.drafter.layers * LayerParams(s, /*qk_norm=*/true, false, false) + k * s.h * s.h +
-        2 * s.h;
+    const int64_t drafter_params = DrafterParams(spec, s, k);  // DFlash2's too: it is exported
     const int64_t batch = std::min<int64_t>(16, spec.eval.max_prompts);
     const int64_t positions =
         spec.data.max_length + spec.eval.max_new_tokens + spec.drafter.block_size;
