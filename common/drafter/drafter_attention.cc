@@ -52,36 +52,34 @@ void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
               " rows, expected T + Q = ", t, " + ", n * b);
 }
 
-// The context rows each block of a chunk can see: block j reads rows [lo[j], lo[j] + count[j])
+// The context rows each block can see: block j reads rows [lo[j], lo[j] + count[j])
 // (ctx_begin .. anchor - 1 of its own document; a sliding window's first slot starts no earlier
 // than anchor - window + 1), count 0 for padding.
-struct ChunkRows {
+struct VisibleRows {
   std::vector<int64_t> lo, count;
-  int64_t most = 0;  // the largest count
 };
 
-ChunkRows RowsOf(const int64_t* anchor, const int64_t* begin, int64_t window, int64_t j0,
-                 int64_t c) {
-  ChunkRows r;
-  for (int64_t j = j0; j < j0 + c; ++j) {
+VisibleRows RowsOf(const int64_t* anchor, const int64_t* begin, int64_t window, int64_t n) {
+  VisibleRows r;
+  for (int64_t j = 0; j < n; ++j) {
     int64_t lo = begin[j], hi = anchor[j];
     if (window > 0) lo = std::max(lo, hi - (window - 1));
     if (anchor[j] < 0 || hi < lo) lo = hi = 0;
     r.lo.push_back(lo);
     r.count.push_back(hi - lo);
-    r.most = std::max(r.most, hi - lo);
   }
   return r;
 }
 
 // Attention of blocks [j0, j0 + c) -> [c*B, Hq, D]. Each block scores only the context rows it
-// can see (`rows`), gathered into [c, most] with the shorter blocks' tail masked, and its own B
-// rows: the cost is the chunk's blocks times its longest visible context, not the batch's whole
-// context (speculative decoding packs one block per sequence, each seeing its own sequence only).
+// can see (`rows`), gathered into [c, m] (m: the chunk's largest count) with the shorter blocks'
+// tails masked, and its own B rows: the cost is the chunk's blocks times its longest visible
+// context, not the batch's whole context (speculative decoding packs one block per sequence,
+// each seeing its own sequence only).
 at::Tensor AttendChunk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const BlockMask& mask, double scale, int64_t j0, int64_t c,
-                       const ChunkRows& rows) {
-  const int64_t b = mask.block_size, all = mask.doc_ids.size(0), m = rows.most;
+                       const VisibleRows& rows, int64_t m) {
+  const int64_t b = mask.block_size, all = mask.doc_ids.size(0);
   const int64_t hq = q.size(1), hkv = k.size(1), d = q.size(2), g = hq / hkv;
   // Query heads grouped by the kv head they read: [c, Hkv, G, B, D].
   at::Tensor qc = q.narrow(0, j0 * b, c * b).reshape({c, b, hkv, g, d}).permute({0, 2, 3, 1, 4});
@@ -89,12 +87,16 @@ at::Tensor AttendChunk(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   std::vector<int64_t> index(static_cast<size_t>(c * m));
   for (int64_t j = 0; j < c; ++j) {
     for (int64_t r = 0; r < m; ++r) {
-      index[static_cast<size_t>(j * m + r)] = rows.lo[j] + (r < rows.count[j] ? r : 0);
+      const int64_t lo = rows.lo[j0 + j], count = rows.count[j0 + j];
+      index[static_cast<size_t>(j * m + r)] = lo + (r < count ? r : 0);
     }
   }
   const at::TensorOptions long_opts = mask.anchors.options();
   const at::Tensor row = at::tensor(index, at::kLong).to(long_opts.device()).view({c, m});
-  const at::Tensor count = at::tensor(rows.count, at::kLong).to(long_opts.device());
+  const at::Tensor count =
+      at::tensor(std::vector<int64_t>(rows.count.begin() + j0, rows.count.begin() + j0 + c),
+                 at::kLong)
+          .to(long_opts.device());
   // ctx(x) [c, Hkv, 1, m, D]: each block's visible context rows; own(x) [c, Hkv, 1, B, D].
   auto ctx = [&](const at::Tensor& x) {
     return x.index_select(0, row.view({-1}))
@@ -188,7 +190,7 @@ at::Tensor ReferenceDrafterAttention::Forward(const at::Tensor& q, const at::Ten
                                               const at::Tensor& v, const BlockMask& mask,
                                               double scale) const {
   CheckShapes(q, k, v, mask);
-  const int64_t n = mask.anchors.size(0), b = mask.block_size, t = mask.doc_ids.size(0);
+  const int64_t n = mask.anchors.size(0), b = mask.block_size;
   if (n == 0) return q.new_empty(q.sizes());
   // Each block scores only the context rows it can see (AttendChunk): a batch of many short
   // documents (speculative decoding packs one block per sequence) costs the sum of what its
@@ -202,21 +204,17 @@ at::Tensor ReferenceDrafterAttention::Forward(const at::Tensor& q, const at::Ten
   const int64_t* anchor = anchors.data_ptr<int64_t>();
   const int64_t* begin = begins.data_ptr<int64_t>();
   const int64_t per_row = q.size(1) * b;  // scores per visible row of one block
-  const ChunkRows every = RowsOf(anchor, begin, mask.window, 0, n);
+  const VisibleRows rows = RowsOf(anchor, begin, mask.window, n);
   std::vector<at::Tensor> parts;
   for (int64_t j0 = 0; j0 < n;) {
-    int64_t c = 1, most = every.count[j0];
+    int64_t c = 1, most = rows.count[j0];
     while (j0 + c < n) {
-      const int64_t longer = std::max(most, every.count[j0 + c]);
+      const int64_t longer = std::max(most, rows.count[j0 + c]);
       if ((c + 1) * per_row * (longer + b) > max_score_elements_) break;
       most = longer;
       ++c;
     }
-    ChunkRows rows;
-    rows.lo.assign(every.lo.begin() + j0, every.lo.begin() + j0 + c);
-    rows.count.assign(every.count.begin() + j0, every.count.begin() + j0 + c);
-    rows.most = most;
-    parts.push_back(AttendChunk(q, k, v, mask, scale, j0, c, rows));
+    parts.push_back(AttendChunk(q, k, v, mask, scale, j0, c, rows, most));
     j0 += c;
   }
   return parts.size() == 1 ? parts.front() : at::cat(parts, 0);
