@@ -39,4 +39,17 @@ inline void RequireKnownFlags(int argc, char** argv, std::initializer_list<const
   }
 }
 
+// Exits (status 1) naming `flag` unless `value` is one of `allowed`: a misspelt choice (e.g.
+// "--dtype fp16") is refused, never read as the default.
+inline void RequireOneOf(const std::string& value, std::initializer_list<const char*> allowed,
+                         const char* flag, const char* program) {
+  for (const char* a : allowed) {
+    if (value == a) return;
+  }
+  std::fprintf(stderr, "%s: %s '%s' is not one of:", program, flag, value.c_str());
+  for (const char* a : allowed) std::fprintf(stderr, " %s", a);
+  std::fprintf(stderr, "\n");
+  std::exit(1);
+}
+
 }  // namespace dflash::bench

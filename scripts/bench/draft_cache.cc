@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
       "draft_cache");
   const std::string target = StrFlag(argc, argv, "--target", "builtin:qwen3-8b-random");
   const std::string dtype_name = StrFlag(argc, argv, "--dtype", "bfloat16");
+  dflash::bench::RequireOneOf(dtype_name, {"bfloat16", "float16", "float32"}, "--dtype",
+                              "draft_cache");
   const int64_t batch = Flag(argc, argv, "--batch", 1), prompt = Flag(argc, argv, "--prompt", 512);
   const int64_t accept = Flag(argc, argv, "--accept", 4), blocks = Flag(argc, argv, "--blocks", 64);
   const int64_t warmup = Flag(argc, argv, "--warmup", 4);

@@ -92,6 +92,8 @@ int main(int argc, char** argv) {
       "spec_decode");
   const std::string target_name = StrFlag(argc, argv, "--target", "builtin:qwen3-8b-random");
   const std::string dtype_name = StrFlag(argc, argv, "--dtype", "bfloat16");
+  dflash::bench::RequireOneOf(dtype_name, {"bfloat16", "float16", "float32"}, "--dtype",
+                              "spec_decode");
   const int64_t batch = Flag(argc, argv, "--batch", 1), prompt = Flag(argc, argv, "--prompt", 512);
   const int64_t new_tokens = Flag(argc, argv, "--new", 128);
   const int64_t rounds = std::max<int64_t>(1, Flag(argc, argv, "--rounds", 3));
