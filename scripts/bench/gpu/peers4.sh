@@ -21,9 +21,9 @@ torch_lib=$("$py" -c 'import torch, os; print(os.path.join(os.path.dirname(torch
 export LD_LIBRARY_PATH="$(pwd)/.gpu/libs:$torch_lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "[peers4] binaries of $(cat .gpu/t/gt.rev), $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader)" | tee "$out/log"
 # Ours, then the reference on the same batch and initial weights (its compile: about a minute).
-GEOMS=8192:512 PYTHON=$py timeout 240 bash scripts/bench/drafter_step.sh build "$out/ds" 2>&1 |
+GEOMS=8192:512 PYTHON=$py timeout 290 bash scripts/bench/drafter_step.sh build "$out/ds" 2>&1 |
   tail -n 8 | tee -a "$out/log"
-OUT=$out PYTHON=$py PEER_TIMEOUT=${PEER_TIMEOUT:-150} timeout 330 \
+OUT=$out PYTHON=$py PEER_TIMEOUT=${PEER_TIMEOUT:-140} timeout 290 \
   bash scripts/bench/peers/run_peers.sh .gpu/peer-wheels 2>&1 | grep -v '^  ' | tail -n 12 | tee -a "$out/log"
 "$py" - "$out" <<'PY' | tee "$out/table.md"
 import json, os, sys
@@ -46,5 +46,7 @@ for r in rows:
     ms, peak = r["ms_median"], r["peak_bytes"] / 2**30
     up = f"{r['ms_median'] / ours['ms_median']:.2f}x" if ours and r is not ours else "-"
     ratio = f"{ours['peak_bytes'] / r['peak_bytes']:.2f}" if ours and r is not ours else "-"
+    if "exit_after_result" in r:
+        r["impl"] += f" ({r['exit_after_result']} after its result)"
     print(f"| {r['impl']} | {ms:.1f} | {r.get('ctx_tok_per_s', 0):,.0f} | {peak:.2f} | {up} | {ratio} |")
 PY

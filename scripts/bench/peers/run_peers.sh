@@ -58,9 +58,17 @@ for name in $peers; do
   timeout "${PEER_TIMEOUT:-280}" "$PYTHON" "$here/$script" "${common[@]}" ${COMMON_ARGS:-} $extra \
     --json "$line" >"$log" 2>&1
   rc=$?
-  if [ $rc -eq 0 ] && [ -s "$line" ]; then
-    cat "$line" >>"$out/peers.jsonl"
-    tail -n 1 "$line" | cut -c1-400
+  if [ -s "$line" ]; then
+    # The result is written once the timed steps are done; a peer that then fails to exit (on the
+    # H100 run of 2026-12-07 speculators' process outlived PEER_TIMEOUT after writing it) keeps
+    # its measurement, with the exit status beside it.
+    if [ $rc -eq 0 ]; then
+      cat "$line" >>"$out/peers.jsonl"
+    else
+      "$PYTHON" -c 'import json, sys; r = json.loads(open(sys.argv[1]).readline()); r["exit_after_result"] = sys.argv[2]; print(json.dumps(r))' \
+        "$line" "exit $rc$([ $rc -eq 124 ] && echo ' (timeout)')" >>"$out/peers.jsonl"
+    fi
+    tail -n 1 "$out/peers.jsonl" | cut -c1-400
   else
     status=1
     echo "run_peers.sh: $name failed (exit $rc); the end of its log:" >&2
