@@ -361,7 +361,7 @@ absl::StatusOr<ExtendOutput> TargetModel::Extend(const std::vector<int64_t>& seq
     for (size_t i = 0; i < sequences.size(); ++i) {
       cache->lengths_[sequences[i]] += offsets[i + 1] - offsets[i];
     }
-    out.hidden = RmsNorm(x, final_norm_, config_.rms_norm_eps);
+    out.hidden = Norm(x, final_norm_);
     return out;
   } catch (const TensorParallelError& e) {
     return e.status;

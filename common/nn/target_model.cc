@@ -389,8 +389,9 @@ absl::Status TargetModel::LoadWeights(const WeightSource& source) {
   const size_t num_layers =
       full_ ? static_cast<size_t>(config_.num_hidden_layers) : slots_of_layer_.size();
   if (full_) {
-    ASSIGN_OR_RETURN(final_norm_,
+    ASSIGN_OR_RETURN(at::Tensor norm,
                      source.Read(config_.weight_prefix + "norm.weight", {config_.hidden_size}));
+    final_norm_ = NormWeight(norm, config_);  // 1 + weight when zero-centered, as the layers' norms
   }
   const bool stacked = StackedExperts(config_, source);
   for (size_t i = 0; i < num_layers; ++i) {

@@ -250,7 +250,7 @@ class TargetModel {
   at::Tensor lm_head_;
   at::Tensor inv_freq_;                     // [D/2] fp32 on device_
   std::vector<TargetLayerWeights> layers_;  // layers 0..max(layer_ids); all with options.full
-  at::Tensor final_norm_;                   // [H] with options.full, else undefined
+  at::Tensor final_norm_;  // [H] with options.full, else undefined; 1 + weight when zero-centered
   bool full_ = false;
   int64_t tp_rank_ = 0, tp_world_ = 1;
   std::function<absl::Status(const at::Tensor&)> tp_all_reduce_;

@@ -1,5 +1,6 @@
 // Generation with the KV cache (common/nn/generate.h) on CPU, fp32: greedy output equal to Hugging
-// Face transformers' generate on the oracle's tiny Qwen3 and Llama checkpoints, the cache against a
+// Face transformers' generate on the oracles' tiny checkpoints of every family (Qwen3, Llama,
+// Qwen3-MoE and the hybrids Qwen3-Next, Qwen3.5, Qwen3.5-MoE), the cache against a
 // full recompute, batching, stop tokens, sampling and the errors.
 #include "common/nn/generate.h"
 
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/nn/target_model.h"
@@ -31,11 +33,12 @@ class GenerateTest : public ::testing::Test {
   static void SetUpTestSuite() { *oracle_error_ = oracle::GenerateOracleOutputs(); }
   void SetUp() override { ASSERT_TRUE(oracle_error_->empty()) << *oracle_error_; }
 
-  static std::unique_ptr<TargetModel> LoadFull(const std::string& family) {
+  static std::unique_ptr<TargetModel> LoadFull(const std::string& family,
+                                               const fs::path& dir = oracle::OracleDir()) {
     TargetModelOptions options;
     options.dtype = at::kFloat;
     options.full = true;
-    auto model = TargetModel::Load((oracle::OracleDir() / family).string(), options);
+    auto model = TargetModel::Load((dir / family).string(), options);
     EXPECT_TRUE(model.ok()) << model.status();
     return model.ok() ? std::move(*model) : nullptr;
   }
@@ -43,8 +46,8 @@ class GenerateTest : public ::testing::Test {
   struct Refs {
     std::vector<std::vector<int64_t>> prompts, outputs;
   };
-  static Refs ReadRefs(const std::string& family) {
-    auto t = ReadAll(oracle::OracleDir() / (family + "_generate.safetensors"));
+  static Refs ReadRefs(const std::string& family, const fs::path& dir = oracle::OracleDir()) {
+    auto t = ReadAll(dir / (family + "_generate.safetensors"));
     Refs r;
     const std::vector<int64_t> all = ToVector(t["prompts"]);
     size_t at = 0;
@@ -69,11 +72,20 @@ GenerateOptions Greedy(int64_t max_new_tokens) {
   return o;
 }
 
+// The hybrids (Qwen3-Next from hf_oracle.py, Qwen3.5 dense and MoE from hf_qwen3_5_oracle.py) keep
+// each linear-attention layer's convolution rows and recurrent state per sequence beside the
+// attention layers' KV cache; transformers' generate() keeps them in its own cache.
 TEST_F(GenerateTest, GreedyMatchesTransformersBatchedAndAlone) {
-  for (const std::string family : {"qwen3", "llama", "qwen3_moe"}) {
-    auto model = LoadFull(family);
+  const std::string qwen35_error = oracle::GenerateQwen35OracleOutputs();
+  ASSERT_TRUE(qwen35_error.empty()) << qwen35_error;
+  const std::vector<std::pair<std::string, fs::path>> families = {
+      {"qwen3", oracle::OracleDir()},         {"llama", oracle::OracleDir()},
+      {"qwen3_moe", oracle::OracleDir()},     {"qwen3_next", oracle::OracleDir()},
+      {"qwen3_5", oracle::Qwen35OracleDir()}, {"qwen3_5_moe", oracle::Qwen35OracleDir()}};
+  for (const auto& [family, dir] : families) {
+    auto model = LoadFull(family, dir);
     ASSERT_NE(model, nullptr);
-    const Refs refs = ReadRefs(family);
+    const Refs refs = ReadRefs(family, dir);
     const int64_t n = static_cast<int64_t>(refs.outputs[0].size());
     auto batched = Generate(*model, refs.prompts, Greedy(n));
     ASSERT_TRUE(batched.ok()) << batched.status();

@@ -255,6 +255,8 @@ def main():
     write_generations(qwen, os.path.join(args.out, "qwen3_generate.safetensors"), gen_generator)
     write_generations(llama, os.path.join(args.out, "llama_generate.safetensors"), gen_generator)
     write_generations(moe, os.path.join(args.out, "qwen3_moe_generate.safetensors"), gen_generator)
+    # The hybrid: its generate() keeps the linear-attention layers' conv and recurrent states.
+    write_generations(nxt, os.path.join(args.out, "qwen3_next_generate.safetensors"), gen_generator)
 
     for kind in BROKEN:
         write_broken(os.path.join(args.out, "qwen3"), os.path.join(args.out, f"qwen3_{kind}"), kind)

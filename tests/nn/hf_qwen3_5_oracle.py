@@ -10,6 +10,7 @@ Writes, like hf_oracle.py, save_pretrained checkpoints (fp32) and the outputs of
 layers per document for a packed batch:
   qwen3_5/      vision-language checkpoint (model.language_model.*, model.visual.*): dense MLP
   qwen3_5_moe/  the same with a sparse MLP (8 experts, top 2, stacked) and a shared expert
+  qwen3_5_generate.safetensors, qwen3_5_moe_generate.safetensors: greedy generate() outputs
 """
 
 import argparse
@@ -85,6 +86,13 @@ def main():
     moe.save_pretrained(os.path.join(args.out, "qwen3_5_moe"))
     hf_oracle.write_refs(moe, layers, os.path.join(args.out, "qwen3_5_moe_refs.safetensors"),
                          generator, hf_oracle.HYBRID_DOC_LENGTHS)
+
+    # Greedy generate() of text-only prompts (the conv and recurrent states in its cache).
+    gen_generator = torch.Generator().manual_seed(8)
+    hf_oracle.write_generations(dense, os.path.join(args.out, "qwen3_5_generate.safetensors"),
+                                gen_generator)
+    hf_oracle.write_generations(moe, os.path.join(args.out, "qwen3_5_moe_generate.safetensors"),
+                                gen_generator)
     return 0
 
 
