@@ -21,7 +21,7 @@ absl::StatusOr<std::vector<int32_t>> SampleAnchors(absl::Span<const uint8_t> los
   }
   if (max_anchors < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("batching.max_anchors: must be >= 0, got ", max_anchors));
+        absl::StrCat("SampleAnchors: max_anchors must be >= 0, got ", max_anchors));
   }
   std::vector<int32_t> valid;
   const int64_t n = static_cast<int64_t>(loss_mask.size());

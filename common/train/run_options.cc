@@ -17,11 +17,8 @@ absl::StatusOr<LocalRunOptions> LocalRunOptionsFor(const config::RunSpec& spec, 
   if (o.checkpoint_keep < 1) {
     return absl::InvalidArgumentError("checkpoint.keep: must be at least 1");
   }
-  o.max_anchors = spec.batching.max_anchors;
-  if (o.max_anchors < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batching.max_anchors: must be >= 1, got ", o.max_anchors));
-  }
+  o.max_anchors = spec.batching.max_anchors;  // range checked by the run.yaml field table and
+                                              // by LocalRun::Create for programmatic options
   const std::optional<double> gamma =
       spec.loss.gamma ? spec.loss.gamma : config::DefaultGamma(spec.drafter.block_size);
   if (!gamma) {
