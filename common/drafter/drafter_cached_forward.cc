@@ -7,6 +7,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
@@ -47,6 +48,53 @@ absl::Status CheckBlocks(const std::vector<CachedBlock>& blocks, const DrafterCo
     }
   }
   return absl::OkStatus();
+}
+
+// Grows every layer's buffers of `cache` to at least `need` rows (the first time to `reserve` when
+// that is more; later by half), keeping the rows held.
+void Reserve(DrafterKvCache* cache, int64_t need, int64_t layers, int64_t kv_heads,
+             int64_t head_dim, const at::TensorOptions& options) {
+  const int64_t capacity = cache->k.empty() ? 0 : cache->k.front().size(0);
+  if (capacity >= need) return;
+  const int64_t grown = std::max({need, cache->reserve, capacity + capacity / 2});
+  if (cache->k.empty()) {
+    cache->k.assign(static_cast<size_t>(layers), at::Tensor());
+    cache->v.assign(static_cast<size_t>(layers), at::Tensor());
+  }
+  for (std::vector<at::Tensor>* buffers : {&cache->k, &cache->v}) {
+    for (at::Tensor& b : *buffers) {
+      at::Tensor bigger = at::empty({grown, kv_heads, head_dim}, options);
+      if (cache->rows > 0) bigger.narrow(0, 0, cache->rows).copy_(b.narrow(0, 0, cache->rows));
+      b = bigger;
+    }
+  }
+}
+
+// Keys or values of one layer in the packed layout of ForwardCached: per sequence its context
+// rows, then its anchor's row (zeros: masked, but it must be finite), then every block's rows
+// (`block_rows`, [n * B, Hkv, D]). One sequence: written into its buffer's scratch and read in
+// place; several: one copy.
+at::Tensor PackedRows(const std::vector<CachedBlock>& blocks,
+                      std::vector<at::Tensor> DrafterKvCache::*which, size_t layer,
+                      const at::Tensor& block_rows) {
+  if (blocks.size() == 1) {
+    const at::Tensor& buffer = (blocks[0].cache->*which)[layer];
+    const int64_t rows = blocks[0].cache->rows, q = block_rows.size(0);
+    buffer.narrow(0, rows, 1).zero_();
+    buffer.narrow(0, rows + 1, q).copy_(block_rows);
+    return buffer.narrow(0, 0, rows + 1 + q);
+  }
+  const at::Tensor anchor_row =
+      at::zeros({1, block_rows.size(1), block_rows.size(2)}, block_rows.options());
+  std::vector<at::Tensor> parts;
+  for (const CachedBlock& block : blocks) {
+    if (block.cache->rows > 0) {
+      parts.push_back((block.cache->*which)[layer].narrow(0, 0, block.cache->rows));
+    }
+    parts.push_back(anchor_row);
+  }
+  parts.push_back(block_rows);
+  return at::cat(parts, 0);
 }
 
 }  // namespace
@@ -97,6 +145,12 @@ void DrafterModel::ExtendCaches(const std::vector<CachedBlock>& blocks) const {
     for (int64_t r = 0; r < m; ++r) positions.push_back(block.cache->rows + r);
   }
   const int64_t layers = static_cast<int64_t>(layers_.size());
+  const at::TensorOptions buffer_options = at::TensorOptions().dtype(dtype).device(device);
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    // Room for the new rows, the anchor's row and a block (ForwardCached's scratch).
+    Reserve(blocks[j].cache, blocks[j].cache->rows + counts[j] + 1 + config_.block_size, layers,
+            c.num_key_value_heads, c.head_dim, buffer_options);
+  }
   if (parts.empty()) return;
   // ctx [M, H] = hidden_norm(fc(features)) of every new row, one product for all sequences.
   at::Tensor ctx = nn::RmsNorm(CastLinear(at::cat(parts, 0).to(device).to(dtype), fc_, dtype),
@@ -116,23 +170,17 @@ void DrafterModel::ExtendCaches(const std::vector<CachedBlock>& blocks) const {
       const int64_t m = counts[j];
       if (m == 0) continue;
       DrafterKvCache* cache = blocks[j].cache;
-      if (cache->k.size() != static_cast<size_t>(layers)) {
-        cache->k.assign(static_cast<size_t>(layers), at::Tensor());
-        cache->v.assign(static_cast<size_t>(layers), at::Tensor());
-      }
-      at::Tensor& ck = cache->k[static_cast<size_t>(i)];
-      at::Tensor& cv = cache->v[static_cast<size_t>(i)];
-      // Copies, so that the cache does not keep this call's whole [M, ...] tensor alive.
-      ck = ck.defined() ? at::cat({ck, k.narrow(0, offset, m)}, 0) : k.narrow(0, offset, m).clone();
-      cv = cv.defined() ? at::cat({cv, v.narrow(0, offset, m)}, 0) : v.narrow(0, offset, m).clone();
+      cache->k[static_cast<size_t>(i)].narrow(0, cache->rows, m).copy_(k.narrow(0, offset, m));
+      cache->v[static_cast<size_t>(i)].narrow(0, cache->rows, m).copy_(v.narrow(0, offset, m));
       offset += m;
     }
   }
   for (size_t j = 0; j < blocks.size(); ++j) blocks[j].cache->rows += counts[j];
 }
 
-at::Tensor DrafterModel::RunCachedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& ctx_k,
-                                        const at::Tensor& ctx_v, const Prepared& p) const {
+at::Tensor DrafterModel::RunCachedLayer(int64_t layer, const at::Tensor& x,
+                                        const std::vector<CachedBlock>& blocks,
+                                        const Prepared& p) const {
   const DrafterLayerParams& w = layers_[static_cast<size_t>(layer)];
   const model::TransformerConfig& c = config_.target;
   const int64_t q_rows = x.size(0), d = c.head_dim;
@@ -149,9 +197,11 @@ at::Tensor DrafterModel::RunCachedLayer(int64_t layer, const at::Tensor& x, cons
   at::Tensor k =
       nn::RmsNorm(CastLinear(h, w.k_proj, dtype).reshape({q_rows, c.num_key_value_heads, d}),
                   w.k_norm.to(dtype), eps);
-  k = at::cat({ctx_k, nn::ApplyRope(k, p.q_rope)}, 0);
-  at::Tensor v = at::cat(
-      {ctx_v, CastLinear(h, w.v_proj, dtype).reshape({q_rows, c.num_key_value_heads, d})}, 0);
+  const size_t l = static_cast<size_t>(layer);
+  k = PackedRows(blocks, &DrafterKvCache::k, l, nn::ApplyRope(k, p.q_rope));
+  at::Tensor v =
+      PackedRows(blocks, &DrafterKvCache::v, l,
+                 CastLinear(h, w.v_proj, dtype).reshape({q_rows, c.num_key_value_heads, d}));
   return FinishLayer(layer, x, q, k, v, p, attn_delta);
 }
 
@@ -194,19 +244,8 @@ absl::StatusOr<at::Tensor> DrafterModel::ForwardCached(
     p.mask = BuildBlockMask(p.anchors, p.doc_ids, b,
                             short_block ? at::tensor(lengths, long_opts) : at::Tensor());
     at::Tensor x = EmbedBlocks(p).to(dtype);
-    const int64_t hkv = c.num_key_value_heads, d = c.head_dim;
-    const at::Tensor anchor_row = at::zeros({1, hkv, d}, x.options());
     for (int64_t i = 0; i < static_cast<int64_t>(layers_.size()); ++i) {
-      std::vector<at::Tensor> ks, vs;
-      for (const CachedBlock& block : blocks) {
-        if (block.cache->rows > 0) {
-          ks.push_back(block.cache->k[static_cast<size_t>(i)]);
-          vs.push_back(block.cache->v[static_cast<size_t>(i)]);
-        }
-        ks.push_back(anchor_row);
-        vs.push_back(anchor_row);
-      }
-      x = RunCachedLayer(i, x, at::cat(ks, 0), at::cat(vs, 0), p);
+      x = RunCachedLayer(i, x, blocks, p);
     }
     return nn::RmsNorm(x, norm_.to(dtype), c.rms_norm_eps);
   } catch (const c10::Error& e) {

@@ -222,9 +222,15 @@ DrafterBatch DecodingBatch(const std::vector<at::Tensor>& contexts,
 // (DrafterModel::ForwardCached; docs/method.md, "Drafting with a cache"): every context row's keys
 // (after k_norm and RoPE at the row's position) and values in each layer, computed once, when the
 // row arrives, instead of from all of the context at every block.
+// Each layer's keys and values live in one buffer per sequence, [capacity, Hkv, D]: rows
+// 0 .. rows-1 hold the context; the rest is scratch, where ForwardCached puts the anchor's row and
+// the block's own keys and values of a single sequence, so that its attention reads the buffer in
+// place. A buffer is allocated at the first extension with room for `reserve` rows (at least what
+// that block needs) and, once outgrown, grows by half, the held rows copied.
 struct DrafterKvCache {
   int64_t rows = 0;              // context rows held
-  std::vector<at::Tensor> k, v;  // per layer [rows, Hkv, D] in the compute dtype, on the device
+  int64_t reserve = 0;           // rows to allocate at first (the caller's longest sequence)
+  std::vector<at::Tensor> k, v;  // per layer [capacity, Hkv, D] in the compute dtype, on the device
 };
 
 // One sequence's next block for DrafterModel::ForwardCached.
@@ -312,16 +318,17 @@ class DrafterModel {
   at::Tensor FinishLayer(int64_t layer, const at::Tensor& x, const at::Tensor& q,
                          const at::Tensor& k, const at::Tensor& v, const Prepared& p,
                          const at::Tensor& attn_delta) const;
-  // ForwardCached's parts: the caches extended by the new rows; a layer over the block rows with
-  // the context's keys and values given ([T, Hkv, D] each, in the packed layout of `p`).
+  // ForwardCached's parts: the caches extended by the new rows (each buffer with room for its
+  // anchor's row and a block after them); a layer over the block rows with the blocks' cached
+  // context keys and values (packed as `p` lays them out).
   void ExtendCaches(const std::vector<CachedBlock>& blocks) const;
   // A projection x W^T in the compute dtype (CastLinear), or with options_.fp8 the fp8 GEMMs of
   // fp8_linear.h.
   at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) const;
   // A layer's SwiGLU MLP on h [Q, H]: lean_ops' SwiGluMlp (with fp8, its GEMMs in fp8).
   at::Tensor Mlp(const at::Tensor& h, const DrafterLayerParams& w) const;
-  at::Tensor RunCachedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& ctx_k,
-                            const at::Tensor& ctx_v, const Prepared& p) const;
+  at::Tensor RunCachedLayer(int64_t layer, const at::Tensor& x,
+                            const std::vector<CachedBlock>& blocks, const Prepared& p) const;
 
   DrafterConfig config_;
   DrafterOptions options_;

@@ -80,8 +80,12 @@ using Drafts = DraftBlocks;
 using DraftFn =
     std::function<absl::StatusOr<Drafts>(const std::vector<const DraftContext*>&, Sampler*)>;
 
-// Each sequence's drafter cache, by its DraftContext (stable for one SpeculativeGenerate call).
-using DrafterCaches = std::unordered_map<const DraftContext*, drafter::DrafterKvCache>;
+// Each sequence's drafter cache, by its DraftContext (stable for one SpeculativeGenerate call), and
+// the tokens each sequence may still generate (a new cache reserves room for them).
+struct DrafterCaches {
+  std::unordered_map<const DraftContext*, drafter::DrafterKvCache> of;
+  int64_t max_new_tokens = 0;
+};
 
 // The drafter's final hidden states [n * B, H] for the active sequences' blocks, from each
 // sequence's whole context (Forward).
@@ -109,8 +113,11 @@ absl::StatusOr<at::Tensor> CachedHidden(const drafter::DrafterModel& drafter,
   std::vector<drafter::CachedBlock> blocks;
   for (const DraftContext* s : active) {
     drafter::CachedBlock block;
-    block.cache = &(*caches)[s];
+    auto [entry, created] = caches->of.try_emplace(s);
+    block.cache = &entry->second;
     const int64_t context = static_cast<int64_t>(s->tokens.size()) - 1;  // rows before the anchor
+    // Every context row this sequence can reach, its anchor's row and a block: one allocation.
+    if (created) block.cache->reserve = context + caches->max_new_tokens + 1 + b;
     const int64_t have = block.cache->rows;
     if (context > have) {
       // The newest chunks hold the rows the cache lacks; earlier ones are not copied again.
@@ -297,6 +304,7 @@ absl::StatusOr<SpecDecodeResult> SpeculativeGenerate(
   const SamplingOptions sampling = options.sampling;
   // One cache per sequence of this call (its DraftContext stays put until the call returns).
   auto caches = options.drafter_kv_cache ? std::make_shared<DrafterCaches>() : nullptr;
+  if (caches != nullptr) caches->max_new_tokens = options.max_new_tokens;
   return Generate(
       target, drafter.config().block_size,
       [&drafter, sampling, caches](const std::vector<const DraftContext*>& active,

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -136,6 +137,8 @@ int main(int argc, char** argv) {
     std::vector<drafter::CachedBlock> cb(batch);
     for (int64_t j = 0; j < batch; ++j) {
       cb[j].cache = &caches[j];
+      // As SpeculativeGenerate reserves: every row the sequence reaches, its anchor and a block.
+      caches[j].reserve = prompt + (blocks - 1) * accept + 1 + config.block_size;
       cb[j].new_features = added[j];
       cb[j].anchor_token = tokens[j].back();
     }
@@ -174,5 +177,9 @@ int main(int argc, char** argv) {
   std::printf("%s\n", out.dump().c_str());
   const std::string json_path = StrFlag(argc, argv, "--json");
   if (!json_path.empty()) std::ofstream(json_path) << out.dump() << "\n";
+  if (!std::isfinite(last_diff)) {
+    std::fprintf(stderr, "draft_cache: the cached hidden states are not finite\n");
+    return 1;
+  }
   return 0;
 }

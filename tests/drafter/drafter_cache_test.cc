@@ -10,6 +10,7 @@
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,41 @@ TEST(DrafterCache, ADflash2DrafterToo) {
   config.selector_rank = 8;
   config.selector_top_k = 5;
   CheckCacheAgainstWholeContext(config);
+}
+
+// One sequence's attention reads its cache buffers in place (the anchor's row and the block's own
+// keys and values written into the scratch after the context): the same rows as Forward, with the
+// scratch filled with NaN before every block (no stale or uninitialized row may be read: without
+// the block's rows written there this fails), through the buffers' growth (no reserve: blocks
+// outgrow the buffer) and with a reserve that holds the whole sequence. The anchor's row is
+// zeroed for the fused GPU kernels, which multiply a masked row's zero weight by its value (NaN
+// would survive that); the CPU reference here reads only visible rows, so this test cannot see
+// that zeroing: draft_cache checks it on a GPU (the cached and uncached hidden states).
+TEST(DrafterCache, OneSequenceReadsItsBuffersInPlace) {
+  for (const int64_t reserve : {int64_t{0}, int64_t{64}}) {
+    SCOPED_TRACE(reserve);
+    at::manual_seed(5);
+    std::unique_ptr<DrafterModel> m = MakeModel(TinyConfig(), 11);
+    ASSERT_NE(m, nullptr);
+    std::vector<Seq> seqs(1);
+    seqs[0].tokens = {12};
+    std::vector<DrafterKvCache> caches(1);
+    caches[0].reserve = reserve;
+    const std::vector<int64_t> more = {1, 0, 5, 2, 30};
+    for (size_t round = 0; round < more.size(); ++round) {
+      seqs[0].block_length = round == 3 ? 3 : 0;  // a short block once
+      for (std::vector<at::Tensor>* buffers : {&caches[0].k, &caches[0].v}) {
+        for (at::Tensor& b : *buffers) {
+          const int64_t held = caches[0].rows;
+          b.narrow(0, held, b.size(0) - held).fill_(std::numeric_limits<float>::quiet_NaN());
+        }
+      }
+      GrowAndCompare(*m, &seqs, &caches, {more[round]}, static_cast<int>(round));
+    }
+    const int64_t capacity = caches[0].k.front().size(0);
+    EXPECT_GE(capacity, caches[0].rows + 1 + m->config().block_size);
+    if (reserve > 0) EXPECT_EQ(capacity, reserve);  // 38 rows + 1 + a block of 4 fit in 64
+  }
 }
 
 TEST(DrafterCache, RefusesBlocksItCannotRun) {
