@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/nn/target_model.h"
+#include "tests/nn/bf16_generation.h"
 #include "tests/nn/oracle.h"
 
 namespace dflash::nn {
@@ -78,11 +79,7 @@ GenerateOptions Greedy(int64_t max_new_tokens) {
 TEST_F(GenerateTest, GreedyMatchesTransformersBatchedAndAlone) {
   const std::string qwen35_error = oracle::GenerateQwen35OracleOutputs();
   ASSERT_TRUE(qwen35_error.empty()) << qwen35_error;
-  const std::vector<std::pair<std::string, fs::path>> families = {
-      {"qwen3", oracle::OracleDir()},         {"llama", oracle::OracleDir()},
-      {"qwen3_moe", oracle::OracleDir()},     {"qwen3_next", oracle::OracleDir()},
-      {"qwen3_5", oracle::Qwen35OracleDir()}, {"qwen3_5_moe", oracle::Qwen35OracleDir()}};
-  for (const auto& [family, dir] : families) {
+  for (const auto& [family, dir] : oracle::AllFamilies()) {
     auto model = LoadFull(family, dir);
     ASSERT_NE(model, nullptr);
     const Refs refs = ReadRefs(family, dir);
@@ -97,6 +94,19 @@ TEST_F(GenerateTest, GreedyMatchesTransformersBatchedAndAlone) {
       ASSERT_TRUE(alone.ok()) << alone.status();
       EXPECT_EQ((*alone)[0].tokens, refs.outputs[i]) << family << " prompt " << i << " alone";
     }
+  }
+}
+
+// bf16 (docs/models.md, "Generation in bf16"): transformers' own bf16 copy of these tiny random
+// checkpoints picks another token than their fp32 greedy generation at several steps (at fp32
+// logit margins up to about 0.45), so bf16 cannot equal fp32 token for token; what must hold
+// instead is bf16_generation.h's check. On the CPU here; on a GPU in generate_gpu_test.cc.
+TEST_F(GenerateTest, Bf16PicksTheFp32TokensExceptAtNearTies) {
+  const std::string qwen35_error = oracle::GenerateQwen35OracleOutputs();
+  ASSERT_TRUE(qwen35_error.empty()) << qwen35_error;
+  for (const auto& [family, dir] : oracle::AllFamilies()) {
+    SCOPED_TRACE(family);
+    oracle::CheckBf16AgainstFp32(family, dir, c10::Device(c10::kCPU));
   }
 }
 

@@ -21,6 +21,7 @@ is the same tensor except for the last layer, where HF returns the final-normed 
 """
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -168,21 +169,35 @@ def randomize_hybrid(model):
 
 
 def write_generations(model, path, generator):
-    """HF greedy generation (no stop token) of GEN_TOKENS tokens after prompts of a few lengths."""
+    """HF greedy generation (no stop token) of GEN_TOKENS tokens after prompts of a few lengths.
+
+    Beside the tokens, for the bf16 comparisons (which cannot be token for token: see
+    docs/models.md, "Generation in bf16"), teacher-forced over prompt + generated tokens:
+    `margins`, the fp32 logit gap between each generated token and the runner-up, and
+    `bf16_argmax`, the next token transformers' own bf16 copy of the model picks at each step.
+    """
     prompts = [torch.randint(0, VOCAB, (n,), generator=generator) for n in GEN_PROMPT_LENGTHS]
     model.generation_config.eos_token_id = None
-    outputs = []
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    outputs, margins, bf16_argmax = [], [], []
     for p in prompts:
         with torch.no_grad():
             g = model.generate(p[None], attention_mask=torch.ones_like(p[None]), do_sample=False,
                                max_new_tokens=GEN_TOKENS, pad_token_id=0)
-        assert g.shape[1] == len(p) + GEN_TOKENS, g.shape
+            assert g.shape[1] == len(p) + GEN_TOKENS, g.shape
+            steps = slice(len(p) - 1, len(p) - 1 + GEN_TOKENS)
+            top2 = model(g).logits[0, steps].float().topk(2).values
+            low = bf16(g).logits[0, steps].float()
         outputs.append(g[0, len(p):])
+        margins.append(top2[:, 0] - top2[:, 1])
+        bf16_argmax.append(low.argmax(-1))
     save_file(
         {
             "prompts": torch.cat(prompts).to(torch.int64),
             "prompt_lengths": torch.tensor(GEN_PROMPT_LENGTHS, dtype=torch.int64),
             "outputs": torch.stack(outputs).to(torch.int64).contiguous(),
+            "margins": torch.stack(margins).to(torch.float32).contiguous(),
+            "bf16_argmax": torch.stack(bf16_argmax).to(torch.int64).contiguous(),
         },
         path,
     )

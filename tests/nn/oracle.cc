@@ -24,8 +24,11 @@ std::string GenerateOracleOutputs() {
 fs::path Qwen35OracleDir() { return fs::path(DFLASH_NN_QWEN35_ORACLE_DIR); }
 
 std::string GenerateQwen35OracleOutputs() {
-  return dflash::testing::RunPythonOracleOnce(DFLASH_PYTHON, DFLASH_NN_QWEN35_ORACLE_SCRIPT,
-                                              Qwen35OracleDir());
+  // The script imports hf_oracle.py (its configs, weights and generations): a change there must
+  // regenerate these outputs too.
+  return dflash::testing::RunPythonOracleOnce(
+      DFLASH_PYTHON, DFLASH_NN_QWEN35_ORACLE_SCRIPT, Qwen35OracleDir(), "",
+      dflash::testing::ReadFileText(DFLASH_NN_ORACLE_SCRIPT));
 }
 
 fs::path RealModelDir() {
