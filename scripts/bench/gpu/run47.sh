@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Device run 47 (prepared 2026-12-07, not yet run): the GPU checks of what changed after run 46
+# (the whole suite at 38a5609): generation in bf16 against transformers for every family
+# (nn_gpu_test's GenerateGpu, and its TensorParallelGpu generation with the hybrids' final norm
+# fixed), the drafter cache's buffers (spec_gpu_test, drafter_gpu_test; draft_cache's cached
+# hidden states against the whole-context ones at the Qwen3-8B drafter shape, batch 1, 16, 64),
+# then eval's tokens/s with and without the cache (run45.sh). Pack:
+#   scripts/bench/gpu/gpu_tests.sh pack 'nn_gpu|spec_gpu|drafter_gpu'
+# carry .devdeps .gpu/t; about 5 minutes. Results under $OUT (log, the tests' logs, dc/, sd/).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+out=${OUT:?set OUT to the folder the results go to}
+mkdir -p "$out/dc"
+timeout 120 bash scripts/bench/gpu/gpu_tests.sh run 'nn_gpu|spec_gpu|drafter_gpu'
+grep -h "departs" "$out/nn_gpu_test.log" >>"$out/log" 2>/dev/null
+set +u; source .devdeps/env.sh >/dev/null 2>&1; set -u
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
+for b in 1 16 64; do
+  timeout 60 build/scripts/bench/draft_cache --prompt 1024 --accept 4 --blocks 64 --warmup 4 \
+    --batch "$b" --json "$out/dc/b$b.json" >"$out/dc/b$b.log" 2>&1
+  echo "[run47 draft_cache batch $b] rc $? $(cat "$out/dc/b$b.json" 2>/dev/null || tail -3 "$out/dc/b$b.log")" |
+    tee -a "$out/log"
+done
+OUT=$out timeout 300 bash scripts/bench/gpu/run45.sh
+tar -czf "$out/run47.tgz" -C "$out" log dc sd 2>/dev/null
