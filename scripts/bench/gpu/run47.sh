@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Device run 47 (prepared 2026-12-07, not yet run): the GPU checks of what changed after run 46
-# (the whole suite at 38a5609): generation in bf16 against transformers for every family
+# Device run 47 (prepared 2026-12-07, not yet run): the GPU checks of what changed after the
+# whole GPU suite ran at 38a5609 (docs/benchmarks.md, "The whole GPU suite at one revision"):
+# generation in bf16 against transformers for every family
 # (nn_gpu_test's GenerateGpu, and its TensorParallelGpu generation with the hybrids' final norm
 # fixed), the drafter cache's buffers (spec_gpu_test, drafter_gpu_test; draft_cache's cached
 # hidden states against the whole-context ones at the Qwen3-8B drafter shape, batch 1, 16, 64),
