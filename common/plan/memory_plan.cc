@@ -466,15 +466,16 @@ absl::StatusOr<RunPlan> PlanRun(const config::RunSpec& spec, const model::Transf
   AddPhase(&tw, "forward", {weights, forward});
   if (evaluates) {
     // An evaluation (services/target_worker/evaluator.cc) beside a forward of the run-ahead step:
-    // the drafter snapshot in fp32, and the KV caches of one batch of prompts (16 at most, each
-    // up to data.max_length prompt tokens + eval.max_new_tokens + a block).
+    // the drafter snapshot in the target's dtype (spec::SetInferenceDrafterOptions), and the KV
+    // caches of one batch of prompts (16 at most, each up to data.max_length prompt tokens +
+    // eval.max_new_tokens + a block).
     const int64_t drafter_params = DrafterParams(spec, s, k);  // DFlash2's too: it is exported
     const int64_t batch = std::min<int64_t>(16, spec.eval.max_prompts);
     const int64_t positions =
         spec.data.max_length + spec.eval.max_new_tokens + spec.drafter.block_size;
-    const size_t snapshot =
-        Add(&tw, "evaluation: drafter snapshot",
-            absl::StrCat("fp32, ", drafter_params, " parameters"), drafter_params * 4);
+    const size_t snapshot = Add(
+        &tw, "evaluation: drafter snapshot",
+        absl::StrCat(spec.target.dtype, ", ", drafter_params, " parameters"), drafter_params * db);
     const size_t kv = Add(&tw, "evaluation: KV caches",
                           absl::StrCat(batch, " prompts x ", positions, " positions x ",
                                        target.num_hidden_layers, " layers"),

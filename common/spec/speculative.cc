@@ -284,12 +284,17 @@ Proposer DrafterProposer(const drafter::DrafterModel& drafter) {
   };
 }
 
+void SetInferenceDrafterOptions(const nn::TargetModel& target, drafter::DrafterOptions* options) {
+  options->device = target.device();
+  options->dtype = target.dtype();
+  options->compute_dtype.reset();
+}
+
 absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> LoadExportedDrafter(
     const nn::TargetModel& target, const std::string& dir) {
   ASSIGN_OR_RETURN(drafter::DrafterConfig config, drafter::ReadDrafterConfig(dir));
   drafter::DrafterOptions options;
-  options.device = target.device();
-  if (target.dtype() != c10::ScalarType::Float) options.compute_dtype = target.dtype();
+  SetInferenceDrafterOptions(target, &options);
   ASSIGN_OR_RETURN(
       std::unique_ptr<drafter::DrafterModel> model,
       drafter::DrafterModel::Create(config, options, target.embed_tokens(), target.lm_head()));

@@ -30,7 +30,8 @@
 
 namespace dflash::drafter {
 class DrafterModel;
-}
+struct DrafterOptions;
+}  // namespace dflash::drafter
 namespace dflash::nn {
 class TargetModel;
 }
@@ -146,9 +147,15 @@ using SamplingProposer =
 // The DFlash drafter as a proposer: one batched forward (method.md §1; no gradient).
 Proposer DrafterProposer(const drafter::DrafterModel& drafter);
 
+// Sets `options` for a drafter that only decodes beside `target`: its weights in the target's
+// dtype on the target's device, no separate compute dtype (nothing trains them, so no fp32
+// masters: a bf16 drafter reads 2 bytes per weight per forward instead of casting 4-byte masters
+// at every block; the results are the same bit for bit).
+void SetInferenceDrafterOptions(const nn::TargetModel& target, drafter::DrafterOptions* options);
+
 // The exported drafter at `dir` (drafter_checkpoint.h) made ready to decode with `target`, as
-// dflashctl eval loads it: fp32 weights on the target's device, computing in the target's dtype,
-// embedding and lm_head borrowed from the target. Errors of ReadDrafterConfig / ImportDrafter.
+// dflashctl eval loads it: SetInferenceDrafterOptions, embedding and lm_head borrowed from the
+// target. Errors of ReadDrafterConfig / ImportDrafter.
 absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> LoadExportedDrafter(
     const nn::TargetModel& target, const std::string& dir);
 

@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   config.target_layer_ids = dflash::model::DefaultTargetLayerIds(tc->num_hidden_layers, 5);
   drafter::DrafterOptions options;
   options.device = device;
-  if (dtype != at::kFloat) options.compute_dtype = dtype;
+  options.dtype = dtype;  // weights in the compute dtype, as spec::SetInferenceDrafterOptions
   const at::Tensor embed =
       at::randn({tc->vocab_size, tc->hidden_size}, at::TensorOptions().dtype(dtype).device(device));
   absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> made =

@@ -120,9 +120,8 @@ int main(int argc, char** argv) {
   config.block_size = Flag(argc, argv, "--block", 16);
   config.mask_token_id = 1;
   config.target_layer_ids = (*target)->layer_ids();
-  drafter::DrafterOptions dopts;
-  dopts.device = device;
-  if (topts.dtype != at::kFloat) dopts.compute_dtype = topts.dtype;
+  drafter::DrafterOptions dopts;  // as dflashctl eval loads a drafter
+  dflash::spec::SetInferenceDrafterOptions(**target, &dopts);
   absl::StatusOr<std::unique_ptr<drafter::DrafterModel>> draft =
       drafter::DrafterModel::Create(config, dopts, (*target)->embed_tokens(), (*target)->lm_head());
   if (!draft.ok()) Fail("drafter", draft.status());

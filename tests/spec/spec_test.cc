@@ -1,6 +1,8 @@
 // Speculative decoding with the built-in tiny Qwen3 target (fp32, CPU): the output equals plain
 // greedy decoding whatever the proposals are (an untrained DFlash drafter, proposers right for a
 // given number of slots), and the acceptance statistics count exactly what was accepted.
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -109,6 +111,76 @@ TEST(SpeculativeTest, TheDraftersCacheProposesWhatTheWholeContextDoes) {
     EXPECT_EQ(cached->drafter_forwards, whole->drafter_forwards);
     std::cerr << "[spec_test] B = " << b << ": " << cached->stats.accepted << " proposals kept in "
               << cached->stats.verifications << " verifications, both ways\n";
+  }
+}
+
+// A drafter loaded for decoding keeps its weights in the target's dtype
+// (SetInferenceDrafterOptions): with a bf16 target it computes what the training drafter (fp32
+// masters cast to bf16 at every use) computes, bit for bit, whole-context and cached,
+// single-sequence and batched.
+TEST(SpeculativeTest, AnInferenceDrafterComputesWhatTheTrainingOneDoes) {
+  nn::TargetModelOptions target_options;
+  target_options.dtype = at::kBFloat16;
+  target_options.full = true;
+  auto target = nn::BuiltinTarget("tiny-qwen3", target_options);
+  ASSERT_TRUE(target.ok()) << target.status();
+  drafter::DrafterConfig config;
+  config.target = (*target)->config();
+  config.num_layers = 2;
+  config.block_size = 4;
+  config.mask_token_id = 1;
+  config.target_layer_ids = (*target)->layer_ids();
+  drafter::DrafterOptions training;
+  training.seed = 5;
+  training.init_std = 0.2;
+  training.compute_dtype = at::kBFloat16;
+  drafter::DrafterOptions inference;
+  SetInferenceDrafterOptions(**target, &inference);
+  ASSERT_EQ(inference.dtype, at::kBFloat16);
+  auto a = drafter::DrafterModel::Create(config, training, (*target)->embed_tokens(),
+                                         (*target)->lm_head());
+  auto b = drafter::DrafterModel::Create(config, inference, (*target)->embed_tokens(),
+                                         (*target)->lm_head());
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  {
+    at::NoGradGuard no_grad;
+    const std::vector<drafter::NamedParameter> from = (*a)->parameters(), to = (*b)->parameters();
+    ASSERT_EQ(from.size(), to.size());
+    for (size_t i = 0; i < from.size(); ++i) to[i].tensor.copy_(from[i].tensor);
+  }
+  const int64_t k = config.feature_dim();
+  at::manual_seed(9);
+  for (const int64_t n : {1, 3}) {
+    SCOPED_TRACE(n);
+    std::vector<at::Tensor> contexts;
+    std::vector<std::vector<int64_t>> tokens;
+    for (int64_t j = 0; j < n; ++j) {
+      contexts.push_back(at::randn({5 + 3 * j, k}).to(at::kBFloat16));
+      std::vector<int64_t> t;
+      for (int64_t r = 0; r <= 5 + 3 * j; ++r) t.push_back(20 + 7 * r + j);
+      tokens.push_back(t);
+    }
+    const drafter::DrafterBatch batch = drafter::DecodingBatch(contexts, tokens, {}, 4);
+    at::NoGradGuard no_grad;
+    auto whole_a = (*a)->Forward(batch);
+    auto whole_b = (*b)->Forward(batch);
+    ASSERT_TRUE(whole_a.ok() && whole_b.ok()) << whole_a.status() << whole_b.status();
+    EXPECT_TRUE(whole_a->equal(*whole_b));
+    std::vector<drafter::DrafterKvCache> caches_a(n), caches_b(n);
+    std::vector<drafter::CachedBlock> blocks_a, blocks_b;
+    for (int64_t j = 0; j < n; ++j) {
+      drafter::CachedBlock block;
+      block.new_features = contexts[j];
+      block.anchor_token = tokens[j].back();
+      block.cache = &caches_a[j];
+      blocks_a.push_back(block);
+      block.cache = &caches_b[j];
+      blocks_b.push_back(block);
+    }
+    auto cached_a = (*a)->ForwardCached(blocks_a);
+    auto cached_b = (*b)->ForwardCached(blocks_b);
+    ASSERT_TRUE(cached_a.ok() && cached_b.ok()) << cached_a.status() << cached_b.status();
+    EXPECT_TRUE(cached_a->equal(*cached_b));
   }
 }
 

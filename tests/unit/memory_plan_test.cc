@@ -125,7 +125,8 @@ TEST(MemoryPlanTest, ATensorParallelTargetPlansOneShardPerProcess) {
 }
 
 // With evaluations during training the target holds every layer (shared with the evaluator) and
-// plans an evaluation beside a forward: the fp32 drafter snapshot and a batch of KV caches.
+// plans an evaluation beside a forward: the drafter snapshot (in the target's dtype) and a batch
+// of KV caches.
 TEST(MemoryPlanTest, EvaluationsLoadTheWholeTargetAndPlanTheDecoding) {
   config::RunSpec spec = Spec(8192, 512, 5);
   spec.eval.every_steps = 1000;
@@ -134,7 +135,7 @@ TEST(MemoryPlanTest, EvaluationsLoadTheWholeTargetAndPlanTheDecoding) {
   const RunPlan p = Plan(spec);
   EXPECT_EQ(TermBytes(p.target, "weights"),
             (int64_t{2} * 151936 * 4096 + 36 * int64_t{192946432} + 4096) * 2);
-  EXPECT_EQ(TermBytes(p.target, "evaluation: drafter snapshot"), int64_t{1048626432} * 4);
+  EXPECT_EQ(TermBytes(p.target, "evaluation: drafter snapshot"), int64_t{1048626432} * 2);
   // 16 prompts x (2048 + 256 + 16) positions x 36 layers x k and v x 8 heads x 128 x bf16.
   EXPECT_EQ(TermBytes(p.target, "evaluation: KV caches"),
             int64_t{16} * (2048 + 256 + 16) * 36 * 2 * 8 * 128 * 2);
