@@ -5,7 +5,9 @@
 # (nn_gpu_test's GenerateGpu, and its TensorParallelGpu generation with the hybrids' final norm
 # fixed), the drafter cache's buffers (spec_gpu_test, drafter_gpu_test; draft_cache's cached
 # hidden states against the whole-context ones at the Qwen3-8B drafter shape, batch 1, 16, 64),
-# then eval's tokens/s with and without the cache (run45.sh). Pack:
+# then eval's tokens/s with and without the cache (run45.sh; since f9f5c8b the decoding drafter
+# holds bf16 weights in both settings, so against run 45's figures at 38a5609 the two changes
+# show together). Pack:
 #   scripts/bench/gpu/gpu_tests.sh pack 'nn_gpu|spec_gpu|drafter_gpu'
 # carry .devdeps .gpu/t; about 5 minutes. Results under $OUT (log, the tests' logs, dc/, sd/).
 set -uo pipefail
