@@ -1,5 +1,6 @@
 #include "common/model/generation_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -42,6 +43,40 @@ absl::StatusOr<GenerationDefaults> ReadGenerationConfig(const std::string& dir) 
     if (!j["top_k"].is_number_integer()) return bad("top_k", "not an integer");
     d.top_k = j["top_k"].get<int64_t>();
     if (d.top_k < 0) return bad("top_k", "below 0");
+  }
+  // transformers' other ways of choosing tokens, each at the value that leaves greedy decoding and
+  // sampling with temperature / top_p / top_k as they are. A file that sets one otherwise asks for
+  // answers that dflash's decoding would not give: refused rather than silently ignored.
+  const struct {
+    const char* key;
+    double neutral;  // the key's no-op number; NaN: any value but null changes decoding
+  } kOthers[] = {{"repetition_penalty", 1.0},
+                 {"num_beams", 1.0},
+                 {"typical_p", 1.0},
+                 {"min_p", std::nan("")},
+                 {"epsilon_cutoff", 0.0},
+                 {"eta_cutoff", 0.0},
+                 {"no_repeat_ngram_size", 0.0},
+                 {"penalty_alpha", std::nan("")},
+                 {"min_new_tokens", 0.0},
+                 {"min_length", 0.0},
+                 {"bad_words_ids", std::nan("")},
+                 {"suppress_tokens", std::nan("")},
+                 {"begin_suppress_tokens", std::nan("")},
+                 {"sequence_bias", std::nan("")},
+                 {"forced_bos_token_id", std::nan("")},
+                 {"forced_eos_token_id", std::nan("")},
+                 {"guidance_scale", std::nan("")}};
+  for (const auto& other : kOthers) {
+    if (!j.contains(other.key) || j[other.key].is_null()) continue;
+    const nlohmann::json& v = j[other.key];
+    if (!std::isnan(other.neutral) && v.is_number() && v.get<double>() == other.neutral) continue;
+    return bad(other.key,
+               absl::StrCat(v.dump(),
+                            " changes how tokens are chosen, which dflash's decoding does not do "
+                            "(it applies do_sample, temperature, top_p and top_k only): remove "
+                            "the key, or give --temperature / --top_p / --top_k instead of "
+                            "--generation_config"));
   }
   return d;
 }

@@ -19,7 +19,9 @@ struct GenerationDefaults {
 
 // `dir`/generation_config.json: NOT_FOUND naming the path when the checkpoint has none;
 // INVALID_ARGUMENT naming the file and key for a value of the wrong type or out of range
-// (temperature < 0, top_p outside (0, 1], top_k < 0).
+// (temperature < 0, top_p outside (0, 1], top_k < 0), or for another way of choosing tokens set
+// to anything but its no-op value (repetition_penalty != 1, num_beams > 1, min_p, typical_p,
+// no_repeat_ngram_size, suppressed or forced tokens, ...: generation_config.cc lists them).
 absl::StatusOr<GenerationDefaults> ReadGenerationConfig(const std::string& dir);
 
 }  // namespace dflash::model

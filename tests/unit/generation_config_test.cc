@@ -39,6 +39,12 @@ TEST_F(GenerationConfigTest, ReadsTheSamplingSettingsWithTransformersDefaults) {
   EXPECT_DOUBLE_EQ(sampled->temperature, 0.6);
   EXPECT_DOUBLE_EQ(sampled->top_p, 0.95);
   EXPECT_EQ(sampled->top_k, 50);  // transformers' default where the file is silent
+  // The other ways of choosing tokens at their no-op values (as transformers writes its defaults)
+  // or null are no obstacle.
+  auto neutral = model::ReadGenerationConfig(Dir(
+      R"({"do_sample": true, "repetition_penalty": 1.0, "num_beams": 1, "typical_p": 1.0,
+          "min_p": null, "no_repeat_ngram_size": 0, "suppress_tokens": null})"));
+  ASSERT_TRUE(neutral.ok()) << neutral.status();
   // SmolLM2-135M-Instruct's: token ids only, so greedy.
   auto silent = model::ReadGenerationConfig(Dir(R"({"bos_token_id": 1, "eos_token_id": 2})"));
   ASSERT_TRUE(silent.ok());
@@ -51,12 +57,18 @@ TEST_F(GenerationConfigTest, ErrorsNameTheFileAndTheKey) {
   const struct {
     const char* json;
     const char* says;
-  } bad[] = {{R"({"do_sample": "yes"})", "do_sample: not true or false"},
-             {R"({"temperature": -1})", "temperature: below 0"},
-             {R"({"top_p": 0})", "top_p: outside (0, 1]"},
-             {R"({"top_k": 2.5})", "top_k: not an integer"},
-             {"[1, 2]", "not a JSON object"},
-             {"{not json", "not a JSON object"}};
+  } bad[] = {
+      {R"({"do_sample": "yes"})", "do_sample: not true or false"},
+      {R"({"temperature": -1})", "temperature: below 0"},
+      {R"({"top_p": 0})", "top_p: outside (0, 1]"},
+      {R"({"top_k": 2.5})", "top_k: not an integer"},
+      {R"({"repetition_penalty": 1.05})", "repetition_penalty: 1.05 changes how tokens are chosen"},
+      {R"({"do_sample": false, "num_beams": 4})", "num_beams: 4 changes"},
+      {R"({"min_p": 0.0})", "min_p: 0.0 changes"},
+      {R"({"no_repeat_ngram_size": 3})", "no_repeat_ngram_size: 3 changes"},
+      {R"({"suppress_tokens": [5]})", "suppress_tokens: [5] changes"},
+      {"[1, 2]", "not a JSON object"},
+      {"{not json", "not a JSON object"}};
   for (const auto& b : bad) {
     const absl::Status s = model::ReadGenerationConfig(Dir(b.json)).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.json;
