@@ -94,6 +94,7 @@ struct ChunkLayout {
   std::vector<int64_t> active;    // per step: how many documents have a chunk at this step
   std::vector<int64_t> row_slot;  // per row: chunk * chunk_size + row within the chunk
   int64_t documents = 0;          // with at least one row
+  std::vector<int64_t> document;  // per state (sorted document): its index in docs
 };
 
 ChunkLayout MakeChunkLayout(const VarlenDocs& docs, int64_t t, int64_t chunk) {
@@ -110,6 +111,7 @@ ChunkLayout MakeChunkLayout(const VarlenDocs& docs, int64_t t, int64_t chunk) {
   std::stable_sort(rank.begin(), rank.end(),
                    [&](size_t a, size_t b) { return count[a] > count[b]; });
   l.documents = static_cast<int64_t>(order.size());
+  for (size_t i = 0; i < rank.size(); ++i) l.document.push_back(order[rank[i]]);
   const int64_t steps = rank.empty() ? 0 : count[rank.front()];
   for (int64_t j = 0; j < steps; ++j) {
     int64_t a = 0;
@@ -131,10 +133,12 @@ ChunkLayout MakeChunkLayout(const VarlenDocs& docs, int64_t t, int64_t chunk) {
 
 // The chunked form in ATen operations, from the padded chunk layout (fp32: qc, kc [chunks, Hv,
 // chunk, dk], vc [chunks, Hv, chunk, dv], bc, gc [chunks, Hv, chunk]) to the output in the same
-// layout: the reference of the CUDA kernels, and the path everywhere else.
+// layout: the reference of the CUDA kernels, and the path everywhere else. `initial` (undefined:
+// zeros) and `*final` (when given) are the states [layout.documents, Hv, dk, dv] fp32, in the
+// layout's sorted order, before the first and after the last row of each document.
 at::Tensor ChunkedInAten(const at::Tensor& qc, const at::Tensor& kc, const at::Tensor& vc,
-                         const at::Tensor& bc_rows, const at::Tensor& gc,
-                         const ChunkLayout& layout) {
+                         const at::Tensor& bc_rows, const at::Tensor& gc, const ChunkLayout& layout,
+                         const at::Tensor& initial = {}, at::Tensor* final = nullptr) {
   const int64_t n = qc.size(0), hv = qc.size(1), chunk = qc.size(2), dk = qc.size(3);
   const int64_t dv = vc.size(3);
   const at::Tensor bc = bc_rows.unsqueeze(-1);  // [chunks, Hv, chunk, 1]
@@ -164,7 +168,8 @@ at::Tensor ChunkedInAten(const at::Tensor& qc, const at::Tensor& kc, const at::T
 
   // Across chunks: one state [dk, dv] per (document, head), carried chunk to chunk; step j runs
   // chunk j of every document that has one.
-  at::Tensor state = at::zeros({layout.documents, hv, dk, dv}, qc.options());
+  at::Tensor state = initial.defined() ? initial.to(at::kFloat).clone()
+                                       : at::zeros({layout.documents, hv, dk, dv}, qc.options());
   at::Tensor out = at::empty({n, hv, chunk, dv}, qc.options());
   for (size_t j = 0; j < layout.offsets.size(); ++j) {
     const int64_t first = layout.offsets[j], a = layout.active[j];
@@ -174,7 +179,50 @@ at::Tensor ChunkedInAten(const at::Tensor& qc, const at::Tensor& kc, const at::T
     out.narrow(0, first, a).copy_(at_step(q_decayed).matmul(s) + at_step(intra).matmul(v_new));
     s.copy_(s * at_step(chunk_decay) + at_step(k_decayed_t).matmul(v_new));
   }
+  if (final != nullptr) *final = state;
   return out;
+}
+
+// The ATen path of the chunked scan over packed rows (q, k, v, g, beta as GatedDeltaRuleChunked
+// takes them), with each document's state before (`initial`, [documents of docs, Hv, dk, dv]
+// fp32 in docs' order; undefined: zeros) and after (`*final`, same layout; every document of docs
+// needs a row then).
+at::Tensor ChunkedPacked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const at::Tensor& g, const at::Tensor& beta, const VarlenDocs& docs,
+                         const ChunkLayout& layout, int64_t chunk, const at::Tensor& initial,
+                         at::Tensor* final) {
+  const int64_t hv = q.size(1), dk = q.size(2), dv = v.size(2), n = layout.chunks;
+  const at::Tensor slot = at::tensor(layout.row_slot, at::kLong).to(q.device());
+  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
+  // [T, Hv, X...] -> [chunks, Hv, chunk, X...], fp32, contiguous.
+  auto pad = [&](const at::Tensor& x) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[0] = n * chunk;
+    at::Tensor p = at::zeros(shape, f32);
+    p.index_copy_(0, slot, x.to(at::kFloat));
+    shape[0] = chunk;
+    shape.insert(shape.begin(), n);
+    p = p.view(shape);  // [chunks, chunk, Hv, X...]
+    return (x.dim() == 3 ? p.permute({0, 2, 1, 3}) : p.permute({0, 2, 1})).contiguous();
+  };
+  const at::Tensor qc = pad(L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5));
+  const at::Tensor kc = pad(L2Norm(k.to(at::kFloat)));
+  const at::Tensor vc = pad(v);
+  const at::Tensor bc = pad(beta);  // [chunks, Hv, chunk]
+  const at::Tensor gc = pad(g);
+  const at::Tensor sorted = at::tensor(layout.document, at::kLong).to(q.device());
+  at::Tensor sorted_final;
+  const at::Tensor out =
+      ChunkedInAten(qc, kc, vc, bc, gc, layout,
+                    initial.defined() ? initial.index_select(0, sorted) : at::Tensor(),
+                    final != nullptr ? &sorted_final : nullptr);
+  if (final != nullptr) {
+    *final = at::zeros_like(sorted_final).index_copy_(0, sorted, sorted_final);
+  }
+  return out.permute({0, 2, 1, 3})
+      .reshape({n * chunk, hv, dv})
+      .index_select(0, slot)
+      .to(v.scalar_type());
 }
 
 }  // namespace
@@ -203,29 +251,7 @@ at::Tensor GatedDeltaRuleChunked(const at::Tensor& q, const at::Tensor& k, const
                                        beta.to(dtype), l);
   }
 #endif
-  const at::Tensor slot = at::tensor(layout.row_slot, at::kLong).to(q.device());
-  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
-  // [T, Hv, X...] -> [chunks, Hv, chunk, X...], fp32, contiguous.
-  auto pad = [&](const at::Tensor& x) {
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape[0] = n * chunk;
-    at::Tensor p = at::zeros(shape, f32);
-    p.index_copy_(0, slot, x.to(at::kFloat));
-    shape[0] = chunk;
-    shape.insert(shape.begin(), n);
-    p = p.view(shape);  // [chunks, chunk, Hv, X...]
-    return (x.dim() == 3 ? p.permute({0, 2, 1, 3}) : p.permute({0, 2, 1})).contiguous();
-  };
-  const at::Tensor qc = pad(L2Norm(q.to(at::kFloat)) * std::pow(static_cast<double>(dk), -0.5));
-  const at::Tensor kc = pad(L2Norm(k.to(at::kFloat)));
-  const at::Tensor vc = pad(v);
-  const at::Tensor bc = pad(beta);  // [chunks, Hv, chunk]
-  const at::Tensor gc = pad(g);
-  const at::Tensor out = ChunkedInAten(qc, kc, vc, bc, gc, layout);
-  return out.permute({0, 2, 1, 3})
-      .reshape({n * chunk, hv, dv})
-      .index_select(0, slot)
-      .to(v.scalar_type());
+  return ChunkedPacked(q, k, v, g, beta, docs, layout, chunk, at::Tensor(), nullptr);
 }
 
 at::Tensor GatedDeltaRuleReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -317,25 +343,88 @@ void ExtendGroup(const at::Tensor& proj, const at::Tensor& decay, const at::Tens
   state->index_copy_(0, idx, st);
 }
 
+// GatedDeltaNetExtend's long extensions (prefills, replays): every sequence with new rows in one
+// pass. The convolution runs over each sequence's K-1 held rows followed by its new ones (as
+// documents of CausalConv1dVarlen, so the held rows are the window's history), and the scan is
+// the chunked form (ChunkedPacked) from each sequence's state, whose final states it writes back.
+// `counts[i]` rows of x continue sequence `sequences[i]` (rows in that order, none for count 0).
+void ExtendChunked(const at::Tensor& proj, const at::Tensor& g, const at::Tensor& beta,
+                   const GatedDeltaWeights& w, const GatedDeltaDims& d,
+                   const std::vector<int64_t>& sequences, const std::vector<int64_t>& counts,
+                   c10::ScalarType dtype, at::Tensor* conv, at::Tensor* state, at::Tensor* core) {
+  const int64_t hk = d.num_k_heads, hv = d.num_v_heads, dk = d.k_head_dim, dv = d.v_head_dim;
+  const int64_t kd = d.key_dim(), vd = d.value_dim(), cd = d.conv_dim(), held = d.conv_kernel - 1;
+  std::vector<int64_t> seqs, pre_offsets = {0}, row_offsets = {0}, new_rows, tail_rows;
+  std::vector<at::Tensor> pieces;
+  int64_t begin = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const int64_t c = counts[i];
+    if (c == 0) continue;
+    seqs.push_back(sequences[i]);
+    const int64_t start = pre_offsets.back();
+    pieces.push_back(conv->select(0, sequences[i]));
+    pieces.push_back(proj.narrow(0, begin, c).narrow(1, 0, cd));
+    for (int64_t r = 0; r < c; ++r) new_rows.push_back(start + held + r);
+    for (int64_t r = 0; r < held; ++r) tail_rows.push_back(start + c + r);
+    pre_offsets.push_back(start + held + c);
+    row_offsets.push_back(row_offsets.back() + c);
+    begin += c;
+  }
+  const c10::Device device = proj.device();
+  const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
+  const at::Tensor idx = at::tensor(seqs, long_opts).to(device);
+  const at::Tensor pre = at::cat(pieces, 0).to(dtype);  // [sum(K-1 + c), conv_dim]
+  VarlenDocs pre_docs;
+  pre_docs.offsets = pre_offsets;
+  const at::Tensor mixed = at::silu(CausalConv1dVarlen(pre, w.conv, pre_docs))
+                               .index_select(0, at::tensor(new_rows, long_opts).to(device));
+  conv->index_copy_(0, idx,
+                    pre.index_select(0, at::tensor(tail_rows, long_opts).to(device))
+                        .view({idx.size(0), held, cd}));
+  const int64_t t = mixed.size(0);
+  at::Tensor q = mixed.narrow(1, 0, kd).reshape({t, hk, dk});
+  at::Tensor k = mixed.narrow(1, kd, kd).reshape({t, hk, dk});
+  const at::Tensor v = mixed.narrow(1, 2 * kd, vd).reshape({t, hv, dv});
+  if (hv != hk) {
+    q = q.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
+    k = k.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
+  }
+  VarlenDocs docs;
+  docs.offsets = row_offsets;
+  const int64_t chunk = 64;
+  const ChunkLayout layout = MakeChunkLayout(docs, t, chunk);
+  at::Tensor final;
+  core->copy_(
+      ChunkedPacked(q, k, v, g, beta, docs, layout, chunk, state->index_select(0, idx), &final));
+  state->index_copy_(0, idx, final);
+}
+
 }  // namespace
 
 at::Tensor GatedDeltaNetExtend(const at::Tensor& x, const GatedDeltaWeights& w,
                                const GatedDeltaDims& d, const std::vector<int64_t>& sequences,
                                const std::vector<int64_t>& offsets, at::Tensor* conv,
-                               at::Tensor* state) {
+                               at::Tensor* state, int64_t chunked_from) {
   const int64_t t = x.size(0), hv = d.num_v_heads, dv = d.v_head_dim, vd = d.value_dim();
   const int64_t cd = d.conv_dim();
   const at::Tensor proj = Linear(x, w.in_proj);  // [T, conv_dim + Vd + 2*Hv]
   const at::Tensor wf = w.conv.to(at::kFloat);   // [conv_dim, K]
   const at::Tensor z = proj.narrow(1, cd, vd).reshape({t, hv, dv});
   const at::Tensor beta = proj.narrow(1, cd + vd, hv).sigmoid().to(at::kFloat);
-  const at::Tensor decay =
-      (-w.a_log.to(at::kFloat).exp() *
-       at::softplus(proj.narrow(1, cd + vd + hv, hv).to(at::kFloat) + w.dt_bias))
-          .exp();
+  const at::Tensor g = -w.a_log.to(at::kFloat).exp() *
+                       at::softplus(proj.narrow(1, cd + vd + hv, hv).to(at::kFloat) + w.dt_bias);
   at::Tensor core = at::empty({t, hv, dv}, proj.options().dtype(at::kFloat));
+  const int64_t n = static_cast<int64_t>(sequences.size());
+  std::vector<int64_t> counts;
+  for (int64_t i = 0; i < n; ++i) counts.push_back(offsets[i + 1] - offsets[i]);
+  if (!counts.empty() && *std::max_element(counts.begin(), counts.end()) >= chunked_from) {
+    ExtendChunked(proj, g, beta, w, d, sequences, counts, x.scalar_type(), conv, state, &core);
+    return Linear(GatedRmsNorm(core.to(x.scalar_type()), z, w.norm, d.eps).reshape({t, vd}),
+                  w.out_proj);
+  }
+  const at::Tensor decay = g.exp();
   const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
-  const int64_t n = static_cast<int64_t>(sequences.size()), count0 = offsets[1] - offsets[0];
+  const int64_t count0 = counts[0];
   bool uniform = count0 > 0;
   for (int64_t i = 1; i < n && uniform; ++i) uniform = offsets[i + 1] - offsets[i] == count0;
   if (uniform) {

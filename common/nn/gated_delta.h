@@ -59,11 +59,14 @@ at::Tensor GatedDeltaNet(const at::Tensor& x, const GatedDeltaWeights& w, const 
 // sequences[i] from its state, which they update: conv [S, K-1, conv_dim] holds each sequence's
 // last K-1 rows that entered the convolution (x's dtype; zeros for a new sequence), state
 // [S, Hv, dk, dv] its recurrent state (fp32). One forward over a whole sequence and the same
-// sequence extended piece by piece give the same rows (the recurrent form, token by token).
+// sequence extended piece by piece give the same rows. Extensions where some sequence adds at
+// least `chunked_from` rows (prefills, replays) run the chunked form from each sequence's state
+// (64-row chunks: a few batched operations per chunk for all sequences at once); shorter ones
+// (decoding steps, verification blocks) the recurrent form, token by token.
 at::Tensor GatedDeltaNetExtend(const at::Tensor& x, const GatedDeltaWeights& w,
                                const GatedDeltaDims& d, const std::vector<int64_t>& sequences,
                                const std::vector<int64_t>& offsets, at::Tensor* conv,
-                               at::Tensor* state);
+                               at::Tensor* state, int64_t chunked_from = 32);
 
 // Depthwise causal convolution per document: x [T, C], weight [C, K] ->
 // out[t, c] = sum_j weight[c, j] * x[t - (K-1) + j, c] over rows of t's document (zero before its

@@ -330,6 +330,46 @@ TEST(GatedDeltaRuleTest, ChunkedScanMatchesTheSequentialReference) {
   }
 }
 
+// GatedDeltaNetExtend's two forms from the same held conv rows and states: the chunked one (long
+// extensions) gives the recurrent one's rows, conv rows and states, for sequences of different
+// lengths (one with no new rows, partial and several chunks) and then equal ones, continuing
+// from what the first call left.
+TEST(GatedDeltaRuleTest, ChunkedExtensionsContinueTheHeldStatesAsTheRecurrenceDoes) {
+  at::manual_seed(8);
+  GatedDeltaDims d;
+  d.num_k_heads = 2;
+  d.num_v_heads = 4;
+  d.k_head_dim = 8;
+  d.v_head_dim = 8;
+  d.conv_kernel = 4;
+  const int64_t h = 16, sequences = 4;
+  GatedDeltaWeights w;
+  w.in_proj = at::randn({d.in_proj_rows(), h}) * 0.3;
+  w.conv = at::randn({d.conv_dim(), d.conv_kernel}) * 0.5;
+  w.dt_bias = at::randn({d.num_v_heads}) * 0.5;
+  w.a_log = at::rand({d.num_v_heads}) * 2 - 1;
+  w.norm = at::rand({d.v_head_dim}) + 0.5;
+  w.out_proj = at::randn({h, d.value_dim()}) * 0.3;
+  at::Tensor conv_a = at::randn({sequences, d.conv_kernel - 1, d.conv_dim()});
+  at::Tensor state_a = at::randn({sequences, d.num_v_heads, d.k_head_dim, d.v_head_dim}) * 0.3;
+  at::Tensor conv_b = conv_a.clone(), state_b = state_a.clone();
+  const struct {
+    std::vector<int64_t> sequences, counts;
+  } calls[] = {{{2, 1, 0, 3}, {70, 0, 5, 130}}, {{0, 2}, {40, 40}}};
+  for (const auto& call : calls) {
+    std::vector<int64_t> offsets = {0};
+    for (int64_t c : call.counts) offsets.push_back(offsets.back() + c);
+    const at::Tensor x = at::randn({offsets.back(), h});
+    const at::Tensor chunked = GatedDeltaNetExtend(x, w, d, call.sequences, offsets, &conv_a,
+                                                   &state_a, /*chunked_from=*/1);
+    const at::Tensor recurrent = GatedDeltaNetExtend(x, w, d, call.sequences, offsets, &conv_b,
+                                                     &state_b, /*chunked_from=*/1 << 30);
+    EXPECT_LT(RelError(chunked, recurrent), 1e-5);
+    EXPECT_LT(RelError(conv_a, conv_b), 1e-6);
+    EXPECT_LT(RelError(state_a, state_b), 1e-5);
+  }
+}
+
 TEST(GatedDeltaRuleTest, DocumentsDoNotSeeEachOther) {
   at::manual_seed(6);
   const VarlenDocs packed = Docs({40, 90});
