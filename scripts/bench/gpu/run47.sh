@@ -25,4 +25,8 @@ for b in 1 16 64; do
     tee -a "$out/log"
 done
 OUT=$out timeout 300 bash scripts/bench/gpu/run45.sh
+# Where batch 64's drafter and verification time goes (a profiled decode of 16 tokens).
+timeout 150 build/scripts/bench/spec_decode --batch 64 --prompt 512 --new 64 --rounds 1 \
+  --profile 1 --profile-new 16 --json "$out/sd/prof64.json" >"$out/sd/prof64.log" 2>&1
+echo "[run47 profile batch 64] rc $?" | tee -a "$out/log"
 tar -czf "$out/run47.tgz" -C "$out" log dc sd 2>/dev/null
