@@ -424,7 +424,7 @@ at::Tensor GatedDeltaNetExtend(const at::Tensor& x, const GatedDeltaWeights& w,
   }
   const at::Tensor decay = g.exp();
   const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
-  const int64_t count0 = counts[0];
+  const int64_t count0 = counts.empty() ? 0 : counts[0];  // no sequences: no rows, none run
   bool uniform = count0 > 0;
   for (int64_t i = 1; i < n && uniform; ++i) uniform = offsets[i + 1] - offsets[i] == count0;
   if (uniform) {
