@@ -12,6 +12,7 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/drafter/drafter_model.h"
@@ -108,16 +109,18 @@ TEST(DrafterCache, ASlidingLayerWithAWindowToo) {
   CheckCacheAgainstWholeContext(config);
 }
 
-// DFlash2 (docs/method.md §2.2): the convolutions run over the block's slots alone, so the cached
-// forward gives the same rows.
-TEST(DrafterCache, ADflash2DrafterToo) {
+DrafterConfig Dflash2Config() {
   DrafterConfig config = TinyConfig();
   config.conv_kernel_size = 3;
   config.conv_group_size = 16;
   config.selector_rank = 8;
   config.selector_top_k = 5;
-  CheckCacheAgainstWholeContext(config);
+  return config;
 }
+
+// DFlash2 (docs/method.md §2.2): the convolutions run over the block's slots alone, so the cached
+// forward gives the same rows.
+TEST(DrafterCache, ADflash2DrafterToo) { CheckCacheAgainstWholeContext(Dflash2Config()); }
 
 // One sequence's attention reads its cache buffers in place (the anchor's row and the block's own
 // keys and values written into the scratch after the context): the same rows as Forward, with the
@@ -127,11 +130,11 @@ TEST(DrafterCache, ADflash2DrafterToo) {
 // zeroed for the fused GPU kernels, which multiply a masked row's zero weight by its value (NaN
 // would survive that); the CPU reference here reads only visible rows, so this test cannot see
 // that zeroing: draft_cache checks it on a GPU (the cached and uncached hidden states).
-TEST(DrafterCache, OneSequenceReadsItsBuffersInPlace) {
+void CheckOneSequence(const DrafterConfig& config) {
   for (const int64_t reserve : {int64_t{0}, int64_t{64}}) {
     SCOPED_TRACE(reserve);
     at::manual_seed(5);
-    std::unique_ptr<DrafterModel> m = MakeModel(TinyConfig(), 11);
+    std::unique_ptr<DrafterModel> m = MakeModel(config, 11);
     ASSERT_NE(m, nullptr);
     std::vector<Seq> seqs(1);
     seqs[0].tokens = {12};
@@ -151,6 +154,18 @@ TEST(DrafterCache, OneSequenceReadsItsBuffersInPlace) {
     const int64_t capacity = caches[0].k.front().size(0);
     EXPECT_GE(capacity, caches[0].rows + 1 + m->config().block_size);
     if (reserve > 0) EXPECT_EQ(capacity, reserve);  // 38 rows + 1 + a block of 4 fit in 64
+  }
+}
+
+// Full layers, a sliding layer (window 6) and DFlash2.
+TEST(DrafterCache, OneSequenceReadsItsBuffersInPlace) {
+  DrafterConfig sliding = TinyConfig();
+  SetSlidingLayers(&sliding, {1}, 6);
+  for (const auto& [name, config] : {std::pair<const char*, DrafterConfig>{"full", TinyConfig()},
+                                     {"sliding", sliding},
+                                     {"dflash2", Dflash2Config()}}) {
+    SCOPED_TRACE(name);
+    CheckOneSequence(config);
   }
 }
 
