@@ -31,10 +31,13 @@
 // Usage: drafter_step [--tokens 8192] [--anchors 512] [--steps 10] [--warmup 3] [--seed 1]
 //          [--doc-min 200] [--doc-max 2000] [--target builtin:qwen3-8b-random] [--dtype bfloat16]
 //          [--layers 5] [--recompute none|mlp|layers] [--device cuda|cpu] [--json FILE] [--dump-dir
-//          DIR] [--export-weights DIR] [--profile 1] [--precision auto|fp8]
+//          DIR] [--export-weights DIR] [--profile 1] [--precision auto|fp8] [--kind dflash|dflash2]
 // Each timed step ends with a device synchronization (ms_median); then the same number of steps
 // runs back to back with one synchronization at the end (ms_pipelined: what a run's steps take,
 // without the host's wait between them; drafter_step_ref.py measures both the same way).
+// --kind dflash2: drafter.kind dflash2 with its auto settings (convolution taps 2, groups of 16
+// channels, selector rank 256 over the top 16; the selector loss at loss.selector_alpha 1;
+// docs/method.md §2.2); ours only (the reference script has no DFlash2 step).
 // --precision fp8: drafter.precision fp8 (the projections' GEMMs in e4m3, docs/method.md §4.1;
 // a GPU of compute capability 8.9 or later).
 // --profile 1 (CUDA only) adds where the device time goes (scripts/bench/kernel_profile.h): the
@@ -165,7 +168,7 @@ int main(int argc, char** argv) {
       argc, argv,
       {"--tokens", "--anchors", "--steps", "--warmup", "--seed", "--doc-min", "--doc-max",
        "--layers", "--recompute", "--target", "--dtype", "--device", "--json", "--dump-dir",
-       "--precision", "--export-weights", "--profile"},
+       "--precision", "--export-weights", "--profile", "--kind"},
       "drafter_step");
   const int64_t tokens = Flag(argc, argv, "--tokens", 8192);
   const int64_t max_anchors = Flag(argc, argv, "--anchors", 512);
@@ -177,6 +180,13 @@ int main(int argc, char** argv) {
   const int64_t layers = Flag(argc, argv, "--layers", 5);
   const std::string recompute = StrFlag(argc, argv, "--recompute", "none");
   const std::string precision = StrFlag(argc, argv, "--precision", "auto");
+  const std::string kind = StrFlag(argc, argv, "--kind", "dflash");
+  dflash::bench::RequireOneOf(kind, {"dflash", "dflash2"}, "--kind", "drafter_step");
+  if (kind == "dflash2" && (!StrFlag(argc, argv, "--dump-dir").empty() ||
+                            !StrFlag(argc, argv, "--export-weights").empty())) {
+    Die("--kind dflash2: drafter_step_ref.py has no DFlash2 step; no --dump-dir / "
+        "--export-weights");
+  }
   const std::string target_path = StrFlag(argc, argv, "--target", "builtin:qwen3-8b-random");
   const std::string dtype = StrFlag(argc, argv, "--dtype", "bfloat16");
   const std::string device_name = StrFlag(argc, argv, "--device", "cuda");
@@ -200,7 +210,7 @@ int main(int argc, char** argv) {
   const std::string yaml = absl::StrCat(
       "name: drafter-step-bench\nseed: ", seed, "\ntarget: {path: \"", target_path,
       "\", dtype: ", dtype, "}\ndrafter: {layers: ", layers, ", recompute: ", recompute,
-      ", precision: ", precision,
+      ", precision: ", precision, ", kind: ", kind,
       ", block_size: 16}\ndata: {train: \"builtin:long-synthetic\", max_length: ",
       std::min<int64_t>(2048, tokens), "}\n", "batching: {token_budget: ", tokens,
       ", max_anchors: ", max_anchors, ", grad_accum: 1}\n",
@@ -442,7 +452,8 @@ int main(int argc, char** argv) {
                 "\"static_bytes\": %lld, \"beyond_bytes\": %lld, \"other_target_bytes\": %lld, "
                 "\"forward_peak_bytes\": %lld, \"backward_peak_bytes\": %lld, "
                 "\"setup_s\": %.1f, \"grad_norm0\": %.6g, \"first_loss\": %.6f, \"losses\": [%s]",
-                (std::string(recompute == "none" ? "" : ", recompute " + recompute) +
+                (std::string(kind == "dflash2" ? "2" : "") +
+                 (recompute == "none" ? "" : ", recompute " + recompute) +
                  (precision == "fp8" ? ", fp8" : ""))
                     .c_str(),
                 static_cast<long long>(tokens), static_cast<long long>(batch.anchors.size(0)),
