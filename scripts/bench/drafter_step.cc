@@ -37,7 +37,7 @@
 // without the host's wait between them; drafter_step_ref.py measures both the same way).
 // --kind dflash2: drafter.kind dflash2 with its auto settings (convolution taps 2, groups of 16
 // channels, selector rank 256 over the top 16; the selector loss at loss.selector_alpha 1;
-// docs/method.md §2.2); ours only (the reference script has no DFlash2 step).
+// docs/method.md §2.2); drafter_step_ref.py runs the same DFlash2 step from the dump.
 // --precision fp8: drafter.precision fp8 (the projections' GEMMs in e4m3, docs/method.md §4.1;
 // a GPU of compute capability 8.9 or later).
 // --profile 1 (CUDA only) adds where the device time goes (scripts/bench/kernel_profile.h): the
@@ -182,11 +182,6 @@ int main(int argc, char** argv) {
   const std::string precision = StrFlag(argc, argv, "--precision", "auto");
   const std::string kind = StrFlag(argc, argv, "--kind", "dflash");
   dflash::bench::RequireOneOf(kind, {"dflash", "dflash2"}, "--kind", "drafter_step");
-  if (kind == "dflash2" && (!StrFlag(argc, argv, "--dump-dir").empty() ||
-                            !StrFlag(argc, argv, "--export-weights").empty())) {
-    Die("--kind dflash2: drafter_step_ref.py has no DFlash2 step; no --dump-dir / "
-        "--export-weights");
-  }
   const std::string target_path = StrFlag(argc, argv, "--target", "builtin:qwen3-8b-random");
   const std::string dtype = StrFlag(argc, argv, "--dtype", "bfloat16");
   const std::string device_name = StrFlag(argc, argv, "--device", "cuda");
@@ -341,7 +336,12 @@ int main(int argc, char** argv) {
          << ", \"head_dim\": " << t.head_dim << ", \"intermediate_size\": " << t.intermediate_size
          << ", \"vocab_size\": " << t.vocab_size << ", \"num_layers\": " << config.num_layers
          << ", \"num_features\": " << config.num_features() << ", \"dtype\": \"" << dtype
-         << "\", \"lr\": " << run_options->optim.lr
+         << "\", \"kind\": \"" << kind << "\", \"conv_kernel_size\": " << config.conv_kernel_size
+         << ", \"conv_group_size\": " << config.conv_group_size
+         << ", \"selector_rank\": " << config.selector_rank
+         << ", \"selector_top_k\": " << config.selector_top_k
+         << ", \"selector_alpha\": " << run_options->loss.selector_loss_alpha
+         << ", \"lr\": " << run_options->optim.lr
          << ", \"clip_norm\": " << run_options->optim.clip_norm << "}\n";
   }
   Synchronize(device);

@@ -15,6 +15,12 @@ The same drafter and loss as method.md §2-4, written the way a competent PyTorc
     / weight sum, backward;
   - clip_grad_norm_(1.0), torch.optim.AdamW(fused=True), betas 0.9/0.999, eps 1e-8, wd 0,
     constant lr 6e-4 (ours runs the same schedule in this benchmark).
+DFlash2 (meta.json kind dflash2, from drafter_step --kind dflash2; method.md §2.2): each layer's
+grouped dynamic causal convolutions around its attention and its MLP (as tensor ops over the
+blocks' slots), and the selector loss beside the unary one: each supervised row's unary top-K (one
+more no-grad pass over the lm_head, chunked), the label replacing the K-th where absent, scored by
+the candidate's logit plus the codebooks' term; its K-way cross-entropy weighted as the unary
+loss, times loss.selector_alpha.
 --compile full (default): torch.compile (inductor, dynamic=False) of the decoder layer with
 flex_attention inside, of the context projection, of the final norm and of the two chunk
 functions of the loss; --compile flex: only flex_attention compiled (the issue's minimum);
@@ -96,16 +102,45 @@ class Attention:
         return self.flex(q, k, v, block_mask=mask, scale=scale, enable_gqa=True)
 
 
+def block_conv(x, delta, base, block, group):
+    """DFlash2's grouped dynamic causal convolution over each block's slots (method.md §2.2):
+    x [Q, H], delta [Q, Kc, G], base [Kc, H]; out[k] = sum over taps t <= k, t < Kc of
+    x[k - t] * (base[t] + delta[k, t, g]) with g the channel's group."""
+    q, h = x.shape
+    kernel, groups = base.shape[0], h // group
+    xb = x.view(q // block, block, groups, group)
+    db = delta.reshape(q // block, block, kernel, groups)
+    out = None
+    for t in range(kernel):
+        shifted = xb if t == 0 else F.pad(xb[:, :block - t], (0, 0, 0, 0, t, 0))
+        coef = base[t].to(x.dtype).view(1, 1, groups, group) + db[:, :, t, :, None]
+        out = shifted * coef if out is None else out + shifted * coef
+    return out.reshape(q, h)
+
+
+def conv_in(h, base, proj, block, group):
+    """A sublayer's input convolved (base[0], the projection's first half) and its output side's
+    kernel offsets."""
+    kernel, groups = base.shape[1], h.shape[1] // group
+    delta = (h @ proj.t()).view(h.shape[0], 2, kernel, groups)
+    return block_conv(h, delta[:, 0], base[0], block, group), delta[:, 1]
+
+
 def make_layer(cfg, attention):
     hq, hkv, d, eps = cfg["hq"], cfg["hkv"], cfg["d"], cfg["eps"]
+    block, group = cfg.get("block"), cfg.get("conv_group")
     scale = d ** -0.5
 
-    def layer(x, ctx, w, q_cos, q_sin, k_cos, k_sin, mask):
+    def layer(x, ctx, w, q_cos, q_sin, k_cos, k_sin, mask, conv=()):
+        """conv (DFlash2): the attention's and the MLP's base kernels and projections."""
         dt = x.dtype
         (in_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_norm, gate, up,
          down) = [p.to(dt) for p in w]
+        conv = [p.to(dt) for p in conv]
         q_rows, kv_rows = x.shape[0], ctx.shape[0] + x.shape[0]
         h = rms_norm(x, in_norm, eps)
+        if conv:
+            h, out_delta = conv_in(h, conv[0], conv[1], block, group)
         q = rms_norm((h @ q_proj.t()).view(q_rows, hq, d), q_norm, eps)
         q = rope(q, q_cos, q_sin)
         kv_in = torch.cat([ctx, h], 0)
@@ -115,9 +150,17 @@ def make_layer(cfg, attention):
         a = attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
                       mask, scale)
         a = a[0].transpose(0, 1).reshape(q_rows, hq * d)
-        y = x + a @ o_proj.t()
+        o = a @ o_proj.t()
+        if conv:
+            o = block_conv(o, out_delta, conv[0][1], block, group)
+        y = x + o
         h = rms_norm(y, post_norm, eps)
-        return y + (F.silu(h @ gate.t()) * (h @ up.t())) @ down.t()
+        if conv:
+            h, out_delta = conv_in(h, conv[2], conv[3], block, group)
+        m = (F.silu(h @ gate.t()) * (h @ up.t())) @ down.t()
+        if conv:
+            m = block_conv(m, out_delta, conv[2][1], block, group)
+        return y + m
 
     return layer
 
@@ -176,10 +219,41 @@ class ChunkedCE(torch.autograd.Function):
         return grad, None, None, None, None
 
 
-def param_names(num_layers):
-    """The drafter's parameters in DrafterModel's order (ParameterSpecs, method.md §7 names)."""
+CONV_NAMES = ["attention_conv.base_kernel", "attention_conv.kernel_projection.weight",
+              "mlp_conv.base_kernel", "mlp_conv.kernel_projection.weight"]
+SELECTOR_NAMES = ["candidate_selector.predecessor_codebook",
+                  "candidate_selector.successor_codebook",
+                  "candidate_selector.hidden_projection.weight"]
+
+
+def param_names(num_layers, dflash2=False):
+    """The drafter's parameters (method.md §7 names; DFlash2's convolutions and selector, §2.2)."""
+    layer_names = LAYER_NAMES + (CONV_NAMES if dflash2 else [])
     return (["fc.weight", "hidden_norm.weight"] +
-            [f"layers.{i}.{n}" for i in range(num_layers) for n in LAYER_NAMES] + ["norm.weight"])
+            [f"layers.{i}.{n}" for i in range(num_layers) for n in layer_names] + ["norm.weight"] +
+            (SELECTOR_NAMES if dflash2 else []))
+
+
+def selector_numerator(hidden, lm_head, labels, predecessors, weights, sel, top_k, chunk):
+    """DFlash2's selector loss (method.md §2.2) on the supervised rows: each row's unary top-K
+    (no gradient; the label replacing the K-th where absent), scored by its logit (differentiable
+    in hidden) plus <E_pred[predecessor] * (W h), E_succ[candidate]>; the K-way cross-entropy
+    toward the label, weighted as the unary loss."""
+    with torch.no_grad():
+        cand = torch.cat([torch.topk((hidden[s:s + chunk].to(lm_head.dtype) @ lm_head.t()).float(),
+                                     top_k, -1).indices
+                          for s in range(0, hidden.shape[0], chunk)])
+    match = cand == labels[:, None]
+    contains = match.any(1)
+    cand[:, -1] = torch.where(contains, cand[:, -1], labels)
+    target = torch.where(contains, match.long().argmax(1), torch.full_like(labels, top_k - 1))
+    unary = torch.einsum("rh,rkh->rk", hidden.to(lm_head.dtype), lm_head[cand]).float()
+    pred_book, succ_book, proj = sel
+    projected = (hidden @ proj.to(hidden.dtype).t()).float()
+    context = pred_book[predecessors].float() * projected
+    scores = unary + (succ_book[cand].float() * context[:, None, :]).sum(-1)
+    ce = torch.logsumexp(scores, 1) - scores.gather(1, target[:, None]).squeeze(1)
+    return (ce * weights).sum()
 
 
 class ReferenceStep:
@@ -190,12 +264,18 @@ class ReferenceStep:
     anchors (-1 = padding block), loss_mask, features."""
 
     def __init__(self, geo, params, embed, lm_head, dev, use_flex, chunk_rows, all_rows=False):
-        self.cfg = dict(hq=geo["hq"], hkv=geo["hkv"], d=geo["d"], eps=geo["eps"])
+        self.cfg = dict(hq=geo["hq"], hkv=geo["hkv"], d=geo["d"], eps=geo["eps"],
+                        block=geo["block_size"], conv_group=geo.get("conv_group_size"))
+        self.dflash2 = geo.get("kind") == "dflash2"
+        self.top_k, self.selector_alpha = geo.get("selector_top_k"), geo.get("selector_alpha")
         self.B, self.L, self.gamma = geo["block_size"], geo["num_layers"], geo["gamma"]
         self.mask_id, self.cdt = geo["mask_token_id"], geo["dtype"]
         self.params, self.embed, self.lm_head = params, embed, lm_head
         self.layer_w = [tuple(params[f"layers.{i}.{n}"] for n in LAYER_NAMES)
                         for i in range(self.L)]
+        self.conv_w = [tuple(params[f"layers.{i}.{n}"] for n in CONV_NAMES) if self.dflash2 else ()
+                       for i in range(self.L)]
+        self.selector_w = tuple(params[n] for n in SELECTOR_NAMES) if self.dflash2 else ()
         self.dev, self.use_flex, self.chunk_rows = dev, use_flex, chunk_rows
         # all_rows: the loss over every block row (weight 0 where there is none) rather than only
         # the weighted ones: the same sum, in a shape that does not change between batches.
@@ -268,19 +348,22 @@ class ReferenceStep:
             qi = torch.arange(q_len, device=dev)[:, None]
             ki = torch.arange(kv_len, device=dev)[None, :]
             mask = mask_mod(None, None, qi, ki)
-        return tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights
+        # DFlash2's selector: slot k's predecessor is the true token at slot k - 1.
+        predecessors = ids[(row - 1).clamp(0, t - 1).view(-1)]
+        return tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights, predecessors
 
     def numerator(self, batch, fns):
         """(sum_i w_i CE_i, differentiable; sum_i w_i) of one micro-batch (the trainer's
         DrafterLoss numerator and denominator)."""
         layer, ctx_fn, norm_fn, fwd, bwd = fns
         ChunkedCE.fwd, ChunkedCE.bwd = staticmethod(fwd), staticmethod(bwd)
-        tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights = self.prepare(batch)
+        (tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights,
+         predecessors) = self.prepare(batch)
         x = self.embed[tokens].to(self.cdt)
         ctx = ctx_fn(batch["features"], self.params["fc.weight"],
                      self.params["hidden_norm.weight"], self.cdt)
         for i in range(self.L):
-            x = layer(x, ctx, self.layer_w[i], q_cos, q_sin, k_cos, k_sin, mask)
+            x = layer(x, ctx, self.layer_w[i], q_cos, q_sin, k_cos, k_sin, mask, self.conv_w[i])
         hidden = norm_fn(x, self.params["norm.weight"])
         if self.all_rows:
             num = ChunkedCE.apply(hidden, self.lm_head, labels, weights, self.chunk_rows)
@@ -288,6 +371,11 @@ class ReferenceStep:
             rows = torch.nonzero(weights > 0).squeeze(1)
             num = ChunkedCE.apply(hidden[rows], self.lm_head, labels[rows], weights[rows],
                                   self.chunk_rows)
+        if self.dflash2:
+            rows = torch.nonzero(weights > 0).squeeze(1)
+            num = num + self.selector_alpha * selector_numerator(
+                hidden[rows], self.lm_head, labels[rows], predecessors[rows], weights[rows],
+                self.selector_w, self.top_k, self.chunk_rows)
         return num, weights.sum()
 
 
@@ -377,7 +465,10 @@ def main():
     geo = dict(hq=meta["num_attention_heads"], hkv=meta["num_key_value_heads"],
                d=meta["head_dim"], eps=meta["rms_norm_eps"], block_size=meta["block_size"],
                num_layers=meta["num_layers"], gamma=meta["gamma"],
-               mask_token_id=meta["mask_token_id"], rope_theta=meta["rope_theta"], dtype=cdt)
+               mask_token_id=meta["mask_token_id"], rope_theta=meta["rope_theta"], dtype=cdt,
+               kind=meta.get("kind", "dflash"), conv_group_size=meta.get("conv_group_size"),
+               selector_top_k=meta.get("selector_top_k"),
+               selector_alpha=meta.get("selector_alpha", 1.0))
 
     batch = {k: v.to(dev) for k, v in load_file(os.path.join(args.dump_dir, "batch.safetensors")).items()}
     frozen = load_file(os.path.join(args.weights, "frozen.safetensors"))
@@ -386,7 +477,7 @@ def main():
     del frozen
     w = load_file(os.path.join(args.weights, "drafter", "model.safetensors"))
     params = {n: torch.nn.Parameter(w[n].to(dev, torch.float32))
-              for n in param_names(geo["num_layers"])}
+              for n in param_names(geo["num_layers"], geo["kind"] == "dflash2")}
     del w
     plist = list(params.values())
     opt = torch.optim.AdamW(plist, lr=meta["lr"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
@@ -452,7 +543,7 @@ def main():
     # After the peak was read: one more step, profiled.
     prof = profile_kernels(lambda: step(fns)) if args.profile and cuda else None
     out = {
-        "impl": f"pytorch ({compile_mode})", "tokens": t, "anchors": batch["anchors"].shape[0],
+        "impl": f"pytorch{' dflash2' if geo['kind'] == 'dflash2' else ''} ({compile_mode})", "tokens": t, "anchors": batch["anchors"].shape[0],
         "documents": batch["cu_seqlens"].shape[0] - 1, "steps_timed": len(ms),
         "ms_median": round(med, 3), "ms_min": round(srt[0], 3), "ms_max": round(srt[-1], 3),
         "ms_pipelined": round(pipelined, 3), "steps_per_s": 1e3 / med, "ctx_tok_per_s": t * 1e3 / med, "peak_bytes": peak,
