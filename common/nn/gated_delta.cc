@@ -210,7 +210,9 @@ at::Tensor ChunkedPacked(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const at::Tensor vc = pad(v);
   const at::Tensor bc = pad(beta);  // [chunks, Hv, chunk]
   const at::Tensor gc = pad(g);
-  const at::Tensor sorted = at::tensor(layout.document, at::kLong).to(q.device());
+  const bool states = initial.defined() || final != nullptr;
+  const at::Tensor sorted =
+      states ? at::tensor(layout.document, at::kLong).to(q.device()) : at::Tensor();
   at::Tensor sorted_final;
   const at::Tensor out =
       ChunkedInAten(qc, kc, vc, bc, gc, layout,
