@@ -9,6 +9,7 @@
 #include <ATen/ops/sort.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/topk.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
@@ -47,7 +48,33 @@ absl::Status ValidateSampling(const SamplingOptions& s) {
   if (!(s.top_p > 0 && s.top_p <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p ", s.top_p, " must be in (0, 1]"));
   }
+  if (!(s.repetition_penalty > 0) || !std::isfinite(s.repetition_penalty)) {
+    return absl::InvalidArgumentError(absl::StrCat("repetition_penalty ", s.repetition_penalty,
+                                                   " must be finite and > 0 (1: off)"));
+  }
   return absl::OkStatus();
+}
+
+at::Tensor PenalizeRepeats(const at::Tensor& logits, const std::vector<std::vector<int64_t>>& held,
+                           double penalty) {
+  std::vector<int64_t> rows, cols;
+  for (size_t r = 0; r < held.size(); ++r) {
+    std::vector<int64_t> ids = held[r];
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    rows.insert(rows.end(), ids.size(), static_cast<int64_t>(r));
+    cols.insert(cols.end(), ids.begin(), ids.end());
+  }
+  at::Tensor out = logits.to(at::kFloat).clone();
+  if (rows.empty()) return out;
+  const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong).device(out.device());
+  const at::Tensor r = at::tensor(rows, at::kLong).to(long_opts.device());
+  const at::Tensor c = at::tensor(cols, at::kLong).to(long_opts.device());
+  const at::Tensor linear = r * out.size(1) + c;
+  const at::Tensor flat = out.view({-1});
+  const at::Tensor v = flat.index_select(0, linear);
+  flat.index_copy_(0, linear, at::where(v < 0, v * penalty, v / penalty));
+  return out;
 }
 
 at::Tensor SamplingProbabilities(const at::Tensor& logits, const SamplingOptions& options) {
@@ -143,6 +170,15 @@ absl::StatusOr<std::vector<Generation>> Generate(const TargetModel& model,
   // Picks each row's next token, records it, and keeps the slots that go on.
   auto advance = [&](std::vector<Slot> slots, const at::Tensor& last_hidden) -> absl::Status {
     ASSIGN_OR_RETURN(at::Tensor logits, model.Logits(last_hidden));
+    if (options.sampling.repetition_penalty != 1.0) {
+      std::vector<std::vector<int64_t>> held;
+      for (const Slot& s : slots) {
+        held.push_back(prompts[s.prompt]);
+        const std::vector<int64_t>& made = out[s.prompt].tokens;
+        held.back().insert(held.back().end(), made.begin(), made.end());
+      }
+      logits = PenalizeRepeats(logits, held, options.sampling.repetition_penalty);
+    }
     std::vector<int64_t> next = PickTokens(logits, options.sampling, generator);
     for (size_t i = 0; i < slots.size(); ++i) {
       Generation& g = out[slots[i].prompt];

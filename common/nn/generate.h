@@ -21,6 +21,10 @@ struct SamplingOptions {
   int64_t top_k = 0;       // keep the k most likely tokens; 0: all
   double top_p = 1.0;      // keep the smallest set whose probability reaches top_p; 1: all
   uint64_t seed = 0;       // sampling generator (CPU), one per Generate call
+  // transformers' repetition_penalty (Generate only, greedy or sampled): before anything else,
+  // each logit of a token the sequence already holds (prompt or generated) is divided by it when
+  // positive, multiplied by it when negative. 1: off.
+  double repetition_penalty = 1.0;
 };
 
 struct GenerateOptions {
@@ -41,8 +45,14 @@ struct Generation {
 
 // INVALID_ARGUMENT naming the field when the options cannot be used.
 absl::Status ValidateGenerateOptions(const GenerateOptions& options);
-// The sampling part of it: temperature finite and >= 0, top_k >= 0, top_p in (0, 1].
+// The sampling part of it: temperature finite and >= 0, top_k >= 0, top_p in (0, 1],
+// repetition_penalty finite and > 0.
 absl::Status ValidateSampling(const SamplingOptions& sampling);
+
+// transformers' RepetitionPenaltyLogitsProcessor on `logits` [N, V]: row r's logits of the ids in
+// held[r] divided by `penalty` where positive, multiplied where negative; returned in fp32.
+at::Tensor PenalizeRepeats(const at::Tensor& logits, const std::vector<std::vector<int64_t>>& held,
+                           double penalty);
 
 // [N, V] float32 probabilities, on the logits' device, that sampling draws each row's token from
 // (temperature > 0): softmax(logits / temperature) over the top_k most likely tokens, then over the

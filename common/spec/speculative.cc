@@ -351,6 +351,14 @@ absl::StatusOr<SpecDecodeResult> Generate(const nn::TargetModel& target, int64_t
                                           const SpecDecodeOptions& options) {
   if (b < 2) return absl::InvalidArgumentError(absl::StrCat("block size ", b, " must be >= 2"));
   RETURN_IF_ERROR(nn::ValidateSampling(options.sampling));
+  if (options.sampling.repetition_penalty != 1.0) {
+    // Verification scores every block row against the target's own distribution; a penalty that
+    // depends on each row's prefix is plain generation's only (nn::Generate).
+    return absl::UnimplementedError(
+        absl::StrCat("repetition_penalty ", options.sampling.repetition_penalty,
+                     ": speculative decoding verifies against the unpenalized distribution (1 "
+                     "only)"));
+  }
   const bool sampled = options.sampling.temperature > 0;
   std::unique_ptr<Sampler> sampler;
   if (sampled) sampler = std::make_unique<Sampler>(options.sampling, target.device());

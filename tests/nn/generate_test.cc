@@ -110,6 +110,40 @@ TEST_F(GenerateTest, Bf16PicksTheFp32TokensExceptAtNearTies) {
   }
 }
 
+// transformers' repetition_penalty (1.3) in greedy generation: the oracle's prompts end with a
+// repeat of their first token, so that the penalty changes the logits from the first step.
+TEST_F(GenerateTest, GreedyWithARepetitionPenaltyMatchesTransformers) {
+  auto model = LoadFull("qwen3");
+  ASSERT_NE(model, nullptr);
+  auto t = ReadAll(oracle::OracleDir() / "qwen3_generate_penalty.safetensors");
+  const double penalty = t["penalty"].item<double>();
+  std::vector<std::vector<int64_t>> prompts, want;
+  const std::vector<int64_t> all = ToVector(t["prompts"]);
+  size_t at = 0;
+  for (int64_t len : ToVector(t["prompt_lengths"])) {
+    prompts.emplace_back(all.begin() + at, all.begin() + at + len);
+    at += len;
+  }
+  for (int64_t i = 0; i < t["outputs"].size(0); ++i) want.push_back(ToVector(t["outputs"][i]));
+  GenerateOptions options = Greedy(static_cast<int64_t>(want[0].size()));
+  options.sampling.repetition_penalty = penalty;
+  auto batched = Generate(*model, prompts, options);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  int differs_without = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ((*batched)[i].tokens, want[i]) << "prompt " << i;
+    auto alone = Generate(*model, {prompts[i]}, options);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ((*alone)[0].tokens, want[i]) << "prompt " << i << " alone";
+    auto plain = Generate(*model, {prompts[i]}, Greedy(static_cast<int64_t>(want[i].size())));
+    ASSERT_TRUE(plain.ok());
+    differs_without += (*plain)[0].tokens != want[i];
+  }
+  EXPECT_GT(differs_without, 0) << "the penalty changed no output: the test would not see it";
+  options.sampling.repetition_penalty = 0;
+  EXPECT_EQ(Generate(*model, prompts, options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(GenerateTest, CachedStepsMatchOneForwardOverTheWholeSequence) {
   auto model = LoadFull("qwen3");
   ASSERT_NE(model, nullptr);

@@ -203,6 +203,30 @@ def write_generations(model, path, generator):
     )
 
 
+def write_penalized(model, path, generator, penalty):
+    """HF greedy generation with repetition_penalty after prompts of a few lengths (a prompt
+    token repeated, so that the penalty applies from the first step)."""
+    prompts = [torch.randint(0, VOCAB, (n,), generator=generator) for n in GEN_PROMPT_LENGTHS]
+    prompts = [torch.cat([p, p[:1]]) for p in prompts]
+    model.generation_config.eos_token_id = None
+    outputs = []
+    for p in prompts:
+        with torch.no_grad():
+            g = model.generate(p[None], attention_mask=torch.ones_like(p[None]), do_sample=False,
+                               max_new_tokens=GEN_TOKENS, pad_token_id=0,
+                               repetition_penalty=penalty)
+        outputs.append(g[0, len(p):])
+    save_file(
+        {
+            "prompts": torch.cat(prompts).to(torch.int64),
+            "prompt_lengths": torch.tensor([len(p) for p in prompts], dtype=torch.int64),
+            "outputs": torch.stack(outputs).to(torch.int64).contiguous(),
+            "penalty": torch.tensor([penalty], dtype=torch.float64),
+        },
+        path,
+    )
+
+
 def write_broken(src_dir, out_dir, kind):
     """A copy of a single-file checkpoint with one tensor damaged (wrong shape) or removed."""
     os.makedirs(out_dir, exist_ok=True)
@@ -270,6 +294,10 @@ def main():
     write_generations(qwen, os.path.join(args.out, "qwen3_generate.safetensors"), gen_generator)
     write_generations(llama, os.path.join(args.out, "llama_generate.safetensors"), gen_generator)
     write_generations(moe, os.path.join(args.out, "qwen3_moe_generate.safetensors"), gen_generator)
+    # Greedy with transformers' repetition_penalty (1.3) on the Qwen3 checkpoint: the prompts and
+    # outputs only.
+    write_penalized(qwen, os.path.join(args.out, "qwen3_generate_penalty.safetensors"),
+                    torch.Generator().manual_seed(9), 1.3)
     # The hybrid: its generate() keeps the linear-attention layers' conv and recurrent states.
     write_generations(nxt, os.path.join(args.out, "qwen3_next_generate.safetensors"), gen_generator)
 
