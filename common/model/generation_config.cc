@@ -44,14 +44,20 @@ absl::StatusOr<GenerationDefaults> ReadGenerationConfig(const std::string& dir) 
     d.top_k = j["top_k"].get<int64_t>();
     if (d.top_k < 0) return bad("top_k", "below 0");
   }
+  if (j.contains("repetition_penalty") && !j["repetition_penalty"].is_null()) {
+    if (!j["repetition_penalty"].is_number()) return bad("repetition_penalty", "not a number");
+    d.repetition_penalty = j["repetition_penalty"].get<double>();
+    if (!(d.repetition_penalty > 0) || !std::isfinite(d.repetition_penalty)) {
+      return bad("repetition_penalty", "not above 0");
+    }
+  }
   // transformers' other ways of choosing tokens, each at the value that leaves greedy decoding and
   // sampling with temperature / top_p / top_k as they are. A file that sets one otherwise asks for
   // answers that dflash's decoding would not give: refused rather than silently ignored.
   const struct {
     const char* key;
     double neutral;  // the key's no-op number; NaN: any value but null changes decoding
-  } kOthers[] = {{"repetition_penalty", 1.0},
-                 {"num_beams", 1.0},
+  } kOthers[] = {{"num_beams", 1.0},
                  {"typical_p", 1.0},
                  {"min_p", std::nan("")},
                  {"epsilon_cutoff", 0.0},
@@ -71,12 +77,14 @@ absl::StatusOr<GenerationDefaults> ReadGenerationConfig(const std::string& dir) 
     if (!j.contains(other.key) || j[other.key].is_null()) continue;
     const nlohmann::json& v = j[other.key];
     if (!std::isnan(other.neutral) && v.is_number() && v.get<double>() == other.neutral) continue;
-    return bad(other.key,
-               absl::StrCat(v.dump(),
-                            " changes how tokens are chosen, which dflash's decoding does not do "
-                            "(it applies do_sample, temperature, top_p and top_k only): remove "
-                            "the key, or give --temperature / --top_p / --top_k instead of "
-                            "--generation_config"));
+    return bad(
+        other.key,
+        absl::StrCat(v.dump(),
+                     " changes how tokens are chosen, which dflash's decoding does not do "
+                     "(it applies do_sample, temperature, top_p, top_k and repetition_penalty "
+                     "only): remove "
+                     "the key, or give --temperature / --top_p / --top_k instead of "
+                     "--generation_config"));
   }
   return d;
 }

@@ -15,6 +15,7 @@ struct GenerationDefaults {
   double temperature = 1.0;  // transformers' defaults where the file is silent
   double top_p = 1.0;
   int64_t top_k = 50;
+  double repetition_penalty = 1.0;  // applies to greedy decoding too
 };
 
 // `dir`/generation_config.json: NOT_FOUND naming the path when the checkpoint has none;

@@ -205,6 +205,7 @@ absl::StatusOr<std::vector<Tokens>> GenerateAll(const std::vector<Item>& items, 
       g.set_temperature(req.temperature());
       g.set_top_p(req.top_p());
       g.set_top_k(req.top_k());
+      g.set_repetition_penalty(req.repetition_penalty());
       g.set_max_batch(static_cast<int64_t>(rows));
       // Per batch: the run's seed, the batch's first record and the turn (not the batch index,
       // which a resume shifts).
@@ -381,10 +382,11 @@ absl::Status WriteChunk(Input* input, size_t first, size_t last,
 }  // namespace
 
 absl::Status UseGenerationConfig(const config::RunSpec& spec, v1::RegenerateRequest* req) {
-  if (req->temperature() != 0 || (req->top_p() != 0 && req->top_p() != 1) || req->top_k() != 0) {
+  if (req->temperature() != 0 || (req->top_p() != 0 && req->top_p() != 1) || req->top_k() != 0 ||
+      (req->repetition_penalty() != 0 && req->repetition_penalty() != 1)) {
     return absl::InvalidArgumentError(
         "--generation_config samples as the target's generation_config.json says: give it "
-        "without --temperature, --top_p and --top_k");
+        "without --temperature, --top_p, --top_k and --repetition_penalty");
   }
   if (absl::StartsWith(spec.target.path, "builtin:")) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -397,15 +399,19 @@ absl::Status UseGenerationConfig(const config::RunSpec& spec, v1::RegenerateRequ
     req->set_top_p(g.top_p);
     req->set_top_k(g.top_k);
   }
+  req->set_repetition_penalty(g.repetition_penalty);  // greedy or sampled, as transformers
   LOG(INFO) << "regen: " << g.path << " says " << DecodingText(*req);
   return absl::OkStatus();
 }
 
 std::string DecodingText(const v1::RegenerateRequest& req) {
-  if (req.temperature() <= 0) return "greedy";
+  const double penalty = req.repetition_penalty();
+  const std::string repeats =
+      penalty > 0 && penalty != 1 ? absl::StrCat(", repetition_penalty ", penalty) : "";
+  if (req.temperature() <= 0) return absl::StrCat("greedy", repeats);
   return absl::StrCat("sampled: temperature ", req.temperature(), ", top_p ",
                       req.top_p() > 0 ? req.top_p() : 1.0, ", top_k ", req.top_k(), ", seed ",
-                      req.seed());
+                      req.seed(), repeats);
 }
 
 absl::Status Regenerate(const config::RunSpec& spec, const v1::RegenerateRequest& req,

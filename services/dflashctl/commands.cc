@@ -336,6 +336,7 @@ int Commands::Regen(const RegenArgs& args) {
   req.set_temperature(args.temperature);
   req.set_top_p(args.top_p);
   req.set_top_k(args.top_k);
+  req.set_repetition_penalty(args.repetition_penalty);
   req.set_seed(args.seed);
   req.set_batch_size(args.batch_size);
   req.set_generation_config(args.generation_config);

@@ -54,7 +54,7 @@ struct RegenArgs {
   std::string run_yaml;  // target and data settings ("" = --target and --input)
   std::string target, input, out;
   int64_t max_new_tokens = 0, max_records = 0, top_k = 0, batch_size = 0;
-  double temperature = 0, top_p = 0;
+  double temperature = 0, top_p = 0, repetition_penalty = 0;
   uint64_t seed = 0;
   bool generation_config = false;  // sample as the target's generation_config.json says
 };

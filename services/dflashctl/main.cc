@@ -116,9 +116,13 @@ int main(int argc, char** argv) {
   regen->add_option("--top_k", ra.top_k, "sample among the k most likely (0: off)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   regen->add_option("--seed", ra.seed, "sampling seed");
+  regen
+      ->add_option("--repetition_penalty", ra.repetition_penalty,
+                   "transformers' repetition_penalty, greedy or sampled (0 or 1: off)")
+      ->check(CLI::Range(0.0, 100.0));
   regen->add_flag("--generation_config", ra.generation_config,
                   "sample as the target checkpoint's generation_config.json says (do_sample, "
-                  "temperature, top_p, top_k)");
+                  "temperature, top_p, top_k, repetition_penalty)");
   regen
       ->add_option("--batch_size", ra.batch_size,
                    "sequences each worker decodes together (default 16)")

@@ -64,6 +64,7 @@ class TargetEvaluator : public Evaluator {
     options.sampling.temperature = work.temperature;
     options.sampling.top_p = work.top_p;
     options.sampling.top_k = work.top_k;
+    options.sampling.repetition_penalty = work.repetition_penalty;
     options.sampling.seed = work.seed;
     options.max_batch = work.max_batch;
     const auto start = std::chrono::steady_clock::now();

@@ -68,6 +68,7 @@ struct GenerateWork {
   std::vector<int64_t> stop_token_ids;
   double temperature = 0, top_p = 1;
   int64_t top_k = 0;
+  double repetition_penalty = 1;
   uint64_t seed = 0;
   int64_t max_batch = 0;  // sequences decoded together; 0: all
   DecodeGroupWork group;

@@ -113,6 +113,7 @@ absl::StatusOr<v1::GenerateResponse> WorkerCore::Generate(const v1::GenerateRequ
   work.temperature = req.temperature();
   work.top_p = req.top_p() > 0 ? req.top_p() : 1.0;
   work.top_k = req.top_k();
+  work.repetition_penalty = req.repetition_penalty() > 0 ? req.repetition_penalty() : 1.0;
   work.seed = req.seed();
   if (req.max_batch() < 0) {
     return absl::InvalidArgumentError(

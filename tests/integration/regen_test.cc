@@ -112,6 +112,18 @@ TEST_F(TrainingCluster, RegeneratesAnswersResumablyAndTheOutputTrains) {
   }
   EXPECT_GT(changed, 0);
 
+  // transformers' repetition_penalty through the coordinator and the worker: the progress names
+  // it, and the answers, whose tokens repeat (a successor table), come out otherwise.
+  const std::string penalized = dir_ + "/penalized.jsonl";
+  CtlResult p = RunCtl(address_, {"-o", "json", "regen", run_yaml, "--out", penalized,
+                                  "--max_records", "12", "--batch_size", "5",
+                                  "--repetition_penalty", "100"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(json::parse(p.out)["decoding"], "greedy, repetition_penalty 100");
+  const std::vector<std::string> penalized_lines = Lines(penalized);
+  ASSERT_EQ(penalized_lines.size(), 12u);
+  EXPECT_NE(penalized_lines, lines);
+
   // An interrupted regeneration: 5 complete lines and a torn sixth in <out>.partial. The same
   // command continues after the 5 and writes the same file as the uninterrupted one.
   const std::string resumed = dir_ + "/resumed.jsonl";

@@ -45,6 +45,12 @@ TEST_F(GenerationConfigTest, ReadsTheSamplingSettingsWithTransformersDefaults) {
       R"({"do_sample": true, "repetition_penalty": 1.0, "num_beams": 1, "typical_p": 1.0,
           "min_p": null, "no_repeat_ngram_size": 0, "suppress_tokens": null})"));
   ASSERT_TRUE(neutral.ok()) << neutral.status();
+  // Qwen2.5-Instruct's form: sampled, with a repetition penalty.
+  auto qwen25 = model::ReadGenerationConfig(Dir(
+      R"({"do_sample": true, "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8,
+          "top_k": 20})"));
+  ASSERT_TRUE(qwen25.ok()) << qwen25.status();
+  EXPECT_DOUBLE_EQ(qwen25->repetition_penalty, 1.05);
   // SmolLM2-135M-Instruct's: token ids only, so greedy.
   auto silent = model::ReadGenerationConfig(Dir(R"({"bos_token_id": 1, "eos_token_id": 2})"));
   ASSERT_TRUE(silent.ok());
@@ -57,18 +63,18 @@ TEST_F(GenerationConfigTest, ErrorsNameTheFileAndTheKey) {
   const struct {
     const char* json;
     const char* says;
-  } bad[] = {
-      {R"({"do_sample": "yes"})", "do_sample: not true or false"},
-      {R"({"temperature": -1})", "temperature: below 0"},
-      {R"({"top_p": 0})", "top_p: outside (0, 1]"},
-      {R"({"top_k": 2.5})", "top_k: not an integer"},
-      {R"({"repetition_penalty": 1.05})", "repetition_penalty: 1.05 changes how tokens are chosen"},
-      {R"({"do_sample": false, "num_beams": 4})", "num_beams: 4 changes"},
-      {R"({"min_p": 0.0})", "min_p: 0.0 changes"},
-      {R"({"no_repeat_ngram_size": 3})", "no_repeat_ngram_size: 3 changes"},
-      {R"({"suppress_tokens": [5]})", "suppress_tokens: [5] changes"},
-      {"[1, 2]", "not a JSON object"},
-      {"{not json", "not a JSON object"}};
+  } bad[] = {{R"({"do_sample": "yes"})", "do_sample: not true or false"},
+             {R"({"temperature": -1})", "temperature: below 0"},
+             {R"({"top_p": 0})", "top_p: outside (0, 1]"},
+             {R"({"top_k": 2.5})", "top_k: not an integer"},
+             {R"({"repetition_penalty": 0})", "repetition_penalty: not above 0"},
+             {R"({"repetition_penalty": "x"})", "repetition_penalty: not a number"},
+             {R"({"do_sample": false, "num_beams": 4})", "num_beams: 4 changes"},
+             {R"({"min_p": 0.0})", "min_p: 0.0 changes"},
+             {R"({"no_repeat_ngram_size": 3})", "no_repeat_ngram_size: 3 changes"},
+             {R"({"suppress_tokens": [5]})", "suppress_tokens: [5] changes"},
+             {"[1, 2]", "not a JSON object"},
+             {"{not json", "not a JSON object"}};
   for (const auto& b : bad) {
     const absl::Status s = model::ReadGenerationConfig(Dir(b.json)).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.json;
@@ -87,6 +93,22 @@ TEST_F(GenerationConfigTest, RegenTakesItsSamplingFromTheTargetsFile) {
   EXPECT_DOUBLE_EQ(req.temperature(), 0.7);
   EXPECT_EQ(req.top_k(), 20);
   EXPECT_EQ(coordinator::DecodingText(req), "sampled: temperature 0.7, top_p 1, top_k 20, seed 9");
+  // The repetition penalty goes with the sampling settings, and with greedy decoding too.
+  spec.target.path = Dir(R"({"do_sample": true, "temperature": 0.7, "repetition_penalty": 1.05})");
+  v1::RegenerateRequest penalized;
+  penalized.set_seed(9);
+  ASSERT_TRUE(coordinator::UseGenerationConfig(spec, &penalized).ok());
+  EXPECT_DOUBLE_EQ(penalized.repetition_penalty(), 1.05);
+  EXPECT_EQ(coordinator::DecodingText(penalized),
+            "sampled: temperature 0.7, top_p 1, top_k 50, seed 9, repetition_penalty 1.05");
+  spec.target.path = Dir(R"({"do_sample": false, "repetition_penalty": 1.2})");
+  v1::RegenerateRequest greedy_penalized;
+  ASSERT_TRUE(coordinator::UseGenerationConfig(spec, &greedy_penalized).ok());
+  EXPECT_EQ(coordinator::DecodingText(greedy_penalized), "greedy, repetition_penalty 1.2");
+  v1::RegenerateRequest own_penalty;
+  own_penalty.set_repetition_penalty(1.1);
+  EXPECT_EQ(coordinator::UseGenerationConfig(spec, &own_penalty).code(),
+            absl::StatusCode::kInvalidArgument);
   // do_sample false: greedy, whatever the temperature says.
   spec.target.path = Dir(R"({"do_sample": false, "temperature": 0.7})");
   v1::RegenerateRequest greedy;
