@@ -8,11 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:?set OUT to the folder the results go to}
-rm -rf build && mkdir -p build && tar -xzf .gpu/t/gt.tgz -C build
-set +u; source .devdeps/env.sh >/dev/null 2>&1; set -u
-export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
-py=/opt/torch/.venv/bin/python3; [ -x "$py" ] || py=python3
-echo "[run48] built at $(cat .gpu/t/gt.rev), $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader)" | tee -a "$out/log"
+source scripts/bench/gpu/unpacked.sh run48
 GEOMS=8192:512 PYTHON=$py OURS_ARGS="--kind dflash2" timeout 290 \
   bash scripts/bench/drafter_step.sh build "$out/ds2" 2>&1 | tail -n 8 | tee -a "$out/log"
 GEOMS=8192:512 PYTHON=$py timeout 250 \

@@ -9,11 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:?set OUT to the folder the results go to}
-rm -rf build && mkdir -p build && tar -xzf .gpu/t/gt.tgz -C build
-set +u; source .devdeps/env.sh >/dev/null 2>&1; set -u
-export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
-py=/opt/torch/.venv/bin/python3; [ -x "$py" ] || py=python3
-echo "[run49] built at $(cat .gpu/t/gt.rev), $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader)" | tee -a "$out/log"
+source scripts/bench/gpu/unpacked.sh run49
 target="--target builtin:qwen3.5-27b-random"
 GEOMS=8192:512 PYTHON=$py OURS_ARGS="$target" timeout 300 \
   bash scripts/bench/drafter_step.sh build "$out/ds" 2>&1 | tail -n 8 | tee -a "$out/log"
