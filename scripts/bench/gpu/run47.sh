@@ -29,4 +29,9 @@ OUT=$out timeout 300 bash scripts/bench/gpu/run45.sh
 timeout 150 build/scripts/bench/spec_decode --batch 64 --prompt 512 --new 64 --rounds 1 \
   --profile 1 --profile-new 16 --json "$out/sd/prof64.json" >"$out/sd/prof64.log" 2>&1
 echo "[run47 profile batch 64] rc $?" | tee -a "$out/log"
+# A Qwen3.5-27B-shaped linear-attention layer's prefill: the recurrence against the chunked form.
+for t in 512 2048; do
+  echo "[run47 gated_delta_extend $t] $(timeout 60 build/scripts/bench/gated_delta_extend \
+    --tokens $t --batch 4 --runs 3 2>&1 | tail -n 1)" | tee -a "$out/log"
+done
 tar -czf "$out/run47.tgz" -C "$out" log dc sd 2>/dev/null
