@@ -489,6 +489,23 @@ std::string FieldValueText(const RunField& field, const RunSpec& spec) {
   return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
 }
 
+std::string EchoValueText(const RunField& field, const RunSpec& spec) {
+  const FieldPtr p = field.at(const_cast<RunSpec&>(spec));  // only read, as FieldValueText
+  if (auto* v = std::get_if<std::string*>(&p)) return **v;
+  if (auto* v = std::get_if<int64_t*>(&p)) return std::to_string(**v);
+  if (auto* v = std::get_if<double*>(&p)) return absl::StrCat(**v);
+  if (auto* v = std::get_if<std::optional<int64_t>*>(&p)) {
+    return (*v)->has_value() ? std::to_string(***v) : "auto";
+  }
+  if (auto* v = std::get_if<std::optional<double>*>(&p)) {
+    return (*v)->has_value() ? absl::StrCat(***v) : "auto";
+  }
+  if (auto* v = std::get_if<std::optional<std::vector<int64_t>>*>(&p)) {
+    return (*v)->has_value() ? absl::StrJoin(***v, ",") : "auto";
+  }
+  return absl::StrJoin(*std::get<std::vector<double>*>(p), ",");
+}
+
 std::vector<std::string> EchoedFields(unsigned echo_mask) {
   std::vector<std::string> out;
   for (const RunField& f : RunFields()) {

@@ -72,4 +72,9 @@ std::string YamlDouble(double v);
 // The run.yaml field paths a worker of that kind echoes, in table order.
 std::vector<std::string> EchoedFields(unsigned echo_mask);
 
+// The field's value in `spec` as the workers write the value they apply in the settings echo:
+// strings as they are, integers in decimal, numbers by absl::StrCat, lists joined by commas,
+// "auto" for an unset optional (the coordinator replaces those by the resolved value).
+std::string EchoValueText(const RunField& field, const RunSpec& spec);
+
 }  // namespace dflash::config

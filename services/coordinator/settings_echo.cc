@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/config/run_fields.h"
 #include "common/run/resolve.h"
 
 namespace dflash::coordinator {
@@ -34,44 +35,35 @@ std::string DescribeResolvedTarget(const v1::ResolvedTarget& r) {
 std::map<std::string, std::string> ExpectedSettings(
     const config::RunSpec& spec, const std::vector<int64_t>& layer_ids, int64_t mask_token_id,
     const std::string& transport, int64_t total_steps, int64_t resume_step, int64_t num_pairs) {
-  std::map<std::string, std::string> e = {
-      {"target.path", spec.target.path},
-      {"target.dtype", spec.target.dtype},
-      {"target.layer_ids", absl::StrJoin(layer_ids, ",")},
-      {"drafter.layers", std::to_string(spec.drafter.layers)},
-      {"drafter.block_size", std::to_string(spec.drafter.block_size)},
-      {"drafter.recompute", spec.drafter.recompute},
-      {"batching.token_budget", std::to_string(spec.batching.token_budget)},
-      {"batching.max_anchors", std::to_string(spec.batching.max_anchors)},
-      {"batching.grad_accum", std::to_string(spec.batching.grad_accum)},
-      {"data.max_length", std::to_string(spec.data.max_length)},
-      {"optim.lr", absl::StrCat(spec.optim.lr)},
-      {"optim.total_steps", std::to_string(total_steps)},
-      {"resume.step", std::to_string(resume_step)},
-      {"placement.pairs", std::to_string(num_pairs)},
-      {"placement.transport", transport},
-  };
+  // Every echoed run.yaml field (the field table says which) as the workers write it, then what
+  // the run resolves: auto values, defaults, the placement, and two values that are no fields.
+  std::map<std::string, std::string> e;
+  for (const config::RunField& f : config::RunFields()) {
+    if (f.echo != config::kEchoNone) e[f.path()] = config::EchoValueText(f, spec);
+  }
+  e["target.layer_ids"] = absl::StrJoin(layer_ids, ",");
   e["drafter.mask_token_id"] = std::to_string(mask_token_id);
+  e["optim.total_steps"] = std::to_string(total_steps);
+  e["resume.step"] = std::to_string(resume_step);
+  e["placement.pairs"] = std::to_string(num_pairs);
+  e["placement.transport"] = transport;
   const std::optional<double> gamma =
       spec.loss.gamma ? spec.loss.gamma : config::DefaultGamma(spec.drafter.block_size);
-  if (gamma) e["loss.gamma"] = absl::StrCat(*gamma);
-  e["loss.weighting"] = spec.loss.weighting;
-  e["loss.dpace_alpha"] = absl::StrCat(spec.loss.dpace_alpha);
+  if (gamma) {
+    e["loss.gamma"] = absl::StrCat(*gamma);
+  } else {
+    e.erase("loss.gamma");
+  }
   const absl::StatusOr<run::SlidingLayers> sliding = run::RunSlidingLayers(spec);
   e["drafter.sliding_layers"] =
       sliding.ok() ? absl::StrJoin(sliding->layers, ",") : std::string(sliding.status().message());
   e["drafter.sliding_window"] = sliding.ok() ? std::to_string(sliding->window) : "?";
   // DFlash2's settings as the drafter built them (0 for a DFlash drafter).
-  e["drafter.kind"] = spec.drafter.kind;
   const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
   e["drafter.conv_kernel_size"] = std::to_string(two.conv_kernel_size);
   e["drafter.conv_group_size"] = std::to_string(two.conv_group_size);
   e["drafter.selector_rank"] = std::to_string(two.selector_rank);
   e["drafter.selector_top_k"] = std::to_string(two.selector_top_k);
-  e["loss.selector_alpha"] = absl::StrCat(spec.loss.selector_alpha);
-  e["drafter.precision"] = spec.drafter.precision;
-  e["loss.selector_warmup_steps"] = std::to_string(spec.loss.selector_warmup_steps);
-  e["loss.selector_ramp_steps"] = std::to_string(spec.loss.selector_ramp_steps);
   return e;
 }
 
