@@ -25,10 +25,6 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/Device.h>
 
-#ifdef DFLASH_BENCH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,6 +37,7 @@
 #include "common/model/builtin_config.h"
 #include "common/model/hf_config.h"
 #include "nlohmann/json.hpp"
+#include "scripts/bench/bench_device.h"
 #include "scripts/bench/bench_flags.h"
 
 namespace {
@@ -48,14 +45,6 @@ namespace {
 using dflash::bench::Flag;
 using dflash::bench::StrFlag;
 namespace drafter = dflash::drafter;
-
-void Sync(const c10::Device& device) {
-#ifdef DFLASH_BENCH_CUDA
-  if (device.is_cuda()) c10::cuda::device_synchronize();
-#else
-  (void)device;
-#endif
-}
 
 // Forward over each sequence's whole context, as speculative decoding packed it before the cache.
 at::Tensor WholeContext(const drafter::DrafterModel& m, const std::vector<at::Tensor>& contexts,
@@ -129,10 +118,10 @@ int main(int argc, char** argv) {
       for (int64_t r = 0; r < rows + (block == 0 ? 1 : 0); ++r)
         tokens[j].push_back(2 + (r * 7 + j) % 1000);
     }
-    Sync(device);
+    dflash::bench::Synchronize(device);
     auto t0 = std::chrono::steady_clock::now();
     const at::Tensor whole = WholeContext(m, contexts, tokens);
-    Sync(device);
+    dflash::bench::Synchronize(device);
     auto t1 = std::chrono::steady_clock::now();
     std::vector<drafter::CachedBlock> cb(batch);
     for (int64_t j = 0; j < batch; ++j) {
@@ -143,7 +132,7 @@ int main(int argc, char** argv) {
       cb[j].anchor_token = tokens[j].back();
     }
     absl::StatusOr<at::Tensor> cached = m.ForwardCached(cb);
-    Sync(device);
+    dflash::bench::Synchronize(device);
     auto t2 = std::chrono::steady_clock::now();
     if (!cached.ok()) {
       std::fprintf(stderr, "draft_cache: %s\n", cached.status().ToString().c_str());

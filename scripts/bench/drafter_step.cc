@@ -52,7 +52,6 @@
 
 #ifdef DFLASH_BENCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
 #endif
 
 #include <algorithm>
@@ -81,6 +80,7 @@
 #include "common/train/run_options.h"
 #include "common/train/run_setup.h"
 #include "common/train/trainer.h"
+#include "scripts/bench/bench_device.h"
 #include "scripts/bench/bench_flags.h"
 #include "scripts/bench/kernel_profile.h"
 
@@ -115,11 +115,6 @@ Memory DeviceMemory(const c10::Device& device) {
 void ResetPeak(const c10::Device& device) {
 #ifdef DFLASH_BENCH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-#endif
-}
-void Synchronize(const c10::Device& device) {
-#ifdef DFLASH_BENCH_CUDA
-  if (device.is_cuda()) c10::cuda::device_synchronize();
 #endif
 }
 
@@ -344,7 +339,7 @@ int main(int argc, char** argv) {
          << ", \"lr\": " << run_options->optim.lr
          << ", \"clip_norm\": " << run_options->optim.clip_norm << "}\n";
   }
-  Synchronize(device);
+  dflash::bench::Synchronize(device);
   const double setup_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_setup).count();
 
@@ -355,7 +350,7 @@ int main(int argc, char** argv) {
     Check((*trainer)->AddMicroBatch(batch), "AddMicroBatch");
     absl::StatusOr<dflash::train::StepStats> stats = (*trainer)->Step();
     Check(stats.status(), "Step");
-    Synchronize(device);
+    dflash::bench::Synchronize(device);
     const double elapsed =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (stats->skipped) Die(absl::StrCat("step ", i, " was skipped (non-finite loss or norm)"));
@@ -371,7 +366,7 @@ int main(int argc, char** argv) {
     Check((*trainer)->AddMicroBatch(batch), "AddMicroBatch");
     Check((*trainer)->Step().status(), "Step");
   }
-  Synchronize(device);
+  dflash::bench::Synchronize(device);
   const double pipelined =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_pipelined)
           .count() /
@@ -411,14 +406,14 @@ int main(int argc, char** argv) {
           Check(hidden.status(), "forward");
           loss = (*drafter)->Loss(batch, *hidden, run_options->loss);
           Check(loss.status(), "loss");
-          Synchronize(device);
+          dflash::bench::Synchronize(device);
         },
         false, &forward_peak);
     const std::string bwd = phase(
         "backward",
         [&] {
           loss->numerator.backward();
-          Synchronize(device);
+          dflash::bench::Synchronize(device);
         },
         false, &backward_peak);
     loss = absl::UnknownError("released");
@@ -429,7 +424,7 @@ int main(int argc, char** argv) {
           [&] {
             Check((*trainer)->AddMicroBatch(batch), "AddMicroBatch");
             Check((*trainer)->Step().status(), "Step");
-            Synchronize(device);
+            dflash::bench::Synchronize(device);
           },
           /*host_ops=*/true, nullptr);
       profile_json = absl::StrCat(", \"profile\": {\"forward_loss\": ", fwd,

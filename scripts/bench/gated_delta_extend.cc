@@ -16,9 +16,6 @@
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randn.h>
 #include <c10/core/Device.h>
-#ifdef DFLASH_BENCH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +25,7 @@
 
 #include "common/nn/gated_delta.h"
 #include "nlohmann/json.hpp"
+#include "scripts/bench/bench_device.h"
 #include "scripts/bench/bench_flags.h"
 
 namespace {
@@ -35,14 +33,6 @@ namespace {
 using dflash::bench::Flag;
 using dflash::bench::StrFlag;
 namespace nn = dflash::nn;
-
-void Sync(const c10::Device& device) {
-#ifdef DFLASH_BENCH_CUDA
-  if (device.is_cuda()) c10::cuda::device_synchronize();
-#else
-  (void)device;
-#endif
-}
 
 double RelDiff(const at::Tensor& a, const at::Tensor& b) {
   const at::Tensor x = a.to(at::kFloat), y = b.to(at::kFloat);
@@ -97,10 +87,10 @@ int main(int argc, char** argv) {
     for (int64_t r = 0; r <= runs; ++r) {
       at::Tensor conv = conv0.clone();
       *state = state0.clone();
-      Sync(device);
+      dflash::bench::Synchronize(device);
       const auto t0 = std::chrono::steady_clock::now();
       *out = nn::GatedDeltaNetExtend(x, w, d, sequences, offsets, &conv, state, chunked_from);
-      Sync(device);
+      dflash::bench::Synchronize(device);
       if (r > 0) {
         ms.push_back(
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
