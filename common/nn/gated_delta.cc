@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "common/nn/layers.h"
@@ -47,6 +48,22 @@ at::Tensor GatedRmsNorm(const at::Tensor& x, const at::Tensor& gate, const at::T
   h = h * (h.pow(2).mean(-1, /*keepdim=*/true) + eps).rsqrt();
   h = weight * h.to(x.scalar_type());
   return (h * at::silu(gate.to(at::kFloat))).to(x.scalar_type());
+}
+
+// The convolved rows [T, conv_dim] as q, k [T, Hv, dk] and v [T, Hv, dv]: key head i serves value
+// heads i*r .. i*r + r-1 (transformers' repeat_interleave).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> SplitHeads(const at::Tensor& mixed,
+                                                          const GatedDeltaDims& d) {
+  const int64_t t = mixed.size(0), hk = d.num_k_heads, hv = d.num_v_heads;
+  const int64_t dk = d.k_head_dim, kd = d.key_dim();
+  at::Tensor q = mixed.narrow(1, 0, kd).reshape({t, hk, dk});
+  at::Tensor k = mixed.narrow(1, kd, kd).reshape({t, hk, dk});
+  const at::Tensor v = mixed.narrow(1, 2 * kd, d.value_dim()).reshape({t, hv, d.v_head_dim});
+  if (hv != hk) {
+    q = q.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
+    k = k.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
+  }
+  return {q, k, v};
 }
 
 }  // namespace
@@ -281,8 +298,7 @@ at::Tensor GatedDeltaRuleReference(const at::Tensor& q, const at::Tensor& k, con
 
 at::Tensor GatedDeltaNet(const at::Tensor& x, const GatedDeltaWeights& w, const GatedDeltaDims& d,
                          const VarlenDocs& docs) {
-  const int64_t t = x.size(0), hk = d.num_k_heads, hv = d.num_v_heads;
-  const int64_t dk = d.k_head_dim, dv = d.v_head_dim, kd = d.key_dim(), vd = d.value_dim();
+  const int64_t t = x.size(0), hv = d.num_v_heads, dv = d.v_head_dim, vd = d.value_dim();
   const int64_t cd = d.conv_dim();
   const at::Tensor proj = Linear(x, w.in_proj);  // [T, conv_dim + Vd + 2*Hv]
   const at::Tensor mixed = at::silu(CausalConv1dVarlen(proj.narrow(1, 0, cd), w.conv, docs));
@@ -291,13 +307,7 @@ at::Tensor GatedDeltaNet(const at::Tensor& x, const GatedDeltaWeights& w, const 
   // HF: g = -exp(A_log) * softplus(a + dt_bias), in fp32.
   const at::Tensor g = -w.a_log.to(at::kFloat).exp() *
                        at::softplus(proj.narrow(1, cd + vd + hv, hv).to(at::kFloat) + w.dt_bias);
-  at::Tensor q = mixed.narrow(1, 0, kd).reshape({t, hk, dk});
-  at::Tensor k = mixed.narrow(1, kd, kd).reshape({t, hk, dk});
-  const at::Tensor v = mixed.narrow(1, 2 * kd, vd).reshape({t, hv, dv});
-  if (hv != hk) {  // key head i serves value heads i*r .. i*r + r-1 (repeat_interleave)
-    q = q.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
-    k = k.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
-  }
+  const auto [q, k, v] = SplitHeads(mixed, d);
   const at::Tensor core = GatedDeltaRuleChunked(q, k, v, g, beta, docs);
   return Linear(GatedRmsNorm(core, z, w.norm, d.eps).reshape({t, vd}), w.out_proj);
 }
@@ -354,8 +364,7 @@ void ExtendChunked(const at::Tensor& proj, const at::Tensor& g, const at::Tensor
                    const GatedDeltaWeights& w, const GatedDeltaDims& d,
                    const std::vector<int64_t>& sequences, const std::vector<int64_t>& counts,
                    c10::ScalarType dtype, at::Tensor* conv, at::Tensor* state, at::Tensor* core) {
-  const int64_t hk = d.num_k_heads, hv = d.num_v_heads, dk = d.k_head_dim, dv = d.v_head_dim;
-  const int64_t kd = d.key_dim(), vd = d.value_dim(), cd = d.conv_dim(), held = d.conv_kernel - 1;
+  const int64_t cd = d.conv_dim(), held = d.conv_kernel - 1;
   std::vector<int64_t> seqs, pre_offsets = {0}, row_offsets = {0}, new_rows, tail_rows;
   std::vector<at::Tensor> pieces;
   int64_t begin = 0;
@@ -384,13 +393,7 @@ void ExtendChunked(const at::Tensor& proj, const at::Tensor& g, const at::Tensor
                     pre.index_select(0, at::tensor(tail_rows, long_opts).to(device))
                         .view({idx.size(0), held, cd}));
   const int64_t t = mixed.size(0);
-  at::Tensor q = mixed.narrow(1, 0, kd).reshape({t, hk, dk});
-  at::Tensor k = mixed.narrow(1, kd, kd).reshape({t, hk, dk});
-  const at::Tensor v = mixed.narrow(1, 2 * kd, vd).reshape({t, hv, dv});
-  if (hv != hk) {
-    q = q.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
-    k = k.unsqueeze(2).expand({t, hk, hv / hk, dk}).reshape({t, hv, dk});
-  }
+  const auto [q, k, v] = SplitHeads(mixed, d);
   VarlenDocs docs;
   docs.offsets = row_offsets;
   const int64_t chunk = 64;
