@@ -11,15 +11,6 @@
 #include "tests/nn/oracle.h"
 
 namespace dflash::nn::oracle {
-namespace {
-
-struct Step {
-  int64_t token;   // the fp32 generation's
-  double margin;   // its fp32 logit gap to the runner-up
-  int64_t theirs;  // transformers' bf16 argmax, teacher-forced
-};
-
-}  // namespace
 
 std::vector<std::pair<std::string, std::filesystem::path>> AllFamilies() {
   return {{"qwen3", OracleDir()},         {"llama", OracleDir()},
@@ -61,13 +52,13 @@ void CheckBf16AgainstFp32(const std::string& family, const std::filesystem::path
     const std::vector<int64_t> ours = ToVector(logits->argmax(-1).to(at::kCPU));
     int ours_off = 0, theirs_off = 0;
     for (int64_t s = 0; s < n; ++s) {
-      const Step step{tokens[s], margins[s].item<double>(), theirs[s]};
-      theirs_off += step.theirs != step.token;
-      if (ours[s] == step.token) continue;
+      theirs_off += theirs[s] != tokens[s];
+      if (ours[s] == tokens[s]) continue;
       ++ours_off;
-      EXPECT_LT(step.margin, kTieMargin)
-          << "step " << s << ": bf16 picked " << ours[s] << " over the fp32 token " << step.token
-          << " at a margin of " << step.margin;
+      const double margin = margins[s].item<double>();
+      EXPECT_LT(margin, kTieMargin)
+          << "step " << s << ": bf16 picked " << ours[s] << " over the fp32 token " << tokens[s]
+          << " at a margin of " << margin;
     }
     std::printf(
         "%s prompt %zu: bf16 departs from the fp32 tokens at %d of %ld steps (transformers' "
