@@ -115,16 +115,11 @@ TEST_F(GenerateTest, Bf16PicksTheFp32TokensExceptAtNearTies) {
 TEST_F(GenerateTest, GreedyWithARepetitionPenaltyMatchesTransformers) {
   auto model = LoadFull("qwen3");
   ASSERT_NE(model, nullptr);
-  auto t = ReadAll(oracle::OracleDir() / "qwen3_generate_penalty.safetensors");
-  const double penalty = t["penalty"].item<double>();
-  std::vector<std::vector<int64_t>> prompts, want;
-  const std::vector<int64_t> all = ToVector(t["prompts"]);
-  size_t at = 0;
-  for (int64_t len : ToVector(t["prompt_lengths"])) {
-    prompts.emplace_back(all.begin() + at, all.begin() + at + len);
-    at += len;
-  }
-  for (int64_t i = 0; i < t["outputs"].size(0); ++i) want.push_back(ToVector(t["outputs"][i]));
+  const Refs refs = ReadRefs("qwen3_penalty");
+  const std::vector<std::vector<int64_t>>& prompts = refs.prompts;
+  const std::vector<std::vector<int64_t>>& want = refs.outputs;
+  const double penalty =
+      ReadAll(oracle::OracleDir() / "qwen3_penalty_generate.safetensors")["penalty"].item<double>();
   GenerateOptions options = Greedy(static_cast<int64_t>(want[0].size()));
   options.sampling.repetition_penalty = penalty;
   auto batched = Generate(*model, prompts, options);

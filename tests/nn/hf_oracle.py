@@ -296,7 +296,7 @@ def main():
     write_generations(moe, os.path.join(args.out, "qwen3_moe_generate.safetensors"), gen_generator)
     # Greedy with transformers' repetition_penalty (1.3) on the Qwen3 checkpoint: the prompts and
     # outputs only.
-    write_penalized(qwen, os.path.join(args.out, "qwen3_generate_penalty.safetensors"),
+    write_penalized(qwen, os.path.join(args.out, "qwen3_penalty_generate.safetensors"),
                     torch.Generator().manual_seed(9), 1.3)
     # The hybrid: its generate() keeps the linear-attention layers' conv and recurrent states.
     write_generations(nxt, os.path.join(args.out, "qwen3_next_generate.safetensors"), gen_generator)
