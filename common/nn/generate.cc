@@ -57,20 +57,17 @@ absl::Status ValidateSampling(const SamplingOptions& s) {
 
 at::Tensor PenalizeRepeats(const at::Tensor& logits, const std::vector<std::vector<int64_t>>& held,
                            double penalty) {
-  std::vector<int64_t> rows, cols;
+  at::Tensor out = logits.to(at::kFloat).clone();
+  const int64_t v_size = out.size(1);
+  std::vector<int64_t> at_flat;  // row * V + id of each distinct held id
   for (size_t r = 0; r < held.size(); ++r) {
     std::vector<int64_t> ids = held[r];
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    rows.insert(rows.end(), ids.size(), static_cast<int64_t>(r));
-    cols.insert(cols.end(), ids.begin(), ids.end());
+    for (int64_t id : ids) at_flat.push_back(static_cast<int64_t>(r) * v_size + id);
   }
-  at::Tensor out = logits.to(at::kFloat).clone();
-  if (rows.empty()) return out;
-  const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong).device(out.device());
-  const at::Tensor r = at::tensor(rows, at::kLong).to(long_opts.device());
-  const at::Tensor c = at::tensor(cols, at::kLong).to(long_opts.device());
-  const at::Tensor linear = r * out.size(1) + c;
+  if (at_flat.empty()) return out;
+  const at::Tensor linear = at::tensor(at_flat, at::kLong).to(out.device());
   const at::Tensor flat = out.view({-1});
   const at::Tensor v = flat.index_select(0, linear);
   flat.index_copy_(0, linear, at::where(v < 0, v * penalty, v / penalty));
