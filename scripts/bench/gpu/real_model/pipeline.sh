@@ -9,7 +9,9 @@
 # main one on /tmp/rmw, the same data, steps and settings but loss.weighting CMP_WEIGHTING, its
 # export evaluated after the main evaluations (CMP_EVAL_SETS, default 32:294), so that neither
 # evaluation shares the GPU. CMP_PRECISION (fp8) and CMP_KIND (dflash2): the same, with
-# drafter.precision / drafter.kind set so (alone or together with CMP_WEIGHTING).
+# drafter.precision / drafter.kind set so (alone or together with CMP_WEIGHTING). CMP2_WEIGHTING,
+# CMP2_PRECISION, CMP2_KIND: a second comparison on /tmp/rmw2 beside the first (three trainings
+# side by side), evaluated after it.
 set -uo pipefail
 source /tmp/repo/.devdeps/env.sh >/dev/null 2>&1; export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64
 cd /tmp/repo
@@ -34,24 +36,31 @@ if [ "${REF_STEPS:-600}" -gt 0 ]; then
    echo "[ref] rc=$?" >>/tmp/rmref.log) &
   refpid=$!
 fi
-cmppid=
-if [ -n "${CMP_WEIGHTING:-}${CMP_PRECISION:-}${CMP_KIND:-}" ]; then
-  mkdir -p /tmp/rmw && cp /tmp/rm/regen.jsonl /tmp/rmw/
-  (STAGES=train LOSS_WEIGHTING=${CMP_WEIGHTING:-} DRAFTER_PRECISION=${CMP_PRECISION:-} DRAFTER_KIND=${CMP_KIND:-} MAX_STEPS=${MAX_STEPS:-6000} EVAL_EVERY=${EVAL_EVERY:-1000} \
-     bash scripts/bench/real_model.sh /tmp/b /tmp/rmw >/tmp/rmw.log 2>&1; echo "[cmp] train rc=$?" >>/tmp/rmw.log) &
-  cmppid=$!
-fi
+# start_cmp DIR WEIGHTING PRECISION KIND: a comparison training on DIR (a copy of the data).
+cmps=()
+start_cmp() {
+  mkdir -p "$1" && cp /tmp/rm/regen.jsonl "$1/"
+  (STAGES=train LOSS_WEIGHTING=$2 DRAFTER_PRECISION=$3 DRAFTER_KIND=$4 MAX_STEPS=${MAX_STEPS:-6000} \
+     EVAL_EVERY=${EVAL_EVERY:-1000} bash scripts/bench/real_model.sh /tmp/b "$1" >"$1.log" 2>&1
+   echo "[cmp] train rc=$?" >>"$1.log") &
+  cmps+=("$1:$!")
+}
+[ -n "${CMP_WEIGHTING:-}${CMP_PRECISION:-}${CMP_KIND:-}" ] &&
+  start_cmp /tmp/rmw "${CMP_WEIGHTING:-}" "${CMP_PRECISION:-}" "${CMP_KIND:-}"
+[ -n "${CMP2_WEIGHTING:-}${CMP2_PRECISION:-}${CMP2_KIND:-}" ] &&
+  start_cmp /tmp/rmw2 "${CMP2_WEIGHTING:-}" "${CMP2_PRECISION:-}" "${CMP2_KIND:-}"
 STAGES=train MAX_STEPS=${MAX_STEPS:-6000} EVAL_EVERY=${EVAL_EVERY:-1000} \
   bash scripts/bench/real_model.sh /tmp/b /tmp/rm
 stamp "train rc=$?"
-[ -n "$cmppid" ] && wait "$cmppid" && stamp "comparison training: $(tail -n 1 /tmp/rmw.log)"
+for c in "${cmps[@]}"; do wait "${c#*:}"; stamp "comparison training ${c%%:*}: $(tail -n 1 "${c%%:*}.log")"; done
 [ -n "$refpid" ] && wait "$refpid"; stamp "reference comparison: $(tail -n 1 /tmp/rmref.log 2>/dev/null)"
 STAGES="eval refpkg" MAX_STEPS=${MAX_STEPS:-6000} EVAL_SETS="${EVAL_SETS:-1:64 32:294}" UNTRAINED_SET=${UNTRAINED_SET:-32:64} \
   REFPKG_PROMPTS=${REFPKG_PROMPTS:-8} DFLASH_PATH=/tmp/site bash scripts/bench/real_model.sh /tmp/b /tmp/rm
 stamp "eval rc=$?"
-if [ -n "$cmppid" ]; then
+for c in "${cmps[@]}"; do
+  d=${c%%:*}
   STAGES=eval EVAL_SETS="${CMP_EVAL_SETS:-32:294}" UNTRAINED_SET=32:8 \
-    bash scripts/bench/real_model.sh /tmp/b /tmp/rmw >>/tmp/rmw.log 2>&1
-  stamp "comparison eval rc=$?"
-fi
+    bash scripts/bench/real_model.sh /tmp/b "$d" >>"$d.log" 2>&1
+  stamp "comparison eval $d rc=$?"
+done
 touch /tmp/rm.done

@@ -6,7 +6,7 @@ pack() {
   find . -maxdepth 3 -type f -size -3M ! -name 'regen.jsonl*' ! -name 'train-prompts.jsonl' \
     ! -name '*.safetensors' ! -path './state/*' -print0 | tar --null -cf - -T - | tar -xf - -C /tmp/pack/rm
   for f in target.log drafter.log coordinator.log; do [ -f "$f" ] && tail -c 3000000 "$f" >/tmp/pack/rm/$f; done
-  for extra in rmref rmw; do
+  for extra in rmref rmw rmw2; do
     [ -d /tmp/$extra ] || continue
     mkdir -p /tmp/pack/$extra; cd /tmp/$extra
     find . -maxdepth 3 -type f -size -3M ! -name 'regen.jsonl*' ! -name 'train-prompts.jsonl' \
