@@ -16,11 +16,14 @@ struct LocalPlanArgs {
   // totals together against it, `auto` -> cuda_ipc) or "two_gpus" (`auto` -> nccl).
   std::string layout = "one_gpu";
   bool json = false;
+  // Also the largest batching.token_budget (max_anchors scaled with it) whose plan fits --gpu_gib:
+  // per worker with two_gpus, for the pair with one_gpu (plan::LargestTokenBudget).
+  bool largest = false;
 };
 
 // Prints the plan (table or JSON) on `out` and problems on `err`; returns an ExitCode: kOk,
 // kInvalidConfig (the run.yaml or the target's config refused), kDoesNotFit (a worker, or the
-// pair on one GPU, above --gpu_gib), kUsage (a bad layout).
+// pair on one GPU, above --gpu_gib), kUsage (a bad layout, --largest without --gpu_gib).
 int PlanLocal(const LocalPlanArgs& args, std::ostream& out, std::ostream& err);
 
 }  // namespace dflash::ctl

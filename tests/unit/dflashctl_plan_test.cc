@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "services/dflashctl/commands.h"
 #include "services/dflashctl/plan_local.h"
@@ -47,12 +48,13 @@ class PlanLocalTest : public ::testing::Test {
   }
 
   Result Plan(const std::string& path, double gpu_gib, const std::string& layout = "one_gpu",
-              bool json = false) {
+              bool json = false, bool largest = false) {
     LocalPlanArgs a;
     a.run_yaml = path;
     a.gpu_gib = gpu_gib;
     a.layout = layout;
     a.json = json;
+    a.largest = largest;
     std::ostringstream out, err;
     const int code = PlanLocal(a, out, err);
     return {code, out.str(), err.str()};
@@ -116,6 +118,40 @@ TEST_F(PlanLocalTest, BadInputIsNamed) {
   const Result layout = Plan(Yaml(), 80, "three_gpus");
   EXPECT_EQ(layout.code, kUsage);
   EXPECT_THAT(layout.err, HasSubstr("--layout must be one_gpu or two_gpus"));
+}
+
+// --largest: the largest budget per worker on two GPUs (the pair's is the smaller), for the pair on
+// one; in the table and the JSON, from plan::LargestTokenBudget (tested in memory_plan_test).
+TEST_F(PlanLocalTest, LargestGivesTheBudgetThatFitsPerWorkerOrForThePair) {
+  const Result two = Plan(Yaml(), 40, "two_gpus", /*json=*/false, /*largest=*/true);
+  EXPECT_EQ(two.code, kOk) << two.err;
+  EXPECT_THAT(two.out, HasSubstr("largest batches that fit --gpu_gib 40 (batching.max_anchors "
+                                 "scaled with the budget: 512 per 8192 tokens):\n"));
+  EXPECT_THAT(two.out, HasSubstr("  target worker: batching.token_budget "));
+  EXPECT_THAT(two.out, HasSubstr("  drafter worker: batching.token_budget "));
+  EXPECT_THAT(two.out, HasSubstr("  the pair: batching.token_budget "));
+  const Result json = Plan(Yaml(), 40, "two_gpus", /*json=*/true, /*largest=*/true);
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["largest"].size(), 2u);
+  EXPECT_EQ(j["largest"][0]["who"], "target worker");
+  const int64_t drafter = j["largest"][1]["token_budget"].get<int64_t>();
+  EXPECT_GT(drafter, 8192);  // the drafter of 8192 tokens fits 40 GiB with room
+  EXPECT_LE(j["largest"][1]["device_bytes"].get<int64_t>(), int64_t{40} << 30);
+  EXPECT_EQ(j["largest"][1]["max_anchors"].get<int64_t>(), drafter / 16);
+  EXPECT_THAT(two.out, HasSubstr(absl::StrCat("drafter worker: batching.token_budget ", drafter,
+                                              ", max_anchors ", drafter / 16)));
+
+  // The pair on one 24 GiB GPU: the target's weights and the drafter's state leave no budget.
+  const Result one = Plan(Yaml(), 24, "one_gpu", /*json=*/false, /*largest=*/true);
+  EXPECT_EQ(one.code, kDoesNotFit);
+  EXPECT_THAT(one.out, HasSubstr("  target and drafter on one GPU: none (not even "
+                                 "batching.token_budget 2048, data.max_length's floor)"));
+  const Result big = Plan(Yaml(), 80, "one_gpu", /*json=*/false, /*largest=*/true);
+  EXPECT_THAT(big.out, HasSubstr("  target and drafter on one GPU: batching.token_budget "));
+
+  const Result no_size = Plan(Yaml(), 0, "one_gpu", /*json=*/false, /*largest=*/true);
+  EXPECT_EQ(no_size.code, kUsage);
+  EXPECT_THAT(no_size.err, HasSubstr("--largest needs --gpu_gib"));
 }
 
 }  // namespace

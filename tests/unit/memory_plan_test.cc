@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/plan/largest_budget.h"
 
 namespace dflash::plan {
 namespace {
@@ -249,19 +250,77 @@ TEST(MemoryPlanTest, TheBuiltinQwen35_27bIsTheHybridAndItsDrafterFitsA96GiBCard)
   whole.eval.prompts = "builtin:tiny-chat";
   EXPECT_EQ(TermBytes(Plan(whole).target, "weights"), int64_t{26895998464} * 2);
   const int64_t card = int64_t{96} << 30;
-  int64_t largest = 0;
-  for (int64_t tokens = 2048; tokens <= 65536; tokens += 1024) {
-    const RunPlan p =
-        Plan(Spec(tokens, tokens / 16, 5, "builtin:qwen3.5-27b-random"), Transport::kNccl);
-    if (p.drafter.device_bytes > card) break;
-    largest = tokens;
-  }
-  const RunPlan at = Plan(Spec(16384, 1024, 5, "builtin:qwen3.5-27b-random"), Transport::kNccl);
+  const config::RunSpec spec = Spec(16384, 1024, 5, "builtin:qwen3.5-27b-random");
+  absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
+  ASSERT_TRUE(target.ok()) << target.status();
+  absl::StatusOr<LargestBudget> largest =
+      LargestTokenBudget(spec, *target, Transport::kNccl, FitScope::kDrafter, card);
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  const RunPlan at = Plan(spec, Transport::kNccl);
   std::printf(
       "qwen3.5-27b-random drafter (5 layers) alone: %.2f GiB planned at 16384 tokens / "
-      "1024 anchors; largest budget on 96 GiB: %ld tokens\n",
-      static_cast<double>(at.drafter.device_bytes) / kGiB, static_cast<long>(largest));
-  EXPECT_GE(largest, 16384);
+      "1024 anchors; largest budget on 96 GiB: %ld tokens, %ld anchors\n",
+      static_cast<double>(at.drafter.device_bytes) / kGiB, static_cast<long>(largest->token_budget),
+      static_cast<long>(largest->max_anchors));
+  EXPECT_GE(largest->token_budget, 16384);
+  EXPECT_EQ(largest->max_anchors, largest->token_budget / 16);
+}
+
+// The largest budget that fits is the last of the budgets (multiples of 512, the anchors at the
+// run's ratio) that a linear scan finds fitting: its plan fits, the next budget's does not.
+TEST(MemoryPlanTest, TheLargestBudgetIsTheLastThatFits) {
+  const config::RunSpec spec = Spec(8192, 512, 5);
+  absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
+  ASSERT_TRUE(target.ok()) << target.status();
+  const auto need = [&](int64_t tokens, FitScope scope) {
+    config::RunSpec s = spec;
+    s.batching.token_budget = tokens;
+    s.batching.max_anchors = tokens / 16;
+    const RunPlan p =
+        Plan(s, scope == FitScope::kSharedGpu ? Transport::kCudaIpc : Transport::kNccl);
+    if (scope == FitScope::kTarget) return p.target.device_bytes;
+    if (scope == FitScope::kDrafter) return p.drafter.device_bytes;
+    return p.target.device_bytes + p.drafter.device_bytes;
+  };
+  for (const FitScope scope : {FitScope::kTarget, FitScope::kDrafter, FitScope::kSharedGpu}) {
+    for (const int64_t gib : {24, 40, 80}) {
+      SCOPED_TRACE(absl::StrCat("scope ", static_cast<int>(scope), ", ", gib, " GiB"));
+      const int64_t card = gib << 30;
+      int64_t scanned = 0;
+      for (int64_t t = 2048; t <= kMaxTokenBudget && need(t, scope) <= card; t += kBudgetStep) {
+        scanned = t;
+      }
+      absl::StatusOr<LargestBudget> l = LargestTokenBudget(
+          spec, *target, scope == FitScope::kSharedGpu ? Transport::kCudaIpc : Transport::kNccl,
+          scope, card);
+      ASSERT_TRUE(l.ok()) << l.status();
+      EXPECT_EQ(l->token_budget, scanned);
+      if (scanned == 0) continue;
+      EXPECT_EQ(l->max_anchors, scanned / 16);
+      EXPECT_EQ(l->device_bytes, need(scanned, scope));
+      EXPECT_EQ(l->at_field_maximum, scanned == kMaxTokenBudget);
+      if (scanned < kMaxTokenBudget) EXPECT_GT(need(scanned + kBudgetStep, scope), card);
+    }
+  }
+}
+
+// A GPU too small for data.max_length's budget gets none; a huge one stops at the field's maximum
+// (and the anchors at theirs); no GPU size is refused.
+TEST(MemoryPlanTest, TheLargestBudgetAtItsEnds) {
+  const config::RunSpec spec = Spec(8192, 512, 5);
+  absl::StatusOr<model::TransformerConfig> target = RunTargetConfig(spec);
+  ASSERT_TRUE(target.ok()) << target.status();
+  absl::StatusOr<LargestBudget> none =
+      LargestTokenBudget(spec, *target, Transport::kNccl, FitScope::kTarget, int64_t{1} << 30);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->token_budget, 0);
+  absl::StatusOr<LargestBudget> all =
+      LargestTokenBudget(spec, *target, Transport::kNccl, FitScope::kDrafter, int64_t{1} << 50);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->token_budget, kMaxTokenBudget);
+  EXPECT_EQ(all->max_anchors, kMaxAnchors);
+  EXPECT_TRUE(all->at_field_maximum);
+  EXPECT_FALSE(LargestTokenBudget(spec, *target, Transport::kNccl, FitScope::kDrafter, 0).ok());
 }
 
 // DFlash2 (docs/method.md §2.2): the convolutions' and the selector's parameters (with their

@@ -3,8 +3,8 @@
 # (builtin:qwen3.5-27b-random: H 5120, 24/4 heads of 256, I 17408, V 248320; 5 layers) through
 # drafter_step: ours and the compiled PyTorch reference at 8192 / 512 (issue 28's "its drafter step
 # against the reference in the same run"), then ours alone at 16384 / 1024 and 32768 / 2048, whose
-# peaks the memory plan puts at 44.33 and about 62.6 GiB (docs/memory.md; on an 80 GB card the
-# plan's 96-GiB budget of 62,464 tokens cannot be run). Pack: scripts/bench/gpu/gpu_tests.sh pack
+# allocator peaks the memory plan puts at 38.23 and 52.41 GiB (device totals 42.20 and 58.66;
+# docs/memory.md; on an 80 GB card the plan's 96-GiB budget of 69,632 tokens cannot be run). Pack: scripts/bench/gpu/gpu_tests.sh pack
 # '^$'; carry .devdeps .gpu/t; about 9 minutes. Results under $OUT (log, ds/).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."

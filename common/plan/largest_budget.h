@@ -1,0 +1,44 @@
+// The largest batch a GPU takes, by the memory planner (docs/memory.md, "The largest batch that
+// fits"): `dflashctl plan --local --largest` and the planner's tests ask it. Plain arithmetic, as
+// memory_plan.h.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "common/config/run_spec.h"
+#include "common/model/hf_config.h"
+#include "common/transport/transport.h"
+
+namespace dflash::plan {
+
+// What must fit: one worker alone on its GPU, or a target and a drafter sharing one (their device
+// totals together, as CheckSharedGpuFits).
+enum class FitScope { kTarget, kDrafter, kSharedGpu };
+
+struct LargestBudget {
+  int64_t token_budget = 0;  // 0: not even the smallest budget tried fits
+  int64_t max_anchors = 0;   // at that budget (the run's anchors per token)
+  int64_t device_bytes = 0;  // what the scope needs at that budget
+  // The field's maximum (kMaxTokenBudget) fits: a larger GPU would take no larger budget.
+  bool at_field_maximum = false;
+};
+
+// batching.token_budget's largest allowed value (config's range).
+inline constexpr int64_t kMaxTokenBudget = int64_t{1} << 20;
+// batching.max_anchors' largest allowed value: the scaled anchors stop there.
+inline constexpr int64_t kMaxAnchors = 65536;
+// The budgets tried are multiples of this.
+inline constexpr int64_t kBudgetStep = 512;
+
+// The largest batching.token_budget, a multiple of kBudgetStep from data.max_length (the smallest
+// budget validation allows) up to kMaxTokenBudget, whose plan fits `capacity_bytes` for `scope`;
+// batching.max_anchors scales with it at the run's ratio (max_anchors * budget / token_budget,
+// from 1 to kMaxAnchors), every other setting as `spec` has it. The planner's needs grow with the
+// budget, so the search halves the range. `spec` must be validated; `capacity_bytes` > 0.
+absl::StatusOr<LargestBudget> LargestTokenBudget(const config::RunSpec& spec,
+                                                 const model::TransformerConfig& target,
+                                                 transport::Transport transport, FitScope scope,
+                                                 int64_t capacity_bytes);
+
+}  // namespace dflash::plan
