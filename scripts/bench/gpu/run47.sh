@@ -13,25 +13,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:?set OUT to the folder the results go to}
-mkdir -p "$out/dc"
-timeout 120 bash scripts/bench/gpu/gpu_tests.sh run 'nn_gpu|spec_gpu|drafter_gpu'
-grep -h "departs" "$out/nn_gpu_test.log" >>"$out/log" 2>/dev/null
+# The checks (GPU tests, draft_cache, gated_delta_extend): run50.sh, which holds them.
+OUT=$out bash scripts/bench/gpu/run50.sh
 set +u; source .devdeps/env.sh >/dev/null 2>&1; set -u
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
-for b in 1 16 64; do
-  timeout 60 build/scripts/bench/draft_cache --prompt 1024 --accept 4 --blocks 64 --warmup 4 \
-    --batch "$b" --json "$out/dc/b$b.json" >"$out/dc/b$b.log" 2>&1
-  echo "[run47 draft_cache batch $b] rc $? $(cat "$out/dc/b$b.json" 2>/dev/null || tail -3 "$out/dc/b$b.log")" |
-    tee -a "$out/log"
-done
+mkdir -p "$out/sd"
 OUT=$out timeout 300 bash scripts/bench/gpu/run45.sh
 # Where batch 64's drafter and verification time goes (a profiled decode of 16 tokens).
 timeout 150 build/scripts/bench/spec_decode --batch 64 --prompt 512 --new 64 --rounds 1 \
   --profile 1 --profile-new 16 --json "$out/sd/prof64.json" >"$out/sd/prof64.log" 2>&1
 echo "[run47 profile batch 64] rc $?" | tee -a "$out/log"
-# A Qwen3.5-27B-shaped linear-attention layer's prefill: the recurrence against the chunked form.
-for t in 512 2048; do
-  echo "[run47 gated_delta_extend $t] $(timeout 60 build/scripts/bench/gated_delta_extend \
-    --tokens $t --batch 4 --runs 3 2>&1 | tail -n 1)" | tee -a "$out/log"
-done
 tar -czf "$out/run47.tgz" -C "$out" log dc sd 2>/dev/null
