@@ -21,6 +21,9 @@
 #include "common/nn/tensor_parallel.h"
 #include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+#include "common/kernels/swiglu/swiglu.h"
+#endif
 
 namespace dflash::nn {
 namespace {
@@ -548,6 +551,30 @@ void TargetModel::AllReduce(const at::Tensor& partial) const {
   if (!s.ok()) throw TensorParallelError{std::move(s)};
 }
 
+namespace {
+
+// silu(gate) * up over the two column halves of the fused [T, 2I] gate_up product: one pass on
+// CUDA (common/kernels/swiglu), else LibTorch's composition, which is its reference.
+at::Tensor SwiGlu(const at::Tensor& gate_up, int64_t inter) {
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+  if (kernels::SupportsFusedSwiGluHalves(gate_up)) return kernels::FusedSwiGluHalves(gate_up);
+#endif
+  return at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+}
+
+// Which of the two SwiGlu runs for a model on `device` in `dtype` (TargetModel::Kernels).
+const char* SwiGluKernel(const at::Device& device, at::ScalarType dtype) {
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+  if (device.is_cuda() && kernels::FusedSwiGluEnabled() &&
+      (dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat)) {
+    return "fused swiglu";
+  }
+#endif
+  return "silu and mul (ATen)";
+}
+
+}  // namespace
+
 at::Tensor TargetModel::Mlp(const TargetLayerWeights& w, const at::Tensor& y) const {
   at::Tensor h = Norm(y, w.post_norm);
   if (w.moe.defined()) {
@@ -557,7 +584,7 @@ at::Tensor TargetModel::Mlp(const TargetLayerWeights& w, const at::Tensor& y) co
   }
   const int64_t inter = w.down.size(1);                       // this shard's intermediate size
   at::Tensor gate_up = Linear(h, w.gate_up, w.gate_up_bias);  // [T, 2I]
-  at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+  const at::Tensor act = SwiGlu(gate_up, inter);
   const at::Tensor out = Linear(act, w.down, w.down_bias);
   AllReduce(out);
   return y + out;
@@ -593,6 +620,9 @@ std::string TargetModel::Kernels() const {
     out += "; linear attention (" + std::to_string(linear) + " layers): gated delta rule, " +
            (fused ? "fused scan kernels" : "reference");
   }
+  const bool dense_mlp = std::any_of(layers_.begin(), layers_.end(),
+                                     [](const TargetLayerWeights& w) { return !w.moe.defined(); });
+  if (dense_mlp) out += std::string("; mlp activation: ") + SwiGluKernel(device_, dtype_);
   return out;
 }
 

@@ -1,6 +1,6 @@
 // The environment switches that change which kernels a worker runs (for comparisons in
 // benchmarks; docs/models.md): DFLASH_FUSED_ROPE=0 (RoPE as the ATen composition instead of the
-// fused kernel), DFLASH_FUSED_SWIGLU=0 (the drafter MLP's silu(g) * u and its gradients as ATen
+// fused kernel), DFLASH_FUSED_SWIGLU=0 (the MLPs' silu(g) * u, the drafter's gradients too, as ATen
 // kernels), DFLASH_ATTN_FWD_KERNEL=mma and DFLASH_ATTN_BWD_KERNEL=mma (the mma.sync attention
 // kernels instead of wgmma). A worker that runs a run with any of them set reports them with its
 // settings echo ("kernel_overrides"), and the coordinator records them in the run's start event,

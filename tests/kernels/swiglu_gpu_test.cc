@@ -1,7 +1,8 @@
 // The fused SwiGLU kernels (common/kernels/swiglu) against LibTorch's composition silu(g) * u on
 // the CPU in fp32 with autograd's gradients: fp32 to float rounding, bf16 and fp16 within one
 // rounding of the fp32 result computed from the same rounded inputs; the 16-byte path and the
-// one-element path (odd sizes, misaligned views); and the drafter's MLP (SwiGluMlp, which calls
+// one-element path (odd sizes, misaligned views); the form over one product's two column halves
+// (the target's MLP); and the drafter's MLP (SwiGluMlp, which calls
 // them on CUDA) against the same MLP on the CPU. Labelled gpu; skipped without a CUDA device.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <vector>
 
 #include "common/device/device_probe.h"
 #include "common/drafter/lean_ops.h"
@@ -97,6 +99,48 @@ TEST_F(SwiGluGpu, DeclinesWhatItDoesNotTake) {
   EXPECT_FALSE(SupportsFusedSwiGlu(g, g.to(at::kFloat)));                   // mixed dtypes
   EXPECT_FALSE(SupportsFusedSwiGlu(g, g.narrow(1, 0, 32)));                 // shapes
   EXPECT_FALSE(SupportsFusedSwiGlu(g.to(at::kDouble), g.to(at::kDouble)));  // fp64
+}
+
+// The target's form (common/nn/target_model.cc): silu over the first column half of one [N, 2I]
+// product times its second half, read in place, against the composition on the CPU in fp32 from
+// the same rounded values; the 16-byte path (I a multiple of the vector), the one-element path
+// (I odd), the Qwen3-8B target's [8192, 2 x 12288]; and what it declines.
+void RunHalvesCase(int64_t rows, int64_t inter, c10::ScalarType dtype, double tol) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message()
+               << "seed " << seed << " [" << rows << ", 2 x " << inter << "] " << dtype);
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const at::Tensor gate_up = (at::randn({rows, 2 * inter}, gen, at::kFloat) * 4).to(dtype);
+  const at::Tensor ref = at::silu(gate_up.narrow(1, 0, inter).to(at::kFloat)) *
+                         gate_up.narrow(1, inter, inter).to(at::kFloat);
+  const at::Tensor on_gpu = gate_up.to(c10::Device(c10::kCUDA, 0));
+  ASSERT_TRUE(SupportsFusedSwiGluHalves(on_gpu));
+  const at::Tensor y = FusedSwiGluHalves(on_gpu);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{rows, inter}));
+  ASSERT_TRUE(y.is_contiguous());
+  const double worst = Worst(y, ref, 1e-1);
+  EXPECT_LE(worst, tol);
+  std::printf("halves [%lld, 2 x %lld] %s: worst relative error %.3g\n",
+              static_cast<long long>(rows), static_cast<long long>(inter), c10::toString(dtype),
+              worst);
+}
+
+TEST_F(SwiGluGpu, TheHalvesOfOneProductMatchTheComposition) {
+  for (const auto& [dtype, tol] : {std::pair{at::kFloat, 1e-5}, std::pair{at::kBFloat16, 1.0 / 128},
+                                   std::pair{at::kHalf, 1.0 / 1024}}) {
+    RunHalvesCase(64, 256, dtype, tol);  // the 16-byte path
+    RunHalvesCase(37, 129, dtype, tol);  // I odd: one element a thread
+    RunHalvesCase(1, 64, dtype, tol);    // one row (a decoding step)
+  }
+  RunHalvesCase(8192, 12288, at::kBFloat16, 1.0 / 128);  // the Qwen3-8B target: grid-stride
+  const at::TensorOptions bf16 =
+      at::TensorOptions().dtype(at::kBFloat16).device(c10::Device(c10::kCUDA, 0));
+  const at::Tensor gu = at::randn({8, 128}, bf16);
+  EXPECT_FALSE(SupportsFusedSwiGluHalves(gu.cpu()));              // not on CUDA
+  EXPECT_FALSE(SupportsFusedSwiGluHalves(gu.narrow(1, 0, 127)));  // odd width
+  EXPECT_FALSE(SupportsFusedSwiGluHalves(gu.narrow(1, 0, 64)));   // not row-major [N, 2I]
+  EXPECT_FALSE(SupportsFusedSwiGluHalves(gu.t()));                // transposed
+  EXPECT_FALSE(SupportsFusedSwiGluHalves(gu.to(at::kDouble)));    // fp64
 }
 
 // The drafter's MLP on the GPU in bf16 (its SwiGLU through the kernels) against the same MLP on

@@ -268,7 +268,8 @@ TEST_F(HybridTargetTest, RandomHybridWeightsLoadAsTheConfigsModel) {
     ASSERT_GT(linear, 0);
     EXPECT_EQ((*model)->Kernels(), "attention: reference (the CPU); linear attention (" +
                                        std::to_string(linear) +
-                                       " layers): gated delta rule, reference");
+                                       " layers): gated delta rule, reference; mlp activation: "
+                                       "silu and mul (ATen)");
   }
 }
 

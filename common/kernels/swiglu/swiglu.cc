@@ -1,6 +1,7 @@
 #include "common/kernels/swiglu/swiglu.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -46,12 +47,20 @@ void Check(const at::Tensor& g, const at::Tensor& u) {
               " ", u.scalar_type());
 }
 
+// A row-major [N, 2I] CUDA tensor the kernels take (its two column halves: g and u).
+bool RowMajorHalves(const at::Tensor& t) {
+  return t.defined() && t.dim() == 2 && t.size(1) > 0 && t.size(1) % 2 == 0 && t.stride(1) == 1 &&
+         t.stride(0) == t.size(1) && Matching(t, t);
+}
+
 void Launch(const SwiGluParams& p, const at::Tensor& on) {
   CheckLaunch(LaunchSwiGlu(p, at::cuda::getCurrentCUDAStream(on.device().index()).stream()),
               "fused SwiGLU: launch failed");
 }
 
 }  // namespace
+
+bool FusedSwiGluEnabled() { return Enabled(); }
 
 bool SupportsFusedSwiGlu(const at::Tensor& g, const at::Tensor& u) {
   return Enabled() && Matching(g, u);
@@ -69,6 +78,30 @@ at::Tensor FusedSwiGlu(const at::Tensor& g, const at::Tensor& u) {
   p.n = gc.numel();
   p.dtype = DTypeOf(gc.scalar_type());
   Launch(p, gc);
+  return out;
+}
+
+bool SupportsFusedSwiGluHalves(const at::Tensor& gate_up) {
+  return Enabled() && RowMajorHalves(gate_up);
+}
+
+at::Tensor FusedSwiGluHalves(const at::Tensor& gate_up) {
+  TORCH_CHECK(RowMajorHalves(gate_up),
+              "fused SwiGLU over halves: gate_up must be a row-major [N, 2I] CUDA tensor (fp32, "
+              "bf16 or fp16); got ",
+              gate_up.sizes(), " strides ", gate_up.strides(), " ", gate_up.scalar_type());
+  const c10::cuda::CUDAGuard guard(gate_up.device());
+  const int64_t rows = gate_up.size(0), inter = gate_up.size(1) / 2;
+  at::Tensor out = at::empty({rows, inter}, gate_up.options());
+  SwiGluParams p;
+  p.g = gate_up.data_ptr();
+  p.u = static_cast<const char*>(gate_up.data_ptr()) + inter * gate_up.element_size();
+  p.out = out.data_ptr();
+  p.n = rows * inter;
+  p.cols = inter;
+  p.ld = 2 * inter;
+  p.dtype = DTypeOf(gate_up.scalar_type());
+  Launch(p, gate_up);
   return out;
 }
 
