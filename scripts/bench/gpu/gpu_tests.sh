@@ -18,7 +18,7 @@ tests=(tests/integration/memory_gpu_test tests/integration/training_gpu_test
        tests/transport/feature_checksum_gpu_test tests/transport/nccl_channel_gpu_test
        tests/transport/nccl_communicator_gpu_test)
 benches=(scripts/bench/draft_cache scripts/bench/dflash_attn scripts/bench/drafter_step scripts/bench/spec_decode
-         scripts/bench/gated_delta_extend)  # packed too; run after `run` unpacks
+         scripts/bench/gated_delta_extend scripts/bench/target_forward)  # packed too; run after `run` unpacks
 services=(coordinator/dflash-coordinator dflashctl/dflashctl target_worker/dflash-target-worker
           drafter_worker/dflash-drafter-worker target_worker/dflash-target-worker-testhooks
           drafter_worker/dflash-drafter-worker-testhooks)

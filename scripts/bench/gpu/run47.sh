@@ -8,7 +8,7 @@
 # then eval's tokens/s with and without the cache (run45.sh; since f9f5c8b the decoding drafter
 # holds bf16 weights in both settings, so against run 45's figures at 38a5609 the two changes
 # show together). Pack:
-#   scripts/bench/gpu/gpu_tests.sh pack 'nn_gpu|spec_gpu|drafter_gpu'
+#   scripts/bench/gpu/gpu_tests.sh pack 'nn_gpu|spec_gpu|drafter_gpu|swiglu' (run50.sh's)
 # carry .devdeps .gpu/t; about 5 minutes. Results under $OUT (log, the tests' logs, dc/, sd/).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."

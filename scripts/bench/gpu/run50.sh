@@ -3,14 +3,15 @@
 # failed machine start did not cover run 47 whole): nn, spec and drafter GPU tests (generation in
 # bf16 against transformers for every family, the hybrids' final norm, the drafter cache's
 # buffers), draft_cache's cached hidden states against the whole-context ones at batch 1, 16, 64,
-# and the chunked hybrid prefill against the recurrence (gated_delta_extend). Same pack as run 47:
-#   scripts/bench/gpu/gpu_tests.sh pack 'nn_gpu|spec_gpu|drafter_gpu'
+# and the chunked hybrid prefill against the recurrence (gated_delta_extend); since 2026-12-07
+# 21:00 UTC also swiglu_gpu_test (the target's fused SwiGLU over its gate_up halves). Pack:
+#   scripts/bench/gpu/gpu_tests.sh pack 'nn_gpu|spec_gpu|drafter_gpu|swiglu'
 # carry .devdeps .gpu/t; about 2 minutes. Results under $OUT (log, the tests' logs, dc/).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:?set OUT to the folder the results go to}
 mkdir -p "$out/dc"
-timeout 200 bash scripts/bench/gpu/gpu_tests.sh run 'nn_gpu|spec_gpu|drafter_gpu'
+timeout 220 bash scripts/bench/gpu/gpu_tests.sh run 'nn_gpu|spec_gpu|drafter_gpu|swiglu'
 grep -h "departs" "$out/nn_gpu_test.log" >>"$out/log" 2>/dev/null
 set +u; source .devdeps/env.sh >/dev/null 2>&1; set -u
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
