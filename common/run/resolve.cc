@@ -29,6 +29,33 @@ absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& 
   return c;
 }
 
+absl::Status CheckRunTargetShapes(const config::RunSpec& spec,
+                                  const model::TransformerConfig& target) {
+  if (spec.placement.target_parallel > 1) {
+    absl::StatusOr<std::vector<int64_t>> ids = RunLayerIds(spec, target);
+    if (!ids.ok()) return ids.status();
+    const int64_t layers = *std::max_element(ids->begin(), ids->end()) + 1;
+    if (absl::Status s = model::CheckTensorParallel(target, layers, spec.placement.target_parallel);
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("placement.target_parallel: ", s.message()));
+    }
+  }
+  if (spec.drafter.kind == "dflash2") {
+    const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
+    if (target.hidden_size % two.conv_group_size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("drafter.conv_group_size: ", two.conv_group_size,
+                       " does not divide the target's hidden size ", target.hidden_size));
+    }
+    if (two.selector_top_k > target.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("drafter.selector_top_k: ", two.selector_top_k,
+                                                     " is above the target's vocabulary of ",
+                                                     target.vocab_size, " tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SlidingLayers> RunSlidingLayers(const config::RunSpec& spec) {
   SlidingLayers out;
   out.window = spec.drafter.sliding_window;

@@ -23,6 +23,13 @@ absl::StatusOr<model::TransformerConfig> RunTargetConfig(const config::RunSpec& 
 // resolved ids repeat (a target too shallow for the default rule).
 absl::StatusOr<std::vector<int64_t>> RunLayerIds(const config::RunSpec& spec,
                                                  const model::TransformerConfig& target);
+// What the target's shapes cannot take, refused by field before a run starts (at submit, and by
+// `dflashctl plan --local`): placement.target_parallel not dividing the heads, experts or the
+// layers up to the last feature layer (model::CheckTensorParallel); for drafter.kind dflash2,
+// drafter.conv_group_size not dividing the hidden size and drafter.selector_top_k above the
+// vocabulary (method.md §2.2). INVALID_ARGUMENT naming the field.
+absl::Status CheckRunTargetShapes(const config::RunSpec& spec,
+                                  const model::TransformerConfig& target);
 // The mask token the drafter uses (drafter.mask_token_id): the run's, else the target's (a
 // built-in target's or the checkpoint's config.json), else the rule of MaskTokenFromTokenizer
 // (common/model/mask_token.h) over the run's tokenizer.json (data.tokenizer, auto: the target's),

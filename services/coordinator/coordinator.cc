@@ -18,6 +18,7 @@
 #include "common/data/run_data.h"
 #include "common/plan/memory_plan.h"
 #include "common/rpc/run_state.h"
+#include "common/run/resolve.h"
 #include "services/coordinator/decode_group.h"
 #include "services/coordinator/evaluation.h"
 #include "services/coordinator/placement.h"
@@ -133,8 +134,8 @@ v1::DataSummary ToProto(const data::RunDataSummary& s) {
 namespace {
 
 // What the workers would refuse only when the run starts, refused at submit, naming the field:
-// the target's config, its feature layers, the drafter's mask token, a tensor-parallel width the
-// target's shapes do not divide. Returns the
+// the target's config, its feature layers, the drafter's mask token, and what the target's shapes
+// cannot take (run::CheckRunTargetShapes: a tensor-parallel width, DFlash2's settings). Returns the
 // resolved target settings; *target gets the target's config.
 absl::StatusOr<v1::ResolvedTarget> CheckRunTarget(const config::RunSpec& spec,
                                                   model::TransformerConfig* target) {
@@ -145,33 +146,7 @@ absl::StatusOr<v1::ResolvedTarget> CheckRunTarget(const config::RunSpec& spec,
   if (!config.ok()) return config.status();
   *target = *config;
   ASSIGN_OR_RETURN(v1::ResolvedTarget resolved, ResolveTargetSettings(spec, *target));
-  if (spec.placement.target_parallel > 1) {
-    const int64_t layers =
-        *std::max_element(resolved.target_layer_ids().begin(), resolved.target_layer_ids().end()) +
-        1;
-    if (absl::Status s =
-            model::CheckTensorParallel(*target, layers, spec.placement.target_parallel);
-        !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("placement.target_parallel: ", s.message()));
-    }
-  }
-  // DFlash2's settings against the target's shapes (docs/method.md §2.2).
-  if (spec.drafter.kind == "dflash2") {
-    const config::Dflash2Settings two = config::ResolvedDflash2(spec.drafter);
-    const int64_t group = two.conv_group_size;
-    if (target->hidden_size % group != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("drafter.conv_group_size: ", group,
-                                                     " does not divide the target's hidden "
-                                                     "size ",
-                                                     target->hidden_size));
-    }
-    const int64_t top_k = two.selector_top_k;
-    if (top_k > target->vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("drafter.selector_top_k: ", top_k,
-                                                     " is above the target's vocabulary of ",
-                                                     target->vocab_size, " tokens"));
-    }
-  }
+  RETURN_IF_ERROR(run::CheckRunTargetShapes(spec, *target));
   return resolved;
 }
 

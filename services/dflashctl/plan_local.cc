@@ -108,6 +108,12 @@ int PlanLocal(const LocalPlanArgs& args, std::ostream& out, std::ostream& err) {
     err << "dflashctl: plan: " << target.status().message() << "\n";
     return kInvalidConfig;
   }
+  // What submit refuses against the target before planning (the plan would be of a run that
+  // cannot start).
+  if (absl::Status s = run::CheckRunTargetShapes(*spec, *target); !s.ok()) {
+    err << "dflashctl: plan: " << s.message() << "\n";
+    return kInvalidConfig;
+  }
   const bool one_gpu = args.layout == "one_gpu";
   const transport::Transport tr = PlannedTransport(*spec, one_gpu);
   absl::StatusOr<plan::RunPlan> p = plan::PlanRun(*spec, *target, tr);

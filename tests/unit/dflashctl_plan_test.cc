@@ -35,11 +35,13 @@ class PlanLocalTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // The Qwen3-8B-shaped pipeline of scripts/bench/pipeline.sh: 8192 tokens, 512 anchors, 5 layers.
-  std::string Yaml(const std::string& extra = "") {
+  std::string Yaml(const std::string& extra = "",
+                   const std::string& drafter = "{layers: 5, block_size: 16}") {
     const std::string path = (dir_ / "run.yaml").string();
     std::ofstream(path) << "name: p\nseed: 1\n"
                            "target: {path: \"builtin:qwen3-8b-random\", dtype: bfloat16}\n"
-                           "drafter: {layers: 5, block_size: 16}\n"
+                        << "drafter: " << drafter
+                        << "\n"
                            "data: {train: \"builtin:long-synthetic\", max_length: 2048}\n"
                            "batching: {token_budget: 8192, max_anchors: 512, grad_accum: 1}\n"
                            "optim: {lr: 6.0e-4, max_steps: 10}\n"
@@ -115,6 +117,21 @@ TEST_F(PlanLocalTest, BadInputIsNamed) {
   EXPECT_EQ(bad.code, kInvalidConfig);
   EXPECT_THAT(bad.err, HasSubstr("placement.pairs"));
   EXPECT_EQ(Plan((dir_ / "missing.yaml").string(), 80).code, kInvalidConfig);
+  // What submit refuses against the target is refused here too, before a plan of a run that
+  // cannot start (a selector top-k above the vocabulary planned 3,316 GiB of selector scores).
+  const Result top_k =
+      Plan(Yaml("", "{kind: dflash2, selector_top_k: 200000, layers: 5, block_size: 16}"), 80);
+  EXPECT_EQ(top_k.code, kInvalidConfig);
+  EXPECT_THAT(top_k.err, HasSubstr("drafter.selector_top_k: 200000 is above the target's "
+                                   "vocabulary of 151936 tokens"));
+  EXPECT_EQ(top_k.out, "");
+  const Result group =
+      Plan(Yaml("", "{kind: dflash2, conv_group_size: 3, layers: 5, block_size: 16}"), 80);
+  EXPECT_EQ(group.code, kInvalidConfig);
+  EXPECT_THAT(group.err, HasSubstr("drafter.conv_group_size: 3 does not divide"));
+  const Result tp = Plan(Yaml("placement: {target_parallel: 3}\n"), 80);
+  EXPECT_EQ(tp.code, kInvalidConfig);
+  EXPECT_THAT(tp.err, HasSubstr("placement.target_parallel: "));
   const Result layout = Plan(Yaml(), 80, "three_gpus");
   EXPECT_EQ(layout.code, kUsage);
   EXPECT_THAT(layout.err, HasSubstr("--layout must be one_gpu or two_gpus"));
