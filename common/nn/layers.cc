@@ -6,12 +6,16 @@
 #include <ATen/ops/linear.h>
 #include <ATen/ops/pow.h>
 #include <ATen/ops/rms_norm.h>
+#include <ATen/ops/silu.h>
 #include <ATen/ops/where.h>
 
 #include <cmath>
 
 #ifdef DFLASH_HAVE_FUSED_ROPE
 #include "common/kernels/rope/rope.h"
+#endif
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+#include "common/kernels/swiglu/swiglu.h"
 #endif
 
 namespace dflash::nn {
@@ -93,6 +97,24 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables) {
   at::Tensor x2 = x.narrow(-1, half, half);
   at::Tensor rotated = at::cat({x2.neg(), x1}, -1);  // [T, H, D]
   return x * tables.cos.unsqueeze(1) + rotated * tables.sin.unsqueeze(1);
+}
+
+at::Tensor SwiGluHalves(const at::Tensor& gate_up) {
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+  if (kernels::SupportsFusedSwiGluHalves(gate_up)) return kernels::FusedSwiGluHalves(gate_up);
+#endif
+  const int64_t inter = gate_up.size(-1) / 2;
+  return at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter);
+}
+
+const char* SwiGluHalvesKernel(const c10::Device& device, c10::ScalarType dtype) {
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+  if (device.is_cuda() && kernels::FusedSwiGluEnabled() &&
+      (dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat)) {
+    return "fused swiglu";
+  }
+#endif
+  return "silu and mul (ATen)";
 }
 
 }  // namespace dflash::nn

@@ -44,4 +44,12 @@ RopeTables MakeRopeTables(const at::Tensor& positions, const at::Tensor& inv_fre
 // narrower than D (partial RoPE) rotate the first columns and pass the rest through.
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables);
 
+// SwiGLU over the two column halves of one fused [T, 2I] gate_up product: silu(gate_up[:, :I]) *
+// gate_up[:, I:], [T, I]. On CUDA one pass of common/kernels/swiglu (FusedSwiGluHalves; not with
+// DFLASH_FUSED_SWIGLU=0), else LibTorch's composition, its reference.
+at::Tensor SwiGluHalves(const at::Tensor& gate_up);
+// Which of the two SwiGluHalves runs on `device` in `dtype`: "fused swiglu" or "silu and mul
+// (ATen)" (a model's kernel report).
+const char* SwiGluHalvesKernel(const c10::Device& device, c10::ScalarType dtype);
+
 }  // namespace dflash::nn

@@ -5,7 +5,6 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/silu.h>
 #include <ATen/ops/stack.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
@@ -21,9 +20,6 @@
 #include "common/nn/tensor_parallel.h"
 #include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
-#ifdef DFLASH_HAVE_FUSED_SWIGLU
-#include "common/kernels/swiglu/swiglu.h"
-#endif
 
 namespace dflash::nn {
 namespace {
@@ -551,30 +547,6 @@ void TargetModel::AllReduce(const at::Tensor& partial) const {
   if (!s.ok()) throw TensorParallelError{std::move(s)};
 }
 
-namespace {
-
-// silu(gate) * up over the two column halves of the fused [T, 2I] gate_up product: one pass on
-// CUDA (common/kernels/swiglu), else LibTorch's composition, which is its reference.
-at::Tensor SwiGlu(const at::Tensor& gate_up, int64_t inter) {
-#ifdef DFLASH_HAVE_FUSED_SWIGLU
-  if (kernels::SupportsFusedSwiGluHalves(gate_up)) return kernels::FusedSwiGluHalves(gate_up);
-#endif
-  return at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
-}
-
-// Which of the two SwiGlu runs for a model on `device` in `dtype` (TargetModel::Kernels).
-const char* SwiGluKernel(const at::Device& device, at::ScalarType dtype) {
-#ifdef DFLASH_HAVE_FUSED_SWIGLU
-  if (device.is_cuda() && kernels::FusedSwiGluEnabled() &&
-      (dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat)) {
-    return "fused swiglu";
-  }
-#endif
-  return "silu and mul (ATen)";
-}
-
-}  // namespace
-
 at::Tensor TargetModel::Mlp(const TargetLayerWeights& w, const at::Tensor& y) const {
   at::Tensor h = Norm(y, w.post_norm);
   if (w.moe.defined()) {
@@ -582,9 +554,8 @@ at::Tensor TargetModel::Mlp(const TargetLayerWeights& w, const at::Tensor& y) co
     AllReduce(out);
     return y + out;
   }
-  const int64_t inter = w.down.size(1);                       // this shard's intermediate size
-  at::Tensor gate_up = Linear(h, w.gate_up, w.gate_up_bias);  // [T, 2I]
-  const at::Tensor act = SwiGlu(gate_up, inter);
+  // [T, 2I] with I this shard's intermediate size; silu(gate) * up in one pass on CUDA.
+  const at::Tensor act = SwiGluHalves(Linear(h, w.gate_up, w.gate_up_bias));
   const at::Tensor out = Linear(act, w.down, w.down_bias);
   AllReduce(out);
   return y + out;
@@ -622,7 +593,7 @@ std::string TargetModel::Kernels() const {
   }
   const bool dense_mlp = std::any_of(layers_.begin(), layers_.end(),
                                      [](const TargetLayerWeights& w) { return !w.moe.defined(); });
-  if (dense_mlp) out += std::string("; mlp activation: ") + SwiGluKernel(device_, dtype_);
+  if (dense_mlp) out += std::string("; mlp activation: ") + SwiGluHalvesKernel(device_, dtype_);
   return out;
 }
 

@@ -31,7 +31,6 @@
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
-#include <ATen/ops/silu.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/InferenceMode.h>
@@ -305,7 +304,7 @@ void Breakdown(const model::TransformerConfig& c, int64_t layers, const Case& cs
     RmsNorm(x, norm_h, c.rms_norm_eps);
     ApplyRope(RmsNorm(q, norm_d, c.rms_norm_eps), rope);
     ApplyRope(RmsNorm(k, norm_d, c.rms_norm_eps), rope);
-    at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    SwiGluHalves(gate_up);  // the model's path (fused on CUDA unless DFLASH_FUSED_SWIGLU=0)
     x + x;
     x + x;
   });
