@@ -256,6 +256,7 @@ absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_
   opts.data_roots = options_.data_roots;
   ASSIGN_OR_RETURN(config::RunSpec spec, config::ParseRunSpec(run_yaml, "run.yaml", opts));
   ASSIGN_OR_RETURN(model::TransformerConfig target, run::RunTargetConfig(spec));
+  RETURN_IF_ERROR(run::CheckRunTargetShapes(spec, target));  // what submit refuses too
   const PlanTargets pt = PlanTargetsOf(spec, ListWorkers());
   ASSIGN_OR_RETURN(plan::RunPlan p, plan::PlanRun(spec, target, pt.transport));
   v1::PlanRunResponse resp;

@@ -74,6 +74,27 @@ TEST_F(CoordinatorTest, TargetChecksAtSubmitNameTheField) {
                         "layers: ids repeat"));
 }
 
+// What the target's shapes cannot take (run::CheckRunTargetShapes) is refused by plan as by
+// submit, naming the field: plan had printed the plan of such a run (a DFlash2 selector top-k above
+// the vocabulary: thousands of GiB of candidate scores).
+TEST_F(CoordinatorTest, PlanRefusesWhatSubmitRefusesAgainstTheTarget) {
+  constexpr char kTopK[] = R"(
+name: topk
+target: {path: "builtin:qwen3-8b-random"}
+drafter: {kind: dflash2, selector_top_k: 200000}
+data: {train: "builtin:long-synthetic", max_length: 2048}
+batching: {token_budget: 8192, max_anchors: 512}
+optim: {max_steps: 5}
+)";
+  for (const auto& refused : {coordinator_->PlanRun(kTopK).status(),
+                              coordinator_->SubmitRun(kTopK, "topk.yaml", false).status()}) {
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_THAT(std::string(refused.message()),
+                HasSubstr("drafter.selector_top_k: 200000 is above the target's vocabulary of "
+                          "151936 tokens"));
+  }
+}
+
 // An evaluation prompt that cannot fit the target's positions with its answer and a block fails
 // the run before its first step, naming where the prompt came from: nothing is generated half-way.
 TEST_F(CoordinatorTest, EvalPromptsLongerThanTheTargetsPositionsFailTheRunNamingThePrompt) {
