@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/config/run_spec.h"
@@ -40,5 +42,24 @@ absl::StatusOr<LargestBudget> LargestTokenBudget(const config::RunSpec& spec,
                                                  const model::TransformerConfig& target,
                                                  transport::Transport transport, FitScope scope,
                                                  int64_t capacity_bytes);
+
+// One line of a "largest batches" answer: what must fit (a worker, or the pair sharing one GPU),
+// the GPU's bytes it must fit, and the largest budget that does.
+struct FittedBudget {
+  std::string who;  // e.g. "drafter worker", "target and drafter on one GPU"
+  FitScope scope = FitScope::kDrafter;
+  int64_t capacity_bytes = 0;
+  LargestBudget largest;
+};
+
+// Fills each line's `largest` (LargestTokenBudget of its scope and capacity).
+absl::Status FillLargestBudgets(const config::RunSpec& spec, const model::TransformerConfig& target,
+                                transport::Transport transport, std::vector<FittedBudget>* lines);
+
+// The lines as text (a header, a line each, and with several lines "the pair": the smallest
+// budget, which a run takes for both workers) and as a JSON array (bytes), for `dflashctl plan
+// --largest` with and without --local.
+std::string LargestTable(const std::vector<FittedBudget>& lines, const config::RunSpec& spec);
+std::string LargestJson(const std::vector<FittedBudget>& lines);
 
 }  // namespace dflash::plan

@@ -16,6 +16,7 @@
 #include "common/batching/cursor.h"
 #include "common/config/run_spec.h"
 #include "common/data/run_data.h"
+#include "common/plan/largest_budget.h"
 #include "common/plan/memory_plan.h"
 #include "common/rpc/run_state.h"
 #include "common/run/resolve.h"
@@ -250,7 +251,8 @@ absl::StatusOr<v1::RunStatus> Coordinator::SubmitRun(const std::string& run_yaml
   return store_->GetRun(run.run_id());
 }
 
-absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_yaml) {
+absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_yaml,
+                                                         bool largest) {
   config::RunSpecOptions opts;
   opts.check_paths = true;
   opts.data_roots = options_.data_roots;
@@ -264,6 +266,28 @@ absl::StatusOr<v1::PlanRunResponse> Coordinator::PlanRun(const std::string& run_
   nlohmann::json json =
       nlohmann::json::parse(plan::PlanJson(p, pt.target_capacity, pt.drafter_capacity));
   AddFreeNow(p, &resp, &json);
+  if (largest) {
+    std::vector<plan::FittedBudget> lines;
+    if (pt.target_capacity > 0) {
+      lines.push_back(
+          {"target worker " + pt.target_worker, plan::FitScope::kTarget, pt.target_capacity});
+    }
+    if (pt.drafter_capacity > 0) {
+      lines.push_back(
+          {"drafter worker " + pt.drafter_worker, plan::FitScope::kDrafter, pt.drafter_capacity});
+    }
+    if (pt.shared_capacity > 0) {
+      lines.push_back({"target and drafter on " + pt.shared_gpu, plan::FitScope::kSharedGpu,
+                       pt.shared_capacity});
+    }
+    RETURN_IF_ERROR(plan::FillLargestBudgets(spec, target, pt.transport, &lines));
+    resp.set_table(resp.table() +
+                   (lines.empty() ? "largest batches: no GPU worker registered, nothing to fit "
+                                    "(dflashctl plan --local --gpu_gib G --largest plans against "
+                                    "a size)\n"
+                                  : plan::LargestTable(lines, spec)));
+    json["largest"] = nlohmann::json::parse(plan::LargestJson(lines));
+  }
   resp.set_json(json.dump(2) + "\n");
   for (const auto& [role, worker, capacity] :
        {std::make_tuple("target", pt.target_worker, pt.target_capacity),

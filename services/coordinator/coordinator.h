@@ -68,7 +68,8 @@ class Coordinator : private RunHost {
   absl::StatusOr<v1::RunStatus> SubmitRun(const std::string& run_yaml,
                                           const std::string& source_name, bool dry_run);
   // The memory plan of a run.yaml against the registered GPUs (placement.h, PlanTargetsOf).
-  absl::StatusOr<v1::PlanRunResponse> PlanRun(const std::string& run_yaml);
+  // `largest`: also the largest token budgets that fit the registered GPUs (plan::LargestTable).
+  absl::StatusOr<v1::PlanRunResponse> PlanRun(const std::string& run_yaml, bool largest = false);
   // The acceptance length of a drafter (evaluation.h) on an idle target worker; blocks while it
   // decodes. FAILED_PRECONDITION when no target worker is idle.
   absl::StatusOr<v1::EvalResult> EvaluateDrafter(const v1::EvaluateDrafterRequest& req);

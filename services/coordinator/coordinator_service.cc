@@ -129,7 +129,7 @@ grpc::Status CoordinatorService::PlanRun(grpc::ServerContext* ctx, const v1::Pla
                                          v1::PlanRunResponse* resp) {
   return Guarded("PlanRun", [&]() -> grpc::Status {
     if (grpc::Status a = Authorize(ctx); !a.ok()) return a;
-    auto r = c_->PlanRun(req->run_yaml());
+    auto r = c_->PlanRun(req->run_yaml(), req->largest());
     if (!r.ok()) return ToGrpcStatus(r.status());
     *resp = *std::move(r);
     return grpc::Status::OK;

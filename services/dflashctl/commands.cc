@@ -244,11 +244,12 @@ int Commands::Workers() {
   return kOk;
 }
 
-int Commands::Plan(const std::string& path) {
+int Commands::Plan(const std::string& path, bool largest) {
   const std::string resolved = ResolveLocally(path);  // as submit
   if (resolved.empty()) return kInvalidConfig;
   v1::PlanRunRequest req;
   req.set_run_yaml(resolved);
+  req.set_largest(largest);
   v1::PlanRunResponse resp;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, opts_);

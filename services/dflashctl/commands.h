@@ -67,7 +67,7 @@ class Commands {
   int List();
   int Cancel(const std::string& run_id);
   int Workers();
-  int Plan(const std::string& path);
+  int Plan(const std::string& path, bool largest = false);
   // The acceptance length of a drafter by speculative decoding on an idle target worker.
   int Eval(const EvalArgs& args);
   // Regenerates a data set's answers with the target workers (resumable).

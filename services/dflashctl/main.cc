@@ -73,8 +73,8 @@ int main(int argc, char** argv) {
                    "(auto -> nccl)")
       ->check(CLI::IsMember({"one_gpu", "two_gpus"}));
   plan->add_flag("--largest", lp.largest,
-                 "with --local and --gpu_gib: also the largest batching.token_budget that fits "
-                 "(max_anchors scaled with it)");
+                 "also the largest batching.token_budget that fits (max_anchors scaled with "
+                 "it): the registered GPUs, or with --local --gpu_gib");
 
   dflash::ctl::EvalArgs ea;
   auto* eval = app.add_subcommand(
@@ -205,12 +205,12 @@ int main(int argc, char** argv) {
   if (*workers) return cmd.Workers();
   if (*plan) {
     if (!plan_local) {
-      if (plan->count("--gpu_gib") + plan->count("--layout") + plan->count("--largest") > 0) {
-        std::cerr << "dflashctl: plan: --gpu_gib, --layout and --largest go with --local (the "
-                     "coordinator plans against its registered GPUs)\n";
+      if (plan->count("--gpu_gib") + plan->count("--layout") > 0) {
+        std::cerr << "dflashctl: plan: --gpu_gib and --layout go with --local (the coordinator "
+                     "plans against its registered GPUs)\n";
         return ExitCode::kUsage;
       }
-      return cmd.Plan(path);
+      return cmd.Plan(path, lp.largest);
     }
     lp.run_yaml = path;
     lp.json = g.json;

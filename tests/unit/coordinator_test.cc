@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
 
@@ -691,6 +692,22 @@ optim: {max_steps: 5}
   ASSERT_EQ(plan->problems_size(), 1);
   EXPECT_THAT(plan->problems(0), HasSubstr("the drafter worker d0 needs"));
   EXPECT_THAT(plan->json(), HasSubstr("\"allocator_peak_bytes\""));
+  // --largest: the largest budget each role's registered GPU takes (the drafter's is below the
+  // run's 8192: it does not fit), the same numbers as plan::LargestTokenBudget's.
+  auto largest = coordinator_->PlanRun(kBig, /*largest=*/true);
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  EXPECT_THAT(largest->table(), HasSubstr("largest batches that fit (batching.max_anchors scaled "
+                                          "with the budget: 512 per 8192 tokens):\n"));
+  EXPECT_THAT(largest->table(),
+              HasSubstr("  drafter worker d0, 20.00 GiB: batching.token_budget "));
+  EXPECT_THAT(largest->table(), HasSubstr("  target worker t0, 80.00 GiB: batching.token_budget "));
+  const nlohmann::json lj = nlohmann::json::parse(largest->json())["largest"];
+  ASSERT_GE(lj.size(), 2u);
+  EXPECT_EQ(lj[1]["who"], "drafter worker d0");
+  EXPECT_GT(lj[1]["token_budget"].get<int64_t>(), 0);
+  EXPECT_LT(lj[1]["token_budget"].get<int64_t>(), 8192);
+  EXPECT_LE(lj[1]["device_bytes"].get<int64_t>(), int64_t{20} << 30);
+  EXPECT_FALSE(nlohmann::json::parse(plan->json()).contains("largest"));  // only when asked
   auto refused = coordinator_->SubmitRun(kBig, "big.yaml", false);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   EXPECT_THAT(refused.status().message(),

@@ -142,29 +142,31 @@ TEST_F(PlanLocalTest, BadInputIsNamed) {
 TEST_F(PlanLocalTest, LargestGivesTheBudgetThatFitsPerWorkerOrForThePair) {
   const Result two = Plan(Yaml(), 40, "two_gpus", /*json=*/false, /*largest=*/true);
   EXPECT_EQ(two.code, kOk) << two.err;
-  EXPECT_THAT(two.out, HasSubstr("largest batches that fit --gpu_gib 40 (batching.max_anchors "
-                                 "scaled with the budget: 512 per 8192 tokens):\n"));
-  EXPECT_THAT(two.out, HasSubstr("  target worker: batching.token_budget "));
-  EXPECT_THAT(two.out, HasSubstr("  drafter worker: batching.token_budget "));
+  EXPECT_THAT(two.out, HasSubstr("largest batches that fit (batching.max_anchors scaled with the "
+                                 "budget: 512 per 8192 tokens):\n"));
+  EXPECT_THAT(two.out, HasSubstr("  target worker, 40.00 GiB: batching.token_budget "));
+  EXPECT_THAT(two.out, HasSubstr("  drafter worker, 40.00 GiB: batching.token_budget "));
   EXPECT_THAT(two.out, HasSubstr("  the pair: batching.token_budget "));
   const Result json = Plan(Yaml(), 40, "two_gpus", /*json=*/true, /*largest=*/true);
   const nlohmann::json j = nlohmann::json::parse(json.out);
   ASSERT_EQ(j["largest"].size(), 2u);
   EXPECT_EQ(j["largest"][0]["who"], "target worker");
+  EXPECT_EQ(j["largest"][0]["capacity_bytes"], int64_t{40} << 30);
   const int64_t drafter = j["largest"][1]["token_budget"].get<int64_t>();
   EXPECT_GT(drafter, 8192);  // the drafter of 8192 tokens fits 40 GiB with room
   EXPECT_LE(j["largest"][1]["device_bytes"].get<int64_t>(), int64_t{40} << 30);
   EXPECT_EQ(j["largest"][1]["max_anchors"].get<int64_t>(), drafter / 16);
-  EXPECT_THAT(two.out, HasSubstr(absl::StrCat("drafter worker: batching.token_budget ", drafter,
-                                              ", max_anchors ", drafter / 16)));
+  EXPECT_THAT(two.out, HasSubstr(absl::StrCat("drafter worker, 40.00 GiB: batching.token_budget ",
+                                              drafter, ", max_anchors ", drafter / 16)));
 
   // The pair on one 24 GiB GPU: the target's weights and the drafter's state leave no budget.
   const Result one = Plan(Yaml(), 24, "one_gpu", /*json=*/false, /*largest=*/true);
   EXPECT_EQ(one.code, kDoesNotFit);
-  EXPECT_THAT(one.out, HasSubstr("  target and drafter on one GPU: none (not even "
+  EXPECT_THAT(one.out, HasSubstr("  target and drafter on one GPU, 24.00 GiB: none (not even "
                                  "batching.token_budget 2048, data.max_length's floor)"));
   const Result big = Plan(Yaml(), 80, "one_gpu", /*json=*/false, /*largest=*/true);
-  EXPECT_THAT(big.out, HasSubstr("  target and drafter on one GPU: batching.token_budget "));
+  EXPECT_THAT(big.out,
+              HasSubstr("  target and drafter on one GPU, 80.00 GiB: batching.token_budget "));
 
   const Result no_size = Plan(Yaml(), 0, "one_gpu", /*json=*/false, /*largest=*/true);
   EXPECT_EQ(no_size.code, kUsage);
