@@ -9,12 +9,13 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/mm.h>
-#include <ATen/ops/silu.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/topk.h>
 #include <ATen/ops/zeros_like.h>
 
 #include <tuple>
+
+#include "common/nn/layers.h"
 
 namespace dflash::nn {
 
@@ -41,7 +42,7 @@ at::Tensor RoutedExperts(const at::Tensor& x, const MoeWeights& w, bool grouped_
     // place ([E, H, 2I] and [E, I, H] column-major views).
     at::Tensor offs = at::cumsum(counts, 0, at::kInt);
     at::Tensor gate_up = at::_grouped_mm(rows, w.gate_up.transpose(1, 2), offs);  // [T*K, 2I]
-    at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    at::Tensor act = SwiGluHalves(gate_up);  // one pass on CUDA (layers.h)
     at::Tensor out = at::_grouped_mm(act, w.down.transpose(1, 2), offs);  // [T*K, H]
     out.mul_(pair_weight.unsqueeze(1));
     return at::zeros_like(x).index_add_(0, token, out);
@@ -54,7 +55,7 @@ at::Tensor RoutedExperts(const at::Tensor& x, const MoeWeights& w, bool grouped_
     const int64_t n = count[e];
     if (n == 0) continue;
     at::Tensor gate_up = at::mm(rows.narrow(0, begin, n), w.gate_up[e].t());  // [n, 2I]
-    at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    at::Tensor act = SwiGluHalves(gate_up);  // one pass on CUDA (layers.h)
     at::Tensor slice = out.narrow(0, begin, n);
     at::mm_out(slice, act, w.down[e].t());
     begin += n;
@@ -69,9 +70,7 @@ at::Tensor MoeMlp(const at::Tensor& x, const MoeWeights& w, bool grouped_gemm) {
   at::Tensor out = RoutedExperts(x, w, grouped_gemm);
   if (!w.shared_gate_up.defined()) return out;
   // transformers' Qwen3NextSparseMoeBlock: + sigmoid(shared_expert_gate(x)) * shared_expert(x).
-  const int64_t inter = w.shared_down.size(1);
-  at::Tensor gate_up = at::mm(x, w.shared_gate_up.t());  // [T, 2Is]
-  at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+  const at::Tensor act = SwiGluHalves(at::mm(x, w.shared_gate_up.t()));  // [T, 2Is] -> [T, Is]
   return out + at::mm(x, w.shared_gate.t()).sigmoid() * at::mm(act, w.shared_down.t());
 }
 

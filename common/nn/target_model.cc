@@ -591,9 +591,8 @@ std::string TargetModel::Kernels() const {
     out += "; linear attention (" + std::to_string(linear) + " layers): gated delta rule, " +
            (fused ? "fused scan kernels" : "reference");
   }
-  const bool dense_mlp = std::any_of(layers_.begin(), layers_.end(),
-                                     [](const TargetLayerWeights& w) { return !w.moe.defined(); });
-  if (dense_mlp) out += std::string("; mlp activation: ") + SwiGluHalvesKernel(device_, dtype_);
+  // Every MLP (dense, experts, shared expert) runs SwiGluHalves.
+  out += std::string("; mlp activation: ") + SwiGluHalvesKernel(device_, dtype_);
   return out;
 }
 

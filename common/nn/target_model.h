@@ -196,7 +196,8 @@ class TargetModel {
   c10::Device device() const { return device_; }
   // The kernels the forward runs where it has a choice, for the run's start event: "attention:
   // flash varlen" (attention.h VarlenAttentionKernel), and for a hybrid target its linear
-  // attention layers' gated delta rule ("fused scan kernels" on CUDA, else "reference").
+  // attention layers' gated delta rule ("fused scan kernels" on CUDA, else "reference"), then
+  // the MLPs' activation ("mlp activation: fused swiglu" on CUDA, else "silu and mul (ATen)").
   std::string Kernels() const;
   // Where the weights came from: the directory Load read, or what the caller set (a built-in
   // target's "builtin:NAME"); "" for tensors handed in. What a worker echoes as target.path.
