@@ -37,6 +37,11 @@ absl::StatusOr<int64_t> Need(const config::RunSpec& spec, const model::Transform
 
 }  // namespace
 
+int64_t SmallestBudgetTried(const config::RunSpec& spec) {
+  const int64_t floor = std::max<int64_t>(spec.data.max_length, 256);
+  return (floor + kBudgetStep - 1) / kBudgetStep * kBudgetStep;
+}
+
 absl::StatusOr<LargestBudget> LargestTokenBudget(const config::RunSpec& spec,
                                                  const model::TransformerConfig& target,
                                                  transport::Transport transport, FitScope scope,
@@ -50,8 +55,7 @@ absl::StatusOr<LargestBudget> LargestTokenBudget(const config::RunSpec& spec,
         absl::StrCat("batching.token_budget must be > 0, got ", spec.batching.token_budget));
   }
   // In steps of kBudgetStep: lo fits, everything above hi does not (or is past the maximum).
-  const int64_t smallest = std::max<int64_t>(spec.data.max_length, 256);
-  int64_t lo = (smallest + kBudgetStep - 1) / kBudgetStep;
+  int64_t lo = SmallestBudgetTried(spec) / kBudgetStep;
   int64_t hi = kMaxTokenBudget / kBudgetStep;
   const auto need_at = [&](int64_t steps) {
     return Need(AtBudget(spec, steps * kBudgetStep), target, transport, scope);
@@ -98,8 +102,8 @@ std::string LargestTable(const std::vector<FittedBudget>& lines, const config::R
     const LargestBudget& l = f.largest;
     absl::StrAppend(&out, "  ", f.who, ", ", gib(f.capacity_bytes), " GiB: ");
     if (l.token_budget == 0) {
-      absl::StrAppend(&out, "none (not even batching.token_budget ",
-                      std::max<int64_t>(spec.data.max_length, 256), ", data.max_length's floor)\n");
+      absl::StrAppend(&out, "none (not even batching.token_budget ", SmallestBudgetTried(spec),
+                      ", data.max_length's floor)\n");
       continue;
     }
     absl::StrAppend(&out, "batching.token_budget ", l.token_budget, ", max_anchors ", l.max_anchors,

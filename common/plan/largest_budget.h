@@ -33,6 +33,10 @@ inline constexpr int64_t kMaxAnchors = 65536;
 // The budgets tried are multiples of this.
 inline constexpr int64_t kBudgetStep = 512;
 
+// The smallest budget LargestTokenBudget tries: data.max_length (validation's floor for
+// batching.token_budget, at least 256) rounded up to a multiple of kBudgetStep.
+int64_t SmallestBudgetTried(const config::RunSpec& spec);
+
 // The largest batching.token_budget, a multiple of kBudgetStep from data.max_length (the smallest
 // budget validation allows) up to kMaxTokenBudget, whose plan fits `capacity_bytes` for `scope`;
 // batching.max_anchors scales with it at the run's ratio (max_anchors * budget / token_budget,

@@ -321,6 +321,11 @@ TEST(MemoryPlanTest, TheLargestBudgetAtItsEnds) {
   EXPECT_EQ(all->max_anchors, kMaxAnchors);
   EXPECT_TRUE(all->at_field_maximum);
   EXPECT_FALSE(LargestTokenBudget(spec, *target, Transport::kNccl, FitScope::kDrafter, 0).ok());
+  // The floor tried is data.max_length rounded up to the search's step (what "none" names).
+  EXPECT_EQ(SmallestBudgetTried(spec), 2048);
+  config::RunSpec odd = spec;
+  odd.data.max_length = 1000;
+  EXPECT_EQ(SmallestBudgetTried(odd), 1024);
 }
 
 // DFlash2 (docs/method.md §2.2): the convolutions' and the selector's parameters (with their
