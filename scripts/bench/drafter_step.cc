@@ -32,6 +32,7 @@
 //          [--doc-min 200] [--doc-max 2000] [--target builtin:qwen3-8b-random] [--dtype bfloat16]
 //          [--layers 5] [--recompute none|mlp|layers] [--device cuda|cpu] [--json FILE] [--dump-dir
 //          DIR] [--export-weights DIR] [--profile 1] [--precision auto|fp8] [--kind dflash|dflash2]
+//          [--mask-token ID]
 // Each timed step ends with a device synchronization (ms_median); then the same number of steps
 // runs back to back with one synchronization at the end (ms_pipelined: what a run's steps take,
 // without the host's wait between them; drafter_step_ref.py measures both the same way).
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
       argc, argv,
       {"--tokens", "--anchors", "--steps", "--warmup", "--seed", "--doc-min", "--doc-max",
        "--layers", "--recompute", "--target", "--dtype", "--device", "--json", "--dump-dir",
-       "--precision", "--export-weights", "--profile", "--kind"},
+       "--precision", "--export-weights", "--profile", "--kind", "--mask-token"},
       "drafter_step");
   const int64_t tokens = Flag(argc, argv, "--tokens", 8192);
   const int64_t max_anchors = Flag(argc, argv, "--anchors", 512);
@@ -184,6 +185,9 @@ int main(int argc, char** argv) {
   const std::string dump_dir = StrFlag(argc, argv, "--dump-dir");
   const std::string export_dir = StrFlag(argc, argv, "--export-weights");
   const bool profile = Flag(argc, argv, "--profile", 0) != 0;
+  // drafter.mask_token_id; -1 keeps `auto` (a target without tokenizer.json, as the builtin
+  // Qwen3.5 shapes, needs an id: one above 151000 is never in this benchmark's data).
+  const int64_t mask_token = Flag(argc, argv, "--mask-token", -1);
   if (tokens < 2 || max_anchors < 1 || steps < 1 || warmup < 0 || doc_min < 2 ||
       doc_max < doc_min) {
     Die("bad flags: need --tokens >= 2, --anchors >= 1, --steps >= 1, 2 <= --doc-min <= --doc-max");
@@ -201,7 +205,9 @@ int main(int argc, char** argv) {
       "name: drafter-step-bench\nseed: ", seed, "\ntarget: {path: \"", target_path,
       "\", dtype: ", dtype, "}\ndrafter: {layers: ", layers, ", recompute: ", recompute,
       ", precision: ", precision, ", kind: ", kind,
-      ", block_size: 16}\ndata: {train: \"builtin:long-synthetic\", max_length: ",
+      ", block_size: 16",
+      mask_token >= 0 ? absl::StrCat(", mask_token_id: ", mask_token) : std::string(),
+      "}\ndata: {train: \"builtin:long-synthetic\", max_length: ",
       std::min<int64_t>(2048, tokens), "}\n", "batching: {token_budget: ", tokens,
       ", max_anchors: ", max_anchors, ", grad_accum: 1}\n",
       "optim: {lr: 6.0e-4, schedule: constant, warmup_ratio: 0.0, max_steps: ", warmup + steps,

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:?set OUT to the folder the results go to}
 source scripts/bench/gpu/unpacked.sh run49
-target="--target builtin:qwen3.5-27b-random"
+target="--target builtin:qwen3.5-27b-random --mask-token 248319"
 GEOMS=8192:512 PYTHON=$py OURS_ARGS="$target" timeout 300 \
   bash scripts/bench/drafter_step.sh build "$out/ds" 2>&1 | tail -n 8 | tee -a "$out/log"
 for geom in 16384:1024 32768:2048; do
