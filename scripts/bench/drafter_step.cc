@@ -204,12 +204,11 @@ int main(int argc, char** argv) {
   const std::string yaml = absl::StrCat(
       "name: drafter-step-bench\nseed: ", seed, "\ntarget: {path: \"", target_path,
       "\", dtype: ", dtype, "}\ndrafter: {layers: ", layers, ", recompute: ", recompute,
-      ", precision: ", precision, ", kind: ", kind,
-      ", block_size: 16",
+      ", precision: ", precision, ", kind: ", kind, ", block_size: 16",
       mask_token >= 0 ? absl::StrCat(", mask_token_id: ", mask_token) : std::string(),
-      "}\ndata: {train: \"builtin:long-synthetic\", max_length: ",
-      std::min<int64_t>(2048, tokens), "}\n", "batching: {token_budget: ", tokens,
-      ", max_anchors: ", max_anchors, ", grad_accum: 1}\n",
+      "}\ndata: {train: \"builtin:long-synthetic\", max_length: ", std::min<int64_t>(2048, tokens),
+      "}\n", "batching: {token_budget: ", tokens, ", max_anchors: ", max_anchors,
+      ", grad_accum: 1}\n",
       "optim: {lr: 6.0e-4, schedule: constant, warmup_ratio: 0.0, max_steps: ", warmup + steps,
       "}\n");
   dflash::config::RunSpecOptions spec_options;
