@@ -157,8 +157,11 @@ fi
 # Optional: the reference inference package (dflash==0.1.0) on this target and export, beside
 # `dflashctl eval` of the same prompts, both in float32 at batch 1 (REFPKG_PROMPTS, default 16):
 # the same tokens, taus and emitted-per-verification histogram are expected (near-ties aside).
-# DFLASH_PATH: the folder holding the package when the interpreter lacks it.
-if has refpkg; then
+# DFLASH_PATH: the folder holding the package when the interpreter lacks it. REFPKG_PROMPTS=0
+# skips it (an empty prompt file is an error to `dflashctl eval`, and ended the stage's summary).
+if has refpkg && [ "${REFPKG_PROMPTS:-16}" = 0 ]; then
+  log "REFPKG_PROMPTS=0: no reference-package evaluation"
+elif has refpkg; then
   n=${REFPKG_PROMPTS:-16}
   head -n "$n" "$out/heldout-prompts.jsonl" >"$out/heldout-refpkg.jsonl"
   sed "s|dtype: bfloat16|dtype: float32|" "$yaml" >"$out/fp32.yaml"
