@@ -32,7 +32,7 @@
 //          [--doc-min 200] [--doc-max 2000] [--target builtin:qwen3-8b-random] [--dtype bfloat16]
 //          [--layers 5] [--recompute none|mlp|layers] [--device cuda|cpu] [--json FILE] [--dump-dir
 //          DIR] [--export-weights DIR] [--profile 1] [--precision auto|fp8] [--kind dflash|dflash2]
-//          [--mask-token ID]
+//          [--mask-token ID] [--weighting decay|dpace]
 // Each timed step ends with a device synchronization (ms_median); then the same number of steps
 // runs back to back with one synchronization at the end (ms_pipelined: what a run's steps take,
 // without the host's wait between them; drafter_step_ref.py measures both the same way).
@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
       argc, argv,
       {"--tokens", "--anchors", "--steps", "--warmup", "--seed", "--doc-min", "--doc-max",
        "--layers", "--recompute", "--target", "--dtype", "--device", "--json", "--dump-dir",
-       "--precision", "--export-weights", "--profile", "--kind", "--mask-token"},
+       "--precision", "--export-weights", "--profile", "--kind", "--mask-token",
+       "--weighting"},
       "drafter_step");
   const int64_t tokens = Flag(argc, argv, "--tokens", 8192);
   const int64_t max_anchors = Flag(argc, argv, "--anchors", 512);
@@ -188,6 +189,9 @@ int main(int argc, char** argv) {
   // drafter.mask_token_id; -1 keeps `auto` (a target without tokenizer.json, as the builtin
   // Qwen3.5 shapes, needs an id: one above 151000 is never in this benchmark's data).
   const int64_t mask_token = Flag(argc, argv, "--mask-token", -1);
+  // loss.weighting: decay (the default) or dpace (D-PACE, loss.dpace_alpha's default 0.5).
+  const std::string weighting = StrFlag(argc, argv, "--weighting", "decay");
+  dflash::bench::RequireOneOf(weighting, {"decay", "dpace"}, "--weighting", "drafter_step");
   if (tokens < 2 || max_anchors < 1 || steps < 1 || warmup < 0 || doc_min < 2 ||
       doc_max < doc_min) {
     Die("bad flags: need --tokens >= 2, --anchors >= 1, --steps >= 1, 2 <= --doc-min <= --doc-max");
@@ -210,7 +214,7 @@ int main(int argc, char** argv) {
       "}\n", "batching: {token_budget: ", tokens, ", max_anchors: ", max_anchors,
       ", grad_accum: 1}\n",
       "optim: {lr: 6.0e-4, schedule: constant, warmup_ratio: 0.0, max_steps: ", warmup + steps,
-      "}\n");
+      "}\nloss: {weighting: ", weighting, "}\n");
   dflash::config::RunSpecOptions spec_options;
   spec_options.check_paths = false;
   absl::StatusOr<dflash::config::RunSpec> spec =
@@ -341,6 +345,8 @@ int main(int argc, char** argv) {
          << ", \"selector_rank\": " << config.selector_rank
          << ", \"selector_top_k\": " << config.selector_top_k
          << ", \"selector_alpha\": " << run_options->loss.selector_loss_alpha
+         << ", \"weighting\": \"" << weighting
+         << "\", \"dpace_alpha\": " << run_options->loss.dpace_alpha
          << ", \"lr\": " << run_options->optim.lr
          << ", \"clip_norm\": " << run_options->optim.clip_norm << "}\n";
   }
@@ -454,7 +460,7 @@ int main(int argc, char** argv) {
                 "\"setup_s\": %.1f, \"grad_norm0\": %.6g, \"first_loss\": %.6f, \"losses\": [%s]",
                 (std::string(kind == "dflash2" ? "2" : "") +
                  (recompute == "none" ? "" : ", recompute " + recompute) +
-                 (precision == "fp8" ? ", fp8" : ""))
+                 (precision == "fp8" ? ", fp8" : "") + (weighting == "dpace" ? ", dpace" : ""))
                     .c_str(),
                 static_cast<long long>(tokens), static_cast<long long>(batch.anchors.size(0)),
                 pieces.size(), static_cast<long long>(steps), median, sorted.front(), sorted.back(),
