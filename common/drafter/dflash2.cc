@@ -170,31 +170,18 @@ absl::StatusOr<at::Tensor> DrafterModel::SelectCandidates(const at::Tensor& hidd
   }
 }
 
-DrafterModel::SelectorTerm DrafterModel::SelectorLoss(const at::Tensor& hidden,
-                                                      const at::Tensor& labels,
-                                                      const at::Tensor& predecessors,
-                                                      const at::Tensor& weights,
-                                                      const LossOptions& options) const {
+DrafterModel::SelectorTerm DrafterModel::SelectorLoss(
+    const at::Tensor& hidden, const at::Tensor& labels, const at::Tensor& predecessors,
+    const at::Tensor& weights, const at::Tensor& top_k, const LossOptions& options) const {
   const int64_t s = hidden.size(0), k = config_.selector_top_k;
   const c10::Device device = hidden.device();
   const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong).device(device);
   const at::Tensor label = labels.to(device, at::kLong);
   const at::Tensor w = weights.to(device, at::kFloat);
-  const c10::ScalarType head_dtype = lm_head_.scalar_type();
-  // Each row's unary top-k, without gradient, one chunk of logits at a time.
-  at::Tensor cand = at::empty({0, k}, long_opts);
-  {
-    at::NoGradGuard no_grad;
-    std::vector<at::Tensor> parts;
-    const int64_t chunk = std::max<int64_t>(1, options.logits_chunk_rows);
-    for (int64_t r = 0; r < s; r += chunk) {
-      const int64_t m = std::min(chunk, s - r);
-      const at::Tensor logits =
-          at::matmul(hidden.narrow(0, r, m).detach().to(head_dtype), lm_head_.t());
-      parts.push_back(std::get<1>(at::topk(logits.to(at::kFloat), k, -1)));
-    }
-    if (!parts.empty()) cand = at::cat(parts, 0);
-  }
+  // Each row's unary top-k (no gradient), read by the unary loss from its own chunks of logits.
+  TORCH_CHECK(top_k.defined() && top_k.dim() == 2 && top_k.size(0) == s && top_k.size(1) == k,
+              "selector loss: the unary top-k must be [", s, ", ", k, "]");
+  const at::Tensor cand = top_k.to(device, at::kLong);
   // The training candidates: the label replaces the weakest where the top-k lacks it, so that
   // every row has a K-way target (the serving set is the top-k itself).
   const at::Tensor match = cand.eq(label.unsqueeze(1));

@@ -756,9 +756,10 @@ absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const 
           at::zeros({q_rows}, mask.options()).index_copy_(0, rows, row_ce.to(mask.device()));
       targets.weights = DpaceWeights(mask, ce_all.view({-1, b}), options.dpace_alpha).view({-1});
     }
-    WeightedCeResult ce =
-        WeightedCrossEntropy(supervised_hidden, lm_head_, supervised_labels,
-                             targets.weights.index_select(0, rows), options.logits_chunk_rows);
+    // DFlash2: the selector's candidates (each row's unary top-k) come out of the same pass.
+    WeightedCeResult ce = WeightedCrossEntropy(
+        supervised_hidden, lm_head_, supervised_labels, targets.weights.index_select(0, rows),
+        options.logits_chunk_rows, config_.dflash2() ? config_.selector_top_k : 0);
     at::Tensor slot = rows.remainder(b);
     DrafterLoss loss;
     loss.numerator = ce.numerator;
@@ -770,7 +771,7 @@ absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const 
       // choice is the label (what it drafts), not the unary argmax.
       const at::Tensor predecessors = targets.labels.index_select(0, rows - 1);
       SelectorTerm sel = SelectorLoss(supervised_hidden, supervised_labels, predecessors,
-                                      targets.weights.index_select(0, rows), options);
+                                      targets.weights.index_select(0, rows), ce.top_k, options);
       loss.numerator = loss.numerator + sel.numerator * options.selector_loss_alpha;
       correct = sel.correct;
     }

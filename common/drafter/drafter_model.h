@@ -339,14 +339,16 @@ class DrafterModel {
   // hidden_projection.weight [R, H].
   at::Tensor predecessor_codebook_, successor_codebook_, selector_projection_;
   // DFlash2's selector loss over the supervised rows (docs/method.md §2.2): hidden [S, H],
-  // labels and predecessors [S] (the tokens at the row's slot and the slot before), weights [S].
+  // labels and predecessors [S] (the tokens at the row's slot and the slot before), weights [S],
+  // top_k [S, K] int64: each row's unary top-K, from the unary loss's pass over the logits
+  // (WeightedCeResult::top_k).
   struct SelectorTerm {
     at::Tensor numerator;  // 0-dim fp32, differentiable: sum w * CE over the K candidates
     at::Tensor correct;    // [S] bool: the selector's best candidate is the label (in its top-k)
   };
   SelectorTerm SelectorLoss(const at::Tensor& hidden, const at::Tensor& labels,
                             const at::Tensor& predecessors, const at::Tensor& weights,
-                            const LossOptions& options) const;
+                            const at::Tensor& top_k, const LossOptions& options) const;
   // A DFlash2 sublayer's input side: (convolved input, its output-side kernel offsets).
   std::pair<at::Tensor, at::Tensor> ConvIn(const at::Tensor& h, const at::Tensor& base,
                                            const at::Tensor& proj) const;

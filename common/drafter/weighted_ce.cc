@@ -8,6 +8,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/logsumexp.h>
 #include <ATen/ops/matmul.h>
+#include <ATen/ops/topk.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
@@ -32,18 +33,21 @@ at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& lm_head, int6
   return at::matmul(h, lm_head.t()).to(at::kFloat);
 }
 
-// Outputs: numerator (0-dim fp32, differentiable), correct ([N] bool, not differentiable).
+// Outputs: numerator (0-dim fp32, differentiable), correct ([N] bool) and top ([N, top_k] int64),
+// not differentiable.
 struct WeightedCeFunction : public torch::autograd::Function<WeightedCeFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden,
                                const at::Tensor& lm_head, const at::Tensor& labels,
-                               const at::Tensor& weights, int64_t chunk_rows) {
+                               const at::Tensor& weights, int64_t chunk_rows, int64_t top_k) {
     const int64_t rows = hidden.size(0);
     at::Tensor numerator = at::zeros({}, hidden.options().dtype(at::kFloat));
     at::Tensor lse = at::empty({rows}, hidden.options().dtype(at::kFloat));  // [N]
     at::Tensor correct = at::empty({rows}, hidden.options().dtype(at::kBool));
+    at::Tensor top = at::empty({rows, top_k}, hidden.options().dtype(at::kLong));
     for (int64_t s = 0; s < rows; s += chunk_rows) {
       const int64_t m = std::min(chunk_rows, rows - s);
       at::Tensor logits = ChunkLogits(hidden, lm_head, s, m);  // [m, V] fp32
+      if (top_k > 0) top.narrow(0, s, m).copy_(std::get<1>(at::topk(logits, top_k, 1)));
       at::Tensor label = labels.narrow(0, s, m);
       at::Tensor chunk_lse = at::logsumexp(logits, {1});
       at::Tensor target = logits.gather(1, label.unsqueeze(1)).squeeze(1);
@@ -53,8 +57,8 @@ struct WeightedCeFunction : public torch::autograd::Function<WeightedCeFunction>
     }
     ctx->save_for_backward({hidden, lm_head, labels, weights, lse});
     ctx->saved_data["chunk_rows"] = chunk_rows;
-    ctx->mark_non_differentiable({correct});
-    return {numerator, correct};
+    ctx->mark_non_differentiable({correct, top});
+    return {numerator, correct, top};
   }
 
   // d numerator / d logits[i] = w_i * (softmax(logits[i]) - onehot(label_i)); through the frozen
@@ -78,7 +82,7 @@ struct WeightedCeFunction : public torch::autograd::Function<WeightedCeFunction>
         grad_hidden.narrow(0, s, m).copy_(at::matmul(probs.to(lm_head.scalar_type()), lm_head));
       }
     }
-    return {grad_hidden, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_hidden, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -100,20 +104,20 @@ at::Tensor RowCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
 
 WeightedCeResult WeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                       const at::Tensor& labels, const at::Tensor& weights,
-                                      int64_t chunk_rows) {
+                                      int64_t chunk_rows, int64_t top_k) {
 #ifdef DFLASH_HAVE_FUSED_CE
   if (hidden.is_cuda()) {
-    kernels::FusedCeResult r =
-        kernels::FusedWeightedCrossEntropy(hidden, lm_head, labels, weights, chunk_rows);
-    return WeightedCeResult{r.numerator, r.correct};
+    kernels::FusedCeResult r = kernels::FusedWeightedCrossEntropy(
+        hidden, lm_head, labels, weights, chunk_rows, /*lm_head_grad=*/false, top_k);
+    return WeightedCeResult{r.numerator, r.correct, r.top_k};
   }
 #endif
-  return ChunkedWeightedCrossEntropy(hidden, lm_head, labels, weights, chunk_rows);
+  return ChunkedWeightedCrossEntropy(hidden, lm_head, labels, weights, chunk_rows, top_k);
 }
 
 WeightedCeResult ChunkedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                              const at::Tensor& labels, const at::Tensor& weights,
-                                             int64_t chunk_rows) {
+                                             int64_t chunk_rows, int64_t top_k) {
   TORCH_CHECK(hidden.dim() == 2 && lm_head.dim() == 2 && hidden.size(1) == lm_head.size(1),
               "weighted CE: hidden ", hidden.sizes(), " and lm_head ", lm_head.sizes(),
               " must be [N, H] and [V, H]");
@@ -124,9 +128,11 @@ WeightedCeResult ChunkedWeightedCrossEntropy(const at::Tensor& hidden, const at:
                   weights.scalar_type() == at::kFloat,
               "weighted CE: weights must be [", hidden.size(0), "] fp32");
   TORCH_CHECK(chunk_rows >= 1, "weighted CE: chunk_rows must be at least 1, got ", chunk_rows);
+  TORCH_CHECK(top_k >= 0 && top_k <= lm_head.size(0), "weighted CE: top_k must be in 0..",
+              lm_head.size(0), " (the vocabulary), got ", top_k);
   variable_list out =
-      WeightedCeFunction::apply(hidden, lm_head.detach(), labels, weights, chunk_rows);
-  return WeightedCeResult{out[0], out[1]};
+      WeightedCeFunction::apply(hidden, lm_head.detach(), labels, weights, chunk_rows, top_k);
+  return WeightedCeResult{out[0], out[1], top_k > 0 ? out[2] : at::Tensor()};
 }
 
 }  // namespace dflash::drafter

@@ -15,6 +15,11 @@ struct WeightedCeResult {
   at::Tensor numerator;
   // [N] bool: argmax of row i's logits == labels[i] (ties: the first maximum, as at::argmax).
   at::Tensor correct;
+  // [N, top_k] int64 when top_k > 0 was asked, else undefined: the indices of row i's top_k
+  // logits, largest first (at::topk of the same chunk of logits the loss reads; among equal
+  // logits the order is at::topk's). DFlash2's selector takes its candidates from here instead of
+  // a second lm_head product (method.md §2.2).
+  at::Tensor top_k;
 };
 
 // hidden [N, H] floating point (grad flows into it); lm_head [V, H], frozen (no gradient is
@@ -28,12 +33,12 @@ struct WeightedCeResult {
 // recomputing chunked path below, which is the reference.
 WeightedCeResult WeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                       const at::Tensor& labels, const at::Tensor& weights,
-                                      int64_t chunk_rows);
+                                      int64_t chunk_rows, int64_t top_k = 0);
 
 // The reference on any device: logits in fp32 per chunk, recomputed in backward (3 GEMMs a chunk).
 WeightedCeResult ChunkedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                              const at::Tensor& labels, const at::Tensor& weights,
-                                             int64_t chunk_rows);
+                                             int64_t chunk_rows, int64_t top_k = 0);
 
 // Each row's cross-entropy CE(lm_head(hidden[i]), labels[i]) [N] fp32, without gradient, `chunk`
 // rows of fp32 logits at a time (the loss weighting that needs it before the loss, D-PACE, passes

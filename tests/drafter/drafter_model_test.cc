@@ -19,6 +19,7 @@
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/topk.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
@@ -490,6 +491,26 @@ TEST(WeightedCrossEntropyTest, MatchesUnfusedForEveryChunkSize) {
     EXPECT_TRUE(got.correct.narrow(0, 0, 3).all().item<bool>());
     EXPECT_EQ(hh.grad()[4].abs().max().item<double>(), 0.0);  // weight 0: no gradient
   }
+}
+
+// The top-k that DFlash2's selector takes from the loss's pass (WeightedCeResult::top_k): each
+// row's k largest logits, largest first, as at::topk of the full logits, for every chunk size;
+// none unless asked; more than the vocabulary refused.
+TEST(WeightedCrossEntropyTest, TheTopKIsThatOfTheFullLogits) {
+  const int64_t rows = 9, h = 8, vocab = 40, k = 5;
+  at::manual_seed(4);
+  const at::Tensor lm_head = at::randn({vocab, h});
+  const at::Tensor hidden = at::randn({rows, h});
+  const at::Tensor labels = at::randint(0, vocab, {rows}, at::kLong);
+  const at::Tensor weights = at::rand({rows});
+  const at::Tensor want = std::get<1>(at::topk(at::matmul(hidden, lm_head.t()), k, 1));
+  for (int64_t chunk : {1, 2, 4, 9, 100}) {
+    WeightedCeResult got = WeightedCrossEntropy(hidden, lm_head, labels, weights, chunk, k);
+    ASSERT_TRUE(got.top_k.defined()) << "chunk " << chunk;
+    EXPECT_TRUE(at::equal(got.top_k, want)) << "chunk " << chunk;
+  }
+  EXPECT_FALSE(WeightedCrossEntropy(hidden, lm_head, labels, weights, 4).top_k.defined());
+  EXPECT_THROW(WeightedCrossEntropy(hidden, lm_head, labels, weights, 4, vocab + 1), c10::Error);
 }
 
 TEST(DrafterModelTest, GammaAndAcceptanceLength) {

@@ -5,8 +5,10 @@
 // a CUDA device.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
+#include <ATen/ops/amax.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/gather.h>
 #include <ATen/ops/isnan.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/rand.h>
@@ -16,6 +18,7 @@
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -53,7 +56,8 @@ void RunCase(const Case& c) {
   // Reference: fp32 on the CPU from the inputs rounded to the case's dtype.
   const at::Tensor h_ref = h.to(c.dtype).to(at::kFloat).detach().clone().requires_grad_(true);
   const at::Tensor w_ref = w_head.to(c.dtype).to(at::kFloat).detach().clone();
-  auto ref = drafter::ChunkedWeightedCrossEntropy(h_ref, w_ref, labels, weights, 7);
+  const int64_t top_k = std::min<int64_t>(16, c.vocab);
+  auto ref = drafter::ChunkedWeightedCrossEntropy(h_ref, w_ref, labels, weights, 7, top_k);
   at::Tensor dw_ref;
   if (c.lm_head_grad) {
     // The reference keeps lm_head frozen; its gradient is dlogits^T @ h, computed directly.
@@ -71,8 +75,8 @@ void RunCase(const Case& c) {
   // Poison: fill a large block with NaN and free it, so that the caching allocator hands the same
   // memory to the op's outputs and gradients; anything the op fails to write stays NaN.
   { at::full({64 << 20}, std::nan(""), at::TensorOptions().device(cuda)); }
-  auto got =
-      FusedWeightedCrossEntropy(h_gpu, w_gpu, labels_gpu, weights_gpu, c.chunk, c.lm_head_grad);
+  auto got = FusedWeightedCrossEntropy(h_gpu, w_gpu, labels_gpu, weights_gpu, c.chunk,
+                                       c.lm_head_grad, top_k);
   got.numerator.backward();
   ASSERT_TRUE(h_gpu.grad().defined());
   EXPECT_FALSE(at::isnan(h_gpu.grad()).any().item<bool>());
@@ -85,6 +89,26 @@ void RunCase(const Case& c) {
   if (c.lm_head_grad) {
     ASSERT_TRUE(w_gpu.grad().defined());
     EXPECT_LT(MaxRelError(w_gpu.grad(), dw_ref), c.tol);
+  }
+  // The top-k read from the chunk before the row kernel overwrote it (DFlash2's candidates):
+  // indices whose reference logits are at least the reference's k-th largest, less the dtype's
+  // rounding (the two sides round the logits differently, so near-ties may swap), largest first.
+  ASSERT_TRUE(got.top_k.defined());
+  const at::Tensor top = got.top_k.cpu();
+  ASSERT_EQ(top.sizes(), ref.top_k.sizes());
+  const at::Tensor logits = at::matmul(h_ref.detach(), w_ref.t());
+  const at::Tensor kth = logits.gather(1, ref.top_k).select(1, top_k - 1);
+  const double eps =
+      c.dtype == at::kBFloat16 ? 1.0 / 128 : (c.dtype == at::kHalf ? 1.0 / 1024 : 1e-5);
+  const at::Tensor slack = logits.abs().amax(1) * (2 * eps);
+  const at::Tensor got_logits = logits.gather(1, top);
+  EXPECT_TRUE(got_logits.ge((kth - slack).unsqueeze(1)).all().item<bool>());
+  const at::Tensor steps = got_logits.narrow(1, 1, top_k - 1) - got_logits.narrow(1, 0, top_k - 1);
+  EXPECT_TRUE(steps.le(slack.unsqueeze(1)).all().item<bool>());
+  // In fp32, most rows have exactly the reference's candidates in its order (in bf16 the k-th and
+  // the next logit are often within one rounding at a 151,936-token vocabulary).
+  if (c.dtype == at::kFloat) {
+    EXPECT_GE(top.eq(ref.top_k).all(1).sum().item<int64_t>(), c.rows * 3 / 4);
   }
 }
 
@@ -119,6 +143,8 @@ TEST_F(FusedCeGpu, RefusesMisuse) {
   EXPECT_THROW(FusedWeightedCrossEntropy(h, w.narrow(1, 0, 4), labels, weights, 2), c10::Error);
   EXPECT_THROW(FusedWeightedCrossEntropy(h, w, labels.to(at::kInt), weights, 2), c10::Error);
   EXPECT_THROW(FusedWeightedCrossEntropy(h, w, labels, weights, 0), c10::Error);
+  EXPECT_THROW(FusedWeightedCrossEntropy(h, w, labels, weights, 2, false, /*top_k=*/11),
+               c10::Error);
   EXPECT_THROW(FusedWeightedCrossEntropy(h, w, labels, weights, 2, /*lm_head_grad=*/true),
                c10::Error);
 }

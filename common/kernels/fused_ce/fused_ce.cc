@@ -7,6 +7,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/matmul.h>
+#include <ATen/ops/topk.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -40,19 +41,23 @@ CeDType ToCeDType(c10::ScalarType t) {
 struct FusedCeFunction : public torch::autograd::Function<FusedCeFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden,
                                const at::Tensor& lm_head, const at::Tensor& labels,
-                               const at::Tensor& weights, int64_t chunk_rows, bool lm_head_grad) {
+                               const at::Tensor& weights, int64_t chunk_rows, bool lm_head_grad,
+                               int64_t top_k) {
     const int64_t rows = hidden.size(0), vocab = lm_head.size(0);
     const at::Tensor head = lm_head.contiguous();
     at::Tensor loss = at::empty({rows}, hidden.options().dtype(at::kFloat));
     at::Tensor correct = at::empty({rows}, hidden.options().dtype(at::kBool));
     at::Tensor grad_hidden = at::empty_like(hidden, at::MemoryFormat::Contiguous);
     at::Tensor grad_head = lm_head_grad ? at::zeros_like(head) : at::Tensor();
+    at::Tensor top = at::empty({rows, top_k}, hidden.options().dtype(at::kLong));
     const at::Tensor labels_c = labels.contiguous(), weights_c = weights.contiguous();
     cudaStream_t stream = at::cuda::getCurrentCUDAStream(hidden.device().index()).stream();
     for (int64_t s = 0; s < rows; s += chunk_rows) {
       const int64_t m = std::min(chunk_rows, rows - s);
       const at::Tensor h = hidden.narrow(0, s, m).to(head.scalar_type()).contiguous();
       at::Tensor logits = at::matmul(h, head.t());  // [m, V], the one chunk alive
+      // Before the row kernel turns the logits into their gradient.
+      if (top_k > 0) top.narrow(0, s, m).copy_(std::get<1>(at::topk(logits, top_k, 1)));
       FusedCeParams p;
       p.logits = logits.data_ptr();
       p.dtype = ToCeDType(logits.scalar_type());
@@ -75,8 +80,8 @@ struct FusedCeFunction : public torch::autograd::Function<FusedCeFunction> {
     }
     ctx->saved_data["grad_hidden"] = grad_hidden;
     if (lm_head_grad) ctx->saved_data["grad_head"] = grad_head;
-    ctx->mark_non_differentiable({correct});
-    return {(loss * weights_c).sum(), correct};
+    ctx->mark_non_differentiable({correct, top});
+    return {(loss * weights_c).sum(), correct, top};
   }
 
   // The gradients were computed in forward; the numerator's incoming gradient is a scalar.
@@ -91,7 +96,8 @@ struct FusedCeFunction : public torch::autograd::Function<FusedCeFunction> {
         grad_head = ctx->saved_data["grad_head"].toTensor().mul(g);
       }
     }
-    return {grad_hidden, grad_head, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_hidden,  grad_head,    at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -99,7 +105,7 @@ struct FusedCeFunction : public torch::autograd::Function<FusedCeFunction> {
 
 FusedCeResult FusedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                         const at::Tensor& labels, const at::Tensor& weights,
-                                        int64_t chunk_rows, bool lm_head_grad) {
+                                        int64_t chunk_rows, bool lm_head_grad, int64_t top_k) {
   TORCH_CHECK(hidden.is_cuda() && lm_head.device() == hidden.device() &&
                   labels.device() == hidden.device() && weights.device() == hidden.device(),
               "fused CE: hidden, lm_head, labels and weights must be on one CUDA device");
@@ -115,10 +121,12 @@ FusedCeResult FusedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tens
   TORCH_CHECK(chunk_rows >= 1, "fused CE: chunk_rows must be at least 1, got ", chunk_rows);
   TORCH_CHECK(!lm_head_grad || lm_head.requires_grad(),
               "fused CE: lm_head_grad needs an lm_head that requires grad");
+  TORCH_CHECK(top_k >= 0 && top_k <= lm_head.size(0), "fused CE: top_k must be in 0..",
+              lm_head.size(0), " (the vocabulary), got ", top_k);
   const c10::cuda::CUDAGuard guard(hidden.device());
   variable_list out = FusedCeFunction::apply(hidden, lm_head_grad ? lm_head : lm_head.detach(),
-                                             labels, weights, chunk_rows, lm_head_grad);
-  return FusedCeResult{out[0], out[1]};
+                                             labels, weights, chunk_rows, lm_head_grad, top_k);
+  return FusedCeResult{out[0], out[1], top_k > 0 ? out[2] : at::Tensor()};
 }
 
 }  // namespace dflash::kernels

@@ -19,14 +19,19 @@ namespace dflash::kernels {
 struct FusedCeResult {
   at::Tensor numerator;  // 0-dim fp32: sum_i w_i * CE_i, differentiable in hidden (and lm_head)
   at::Tensor correct;    // [N] bool: first argmax of row i == labels[i]
+  at::Tensor top_k;      // [N, top_k] int64 when top_k > 0, else undefined: row i's top_k logits'
+                         // indices, largest first (at::topk of the chunk before the row kernel)
 };
 
 // hidden [N, H] on CUDA (fp32, bf16 or fp16; the gradient flows into it); lm_head [V, H] on the
 // same device (fp32, bf16 or fp16; the GEMMs run in its dtype); labels [N] int64 in [0, V); weights
 // [N] fp32. lm_head gets a gradient only with `lm_head_grad` (it must then require grad).
-// TORCH_CHECKs on misuse.
+// top_k > 0 also returns each row's top_k indices from the chunk's logits (in lm_head's dtype),
+// read before the row kernel overwrites them with the gradient: DFlash2's selector candidates
+// without a second lm_head product. TORCH_CHECKs on misuse.
 FusedCeResult FusedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                         const at::Tensor& labels, const at::Tensor& weights,
-                                        int64_t chunk_rows, bool lm_head_grad = false);
+                                        int64_t chunk_rows, bool lm_head_grad = false,
+                                        int64_t top_k = 0);
 
 }  // namespace dflash::kernels
