@@ -28,6 +28,9 @@
 #include "common/base/status.h"
 #include "common/drafter/drafter_model.h"
 #include "common/drafter/lean_ops.h"
+#ifdef DFLASH_HAVE_FUSED_BLOCK_CONV
+#include "common/kernels/block_conv/block_conv.h"
+#endif
 #include "common/nn/torch_status.h"
 #include "common/nn/weights.h"
 
@@ -83,6 +86,12 @@ absl::Status ValidateDflash2Config(const DrafterConfig& c) {
 
 at::Tensor BlockConvolution(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& base,
                             int64_t block_size, int64_t group_size) {
+#ifdef DFLASH_HAVE_FUSED_BLOCK_CONV
+  // On CUDA one pass each way (common/kernels/block_conv); the composition below is its reference.
+  if (kernels::SupportsFusedBlockConv(x, delta, base, block_size, group_size)) {
+    return kernels::FusedBlockConvolution(x, delta, base, block_size, group_size);
+  }
+#endif
   const int64_t q = x.size(0), h = x.size(1), kernel = base.size(0);
   const int64_t n = q / block_size, groups = h / group_size;
   TORCH_CHECK(n * block_size == q, "block convolution over ", q, " rows, not blocks of ",
