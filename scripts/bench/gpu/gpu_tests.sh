@@ -13,7 +13,7 @@ root=$(git rev-parse --show-toplevel 2>/dev/null || pwd); cd "$root"
 tests=(tests/integration/memory_gpu_test tests/integration/training_gpu_test
        tests/worker/worker_metrics_gpu_test tests/drafter/drafter_gpu_test tests/nn/nn_gpu_test
        tests/spec/spec_gpu_test tests/spec/sampling_gpu_test tests/kernels/dflash_attn_gpu_test tests/kernels/fused_ce_gpu_test
-       tests/kernels/fp8_quant_gpu_test tests/kernels/swiglu_gpu_test
+       tests/kernels/fp8_quant_gpu_test tests/kernels/swiglu_gpu_test tests/kernels/block_conv_gpu_test
        tests/kernels/rope_gpu_test tests/kernels/wgmma_gpu_test tests/gpu/device_probe_gpu_test
        tests/transport/feature_checksum_gpu_test tests/transport/nccl_channel_gpu_test
        tests/transport/nccl_communicator_gpu_test)
@@ -30,6 +30,11 @@ case "${1:?usage: gpu_tests.sh pack|run [FILTER]}" in
     filter=${2:-.}
     # PACK_BUILT=1: pack what build/ holds (its picked targets built by hand, e.g. with ninja).
     [ "${PACK_BUILT:-0}" = 1 ] || bash scripts/build.sh >/dev/null
+    # Every gpu test binary the build made must be on the list above (a new one was left out once).
+    for b in $(cd build && find tests -name '*_gpu_test' -type f -perm -u+x | sort); do
+      printf '%s\n' "${tests[@]}" | grep -qx "$b" ||
+        { echo "gpu_tests.sh: build/$b is not in the list of GPU tests (scripts/bench/gpu/gpu_tests.sh)" >&2; exit 1; }
+    done
     rm -rf /tmp/gt && mkdir -p /tmp/gt .gpu/t
     picked=()
     for t in "${tests[@]}"; do echo "$t" | grep -qE "$filter" && picked+=("$t"); done

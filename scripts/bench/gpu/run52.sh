@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # Device run 52 (prepared 2026-12-07 23:30 UTC, not yet run), two calls of one warm machine:
-#   1: fused_ce_gpu_test (the fused loss's top-k, DFlash2's candidates since 648b36e); DFlash2's
-#      step against the compiled reference again (run 48 measured 210.3 ms against 199.8 before
-#      the candidates came from the loss's pass), D-PACE's step against the reference (issue 29
-#      D5: "the step time of each"), and DFlash2's step profiled (--profile 1). About 8 minutes.
+#   1: fused_ce_gpu_test (the fused loss's top-k, DFlash2's candidates since 648b36e),
+#      block_conv_gpu_test and drafter_gpu_test (DFlash2's fused block convolution, 0645b18);
+#      DFlash2's step against the compiled reference again (run 48 measured 210.3 ms against
+#      199.8 before both changes), then ours with DFLASH_FUSED_BLOCK_CONV=0 (the convolution's
+#      share), D-PACE's step against the reference (issue 29 D5: "the step time of each"), and
+#      DFlash2's step profiled (--profile 1). About 9 minutes.
 #   2: run49.sh (the Qwen3.5-27B-shaped drafter against the reference at 8192 / 512, its peaks at
 #      16384 / 1024 and 32768 / 2048 beside the plan's). About 9 minutes.
-# Pack: scripts/bench/gpu/gpu_tests.sh pack 'fused_ce'; carry .devdeps .gpu/t.
+# Pack: scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu'; carry .devdeps
+# .gpu/t.
 # Results under $OUT (log, ds2/, dp/, prof/).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:?set OUT to the folder the results go to}
 case "${1:?stage 1 or 2}" in
   1)
-    timeout 60 bash scripts/bench/gpu/gpu_tests.sh run 'fused_ce'
+    timeout 60 bash scripts/bench/gpu/gpu_tests.sh run 'fused_ce|block_conv|drafter_gpu'
     source scripts/bench/gpu/unpacked.sh run52
     GEOMS=8192:512 PYTHON=$py OURS_ARGS="--kind dflash2" timeout 290 \
       bash scripts/bench/drafter_step.sh build "$out/ds2" 2>&1 | tail -n 8 | tee -a "$out/log"
+    mkdir -p "$out/prof"
+    DFLASH_FUSED_BLOCK_CONV=0 timeout 60 build/scripts/bench/drafter_step --kind dflash2 \
+      --tokens 8192 --anchors 512 --json "$out/prof/dflash2_conv0.json" \
+      >"$out/prof/dflash2_conv0.log" 2>&1
+    echo "[run52 dflash2, DFLASH_FUSED_BLOCK_CONV=0] rc $? $(head -c 300 "$out/prof/dflash2_conv0.json")" |
+      tee -a "$out/log"
     GEOMS=8192:512 PYTHON=$py OURS_ARGS="--weighting dpace" timeout 150 \
       bash scripts/bench/drafter_step.sh build "$out/dp" 2>&1 | tail -n 8 | tee -a "$out/log"
-    mkdir -p "$out/prof"
     timeout 60 build/scripts/bench/drafter_step --kind dflash2 --tokens 8192 --anchors 512 \
       --steps 5 --profile 1 --json "$out/prof/dflash2.json" >"$out/prof/dflash2.log" 2>&1
     echo "[run52 profile dflash2] rc $?" | tee -a "$out/log"
