@@ -47,6 +47,12 @@
 #include "common/drafter/weighted_ce.h"
 #include "common/nn/layers.h"
 #include "common/nn/torch_status.h"
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+#include "common/kernels/swiglu/swiglu.h"
+#endif
+#ifdef DFLASH_HAVE_FUSED_BLOCK_CONV
+#include "common/kernels/block_conv/block_conv.h"
+#endif
 
 namespace dflash::drafter {
 namespace {
@@ -589,6 +595,23 @@ std::string DrafterModel::AttentionKernels() const {
       {options_.device, compute_dtype(), t.head_dim,
        t.num_attention_heads / std::max<int64_t>(1, t.num_key_value_heads), config_.block_size},
       windows, fused);
+}
+
+std::string DrafterModel::Kernels() const {
+  const bool cuda = options_.device.is_cuda();
+  bool swiglu = false, block_conv = false;
+#ifdef DFLASH_HAVE_FUSED_SWIGLU
+  swiglu = cuda && kernels::FusedSwiGluEnabled();
+#endif
+#ifdef DFLASH_HAVE_FUSED_BLOCK_CONV
+  block_conv = cuda && kernels::FusedBlockConvEnabled();
+#endif
+  std::string out = AttentionKernels();
+  out += swiglu ? "; mlp activation: fused swiglu" : "; mlp activation: silu and mul (ATen)";
+  if (config_.dflash2()) {
+    out += block_conv ? "; block convolution: fused" : "; block convolution: composition (ATen)";
+  }
+  return out;
 }
 
 at::Tensor DrafterModel::Linear(const at::Tensor& x, const at::Tensor& weight) const {

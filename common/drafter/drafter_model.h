@@ -292,6 +292,10 @@ class DrafterModel {
   // every layer", or where and why the reference runs (the CPU, the compute dtype, the head
   // geometry, a sliding window below the block size).
   std::string AttentionKernels() const;
+  // Every kernel choice a run reports (the drafter worker's "kernels" in its settings echo):
+  // AttentionKernels(), then "; mlp activation: fused swiglu | silu and mul (ATen)" and, for a
+  // DFlash2 drafter, "; block convolution: fused | composition (ATen)".
+  std::string Kernels() const;
   // The attention implementation (default: FusedDrafterAttention, which is the reference wherever
   // the fused kernel does not apply, e.g. on the CPU).
   void set_attention(std::shared_ptr<const DrafterAttention> attention) {

@@ -95,12 +95,11 @@ class DrafterRunner : public StepRunner {
     LOG_RUN(INFO, ctx.run_id, trainer_->step())
         << "drafter ready: " << drafter_->config().num_layers << " layers, block "
         << drafter_->config().block_size << ", recompute "
-        << drafter::RecomputeName(drafter_->options().recompute) << ", "
-        << drafter_->AttentionKernels()
+        << drafter::RecomputeName(drafter_->options().recompute) << ", " << drafter_->Kernels()
         << (ctx.resume_checkpoint.empty() ? std::string(", fresh")
                                           : absl::StrCat(", resumed from ", ctx.resume_checkpoint));
     prepared.applied = Echo();
-    prepared.kernels = drafter_->AttentionKernels();
+    prepared.kernels = drafter_->Kernels();
     return prepared;
   }
 

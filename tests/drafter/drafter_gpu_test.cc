@@ -188,6 +188,16 @@ TEST(DrafterGpu, TheAttentionKernelsAreReportedPerLayer) {
   EXPECT_EQ(MakeModel(config, 3, options)->AttentionKernels(),
             "attention: fused kernels; reference in layer(s) 1 (sliding window 2 below the block "
             "size 4)");
+  // The whole report of a DFlash2 drafter on CUDA: its MLP's and convolutions' kernels too.
+  DrafterConfig two = TinyConfig();
+  two.target.head_dim = 64;
+  two.conv_kernel_size = 2;
+  two.conv_group_size = 16;
+  two.selector_rank = 8;
+  two.selector_top_k = 5;
+  EXPECT_EQ(MakeModel(two, 3, options)->Kernels(),
+            "attention: fused kernels in every layer; mlp activation: fused swiglu; block "
+            "convolution: fused");
 }
 
 TEST(DrafterGpu, Bf16ComputeStaysWithinBf16OfTheCpuDrafter) {

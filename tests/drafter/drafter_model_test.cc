@@ -513,6 +513,25 @@ TEST(WeightedCrossEntropyTest, TheTopKIsThatOfTheFullLogits) {
   EXPECT_THROW(WeightedCrossEntropy(hidden, lm_head, labels, weights, 4, vocab + 1), c10::Error);
 }
 
+// The kernel report names every choice: on the CPU the reference attention, ATen's SwiGLU and,
+// for DFlash2, the convolutions' composition.
+TEST(DrafterModelTest, TheKernelReportNamesEveryChoice) {
+  auto dflash = MakeModel(TinyConfig(), 1);
+  ASSERT_NE(dflash, nullptr);
+  EXPECT_EQ(dflash->Kernels(),
+            dflash->AttentionKernels() + "; mlp activation: silu and mul (ATen)");
+  DrafterConfig two = TinyConfig();
+  two.conv_kernel_size = 2;
+  two.conv_group_size = 16;
+  two.selector_rank = 8;
+  two.selector_top_k = 5;
+  auto dflash2 = MakeModel(two, 1);
+  ASSERT_NE(dflash2, nullptr);
+  EXPECT_EQ(dflash2->Kernels(), dflash2->AttentionKernels() +
+                                    "; mlp activation: silu and mul (ATen); block convolution: "
+                                    "composition (ATen)");
+}
+
 TEST(DrafterModelTest, GammaAndAcceptanceLength) {
   EXPECT_EQ(config::DefaultGamma(16), 7.0);
   EXPECT_EQ(config::DefaultGamma(10), 5.0);
