@@ -769,20 +769,28 @@ absl::StatusOr<DrafterLoss> DrafterModel::Loss(const DrafterBatch& batch, const 
     at::Tensor rows = at::nonzero(targets.weights.gt(0)).squeeze(1);  // [S] int64
     const at::Tensor supervised_hidden = hidden.index_select(0, rows.to(hidden.device()));
     const at::Tensor supervised_labels = targets.labels.index_select(0, rows);
+    const int64_t top_k = config_.dflash2() ? config_.selector_top_k : 0;
+    WeightedCeResult ce;
     if (options.weighting == LossWeighting::kDpace) {
-      // The decay's support is the supervised mask; the slots' own confidences weigh them.
+      // The decay's support is the supervised mask; the slots' own confidences weigh them. One
+      // pass gives each row's CE and its gradient at weight 1, the weights scale the gradient's
+      // rows in the backward (no second lm_head product for the weights).
       const at::Tensor mask = targets.weights.gt(0).to(at::kFloat).view({-1, b});
-      const at::Tensor row_ce =
-          RowCrossEntropy(supervised_hidden, lm_head_, supervised_labels,
-                          std::max<int64_t>(1, options.logits_chunk_rows / 2));
+      CrossEntropyRows row_ce = CrossEntropyRowsWithGrad(
+          supervised_hidden, lm_head_, supervised_labels, options.logits_chunk_rows, top_k);
       const at::Tensor ce_all =
-          at::zeros({q_rows}, mask.options()).index_copy_(0, rows, row_ce.to(mask.device()));
+          at::zeros({q_rows}, mask.options()).index_copy_(0, rows, row_ce.ce.to(mask.device()));
       targets.weights = DpaceWeights(mask, ce_all.view({-1, b}), options.dpace_alpha).view({-1});
+      ce.numerator =
+          WeightedRowsNumerator(supervised_hidden, row_ce, targets.weights.index_select(0, rows));
+      ce.correct = row_ce.correct;
+      ce.top_k = row_ce.top_k;
+    } else {
+      // DFlash2: the selector's candidates (each row's unary top-k) come out of the same pass.
+      ce = WeightedCrossEntropy(supervised_hidden, lm_head_, supervised_labels,
+                                targets.weights.index_select(0, rows), options.logits_chunk_rows,
+                                top_k);
     }
-    // DFlash2: the selector's candidates (each row's unary top-k) come out of the same pass.
-    WeightedCeResult ce = WeightedCrossEntropy(
-        supervised_hidden, lm_head_, supervised_labels, targets.weights.index_select(0, rows),
-        options.logits_chunk_rows, config_.dflash2() ? config_.selector_top_k : 0);
     at::Tensor slot = rows.remainder(b);
     DrafterLoss loss;
     loss.numerator = ce.numerator;

@@ -1,6 +1,7 @@
 #include "common/drafter/weighted_ce.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -88,20 +89,6 @@ struct WeightedCeFunction : public torch::autograd::Function<WeightedCeFunction>
 
 }  // namespace
 
-at::Tensor RowCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
-                           const at::Tensor& labels, int64_t chunk_rows) {
-  at::NoGradGuard no_grad;
-  const int64_t rows = hidden.size(0);
-  at::Tensor ce = at::empty({rows}, hidden.options().dtype(at::kFloat));
-  for (int64_t s = 0; s < rows; s += chunk_rows) {
-    const int64_t m = std::min(chunk_rows, rows - s);
-    const at::Tensor logits = ChunkLogits(hidden, lm_head, s, m);  // [m, V] fp32
-    const at::Tensor target = logits.gather(1, labels.narrow(0, s, m).unsqueeze(1)).squeeze(1);
-    ce.narrow(0, s, m).copy_(at::logsumexp(logits, {1}) - target);
-  }
-  return ce;
-}
-
 WeightedCeResult WeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                       const at::Tensor& labels, const at::Tensor& weights,
                                       int64_t chunk_rows, int64_t top_k) {
@@ -133,6 +120,85 @@ WeightedCeResult ChunkedWeightedCrossEntropy(const at::Tensor& hidden, const at:
   variable_list out =
       WeightedCeFunction::apply(hidden, lm_head.detach(), labels, weights, chunk_rows, top_k);
   return WeightedCeResult{out[0], out[1], top_k > 0 ? out[2] : at::Tensor()};
+}
+
+namespace {
+
+// sum_i w_i ce_i with d / d hidden_i = w_i grad_i (w, ce and grad given, none differentiable).
+struct WeightedRowsFunction : public torch::autograd::Function<WeightedRowsFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& ce,
+                            const at::Tensor& grad, const at::Tensor& weights) {
+    (void)hidden;  // the node's input: its gradient is grad's rows scaled
+    ctx->saved_data["grad"] = grad;
+    ctx->saved_data["weights"] = weights;
+    return (ce * weights).sum();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    at::Tensor grad_hidden;
+    if (grad_outputs[0].defined()) {
+      const at::Tensor grad = ctx->saved_data["grad"].toTensor();
+      const at::Tensor scale =
+          ctx->saved_data["weights"].toTensor() * grad_outputs[0].to(at::kFloat);
+      // In grad's dtype: no fp32 copy of [N, H] (the fused loss's peak once, 0.375 GiB at
+      // N = 8192, H = 4096); the row factors round to it once.
+      grad_hidden = grad * scale.to(grad.scalar_type()).unsqueeze(1);
+    }
+    return {grad_hidden, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+CrossEntropyRows CrossEntropyRowsWithGrad(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                          const at::Tensor& labels, int64_t chunk_rows,
+                                          int64_t top_k) {
+  TORCH_CHECK(hidden.dim() == 2 && lm_head.dim() == 2 && hidden.size(1) == lm_head.size(1),
+              "CE rows: hidden ", hidden.sizes(), " and lm_head ", lm_head.sizes(),
+              " must be [N, H] and [V, H]");
+  TORCH_CHECK(
+      labels.dim() == 1 && labels.size(0) == hidden.size(0) && labels.scalar_type() == at::kLong,
+      "CE rows: labels must be [", hidden.size(0), "] int64");
+  TORCH_CHECK(chunk_rows >= 1, "CE rows: chunk_rows must be at least 1, got ", chunk_rows);
+  TORCH_CHECK(top_k >= 0 && top_k <= lm_head.size(0), "CE rows: top_k must be in 0..",
+              lm_head.size(0), " (the vocabulary), got ", top_k);
+#ifdef DFLASH_HAVE_FUSED_CE
+  if (hidden.is_cuda()) {
+    kernels::FusedCeRows r =
+        kernels::FusedCrossEntropyRows(hidden, lm_head, labels, chunk_rows, top_k);
+    return CrossEntropyRows{r.ce, r.correct, r.top_k, r.grad};
+  }
+#endif
+  at::NoGradGuard no_grad;
+  const at::Tensor h = hidden.detach(), head = lm_head.detach();
+  const int64_t rows = h.size(0);
+  CrossEntropyRows r;
+  r.ce = at::empty({rows}, h.options().dtype(at::kFloat));
+  r.correct = at::empty({rows}, h.options().dtype(at::kBool));
+  r.grad = at::empty_like(h, at::MemoryFormat::Contiguous);
+  if (top_k > 0) r.top_k = at::empty({rows, top_k}, h.options().dtype(at::kLong));
+  for (int64_t s = 0; s < rows; s += chunk_rows) {
+    const int64_t m = std::min(chunk_rows, rows - s);
+    const at::Tensor logits = ChunkLogits(h, head, s, m);  // [m, V] fp32
+    const at::Tensor label = labels.narrow(0, s, m);
+    if (top_k > 0) r.top_k.narrow(0, s, m).copy_(std::get<1>(at::topk(logits, top_k, 1)));
+    const at::Tensor lse = at::logsumexp(logits, {1});
+    r.ce.narrow(0, s, m).copy_(lse - logits.gather(1, label.unsqueeze(1)).squeeze(1));
+    r.correct.narrow(0, s, m).copy_(at::argmax(logits, 1).eq(label));
+    at::Tensor probs = at::exp(logits - lse.unsqueeze(1));  // d CE / d logits
+    probs.scatter_add_(1, label.unsqueeze(1), at::full({m, 1}, -1.0, probs.options()));
+    r.grad.narrow(0, s, m).copy_(at::matmul(probs.to(head.scalar_type()), head));
+  }
+  return r;
+}
+
+at::Tensor WeightedRowsNumerator(const at::Tensor& hidden, const CrossEntropyRows& rows,
+                                 const at::Tensor& weights) {
+  TORCH_CHECK(rows.ce.defined() && rows.grad.defined() && rows.grad.sizes() == hidden.sizes(),
+              "weighted rows: the rows' CE and gradient must be of hidden ", hidden.sizes());
+  TORCH_CHECK(weights.dim() == 1 && weights.size(0) == hidden.size(0),
+              "weighted rows: weights must be [", hidden.size(0), "]");
+  return WeightedRowsFunction::apply(hidden, rows.ce, rows.grad,
+                                     weights.to(rows.ce.device(), at::kFloat).detach());
 }
 
 }  // namespace dflash::drafter

@@ -40,10 +40,20 @@ WeightedCeResult ChunkedWeightedCrossEntropy(const at::Tensor& hidden, const at:
                                              const at::Tensor& labels, const at::Tensor& weights,
                                              int64_t chunk_rows, int64_t top_k = 0);
 
-// Each row's cross-entropy CE(lm_head(hidden[i]), labels[i]) [N] fp32, without gradient, `chunk`
-// rows of fp32 logits at a time (the loss weighting that needs it before the loss, D-PACE, passes
-// half the loss's chunk so that a chunk's bytes stay those of the fused loss's 16-bit logits).
-at::Tensor RowCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
-                           const at::Tensor& labels, int64_t chunk_rows);
+// For a loss whose weights depend on the rows' own cross-entropies (D-PACE): one pass over the
+// logits gives each row's CE [N] fp32, `correct`, the top_k indices (top_k > 0, as
+// WeightedCeResult::top_k) and grad [N, H] in hidden's dtype, d CE_i / d hidden_i at weight 1;
+// none of it differentiable. WeightedRowsNumerator then makes sum_i weights[i] * ce[i]
+// differentiable in hidden with the weights held constant (its backward scales grad's rows by
+// the weights), so that the weights cost no second lm_head product. On CUDA the fused pass
+// (common/kernels/fused_ce, FusedCrossEntropyRows); elsewhere fp32 logits a chunk at a time.
+struct CrossEntropyRows {
+  at::Tensor ce, correct, top_k, grad;
+};
+CrossEntropyRows CrossEntropyRowsWithGrad(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                          const at::Tensor& labels, int64_t chunk_rows,
+                                          int64_t top_k = 0);
+at::Tensor WeightedRowsNumerator(const at::Tensor& hidden, const CrossEntropyRows& rows,
+                                 const at::Tensor& weights);
 
 }  // namespace dflash::drafter

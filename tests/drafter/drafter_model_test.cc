@@ -513,6 +513,32 @@ TEST(WeightedCrossEntropyTest, TheTopKIsThatOfTheFullLogits) {
   EXPECT_THROW(WeightedCrossEntropy(hidden, lm_head, labels, weights, 4, vocab + 1), c10::Error);
 }
 
+// D-PACE's one pass (CrossEntropyRowsWithGrad, then WeightedRowsNumerator): the same numerator,
+// gradient, `correct` and top-k as the weighted loss given the same weights, and each row's CE.
+TEST(WeightedCrossEntropyTest, TheRowsPassGivesTheWeightedLossOfAnyWeights) {
+  const int64_t rows = 11, h = 8, vocab = 40, k = 4;
+  at::manual_seed(5);
+  const at::Tensor lm_head = at::randn({vocab, h});
+  const at::Tensor base = at::randn({rows, h});
+  const at::Tensor labels = at::randint(0, vocab, {rows}, at::kLong);
+  const at::Tensor weights = at::rand({rows});
+  for (int64_t chunk : {1, 3, 11, 64}) {
+    at::Tensor ref_h = base.clone().requires_grad_(true);
+    WeightedCeResult ref = WeightedCrossEntropy(ref_h, lm_head, labels, weights, chunk, k);
+    ref.numerator.backward();
+    at::Tensor hh = base.clone().requires_grad_(true);
+    CrossEntropyRows r = CrossEntropyRowsWithGrad(hh, lm_head, labels, chunk, k);
+    at::Tensor num = WeightedRowsNumerator(hh, r, weights);
+    num.backward();
+    EXPECT_LT(MaxRelError(num, ref.numerator), 1e-6) << "chunk " << chunk;
+    EXPECT_LT(MaxRelError(hh.grad(), ref_h.grad()), 1e-6) << "chunk " << chunk;
+    EXPECT_TRUE(at::equal(r.correct, ref.correct)) << "chunk " << chunk;
+    EXPECT_TRUE(at::equal(r.top_k, ref.top_k)) << "chunk " << chunk;
+    const at::Tensor logp = at::log_softmax(at::matmul(base, lm_head.t()), 1);
+    EXPECT_LT(MaxRelError(r.ce, -logp.gather(1, labels.unsqueeze(1)).squeeze(1)), 1e-6);
+  }
+}
+
 // The kernel report names every choice: on the CPU the reference attention, ATen's SwiGLU and,
 // for DFlash2, the convolutions' composition.
 TEST(DrafterModelTest, TheKernelReportNamesEveryChoice) {

@@ -7,6 +7,7 @@
 #include <ATen/ops/abs.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/gather.h>
 #include <ATen/ops/isnan.h>
@@ -105,6 +106,18 @@ void RunCase(const Case& c) {
   EXPECT_TRUE(got_logits.ge((kth - slack).unsqueeze(1)).all().item<bool>());
   const at::Tensor steps = got_logits.narrow(1, 1, top_k - 1) - got_logits.narrow(1, 0, top_k - 1);
   EXPECT_TRUE(steps.le(slack.unsqueeze(1)).all().item<bool>());
+  // D-PACE's pass at weight 1 (FusedCrossEntropyRows): each row's CE and d CE / d hidden against
+  // the CPU's rows pass on the same rounded inputs.
+  {
+    const auto cpu_rows = drafter::CrossEntropyRowsWithGrad(h_ref.detach(), w_ref, labels, 7);
+    const FusedCeRows rows_gpu =
+        FusedCrossEntropyRows(h_gpu.detach(), w_gpu.detach(), labels_gpu, c.chunk, top_k);
+    EXPECT_FALSE(at::isnan(rows_gpu.grad).any().item<bool>());
+    EXPECT_LT(MaxRelError(rows_gpu.ce.cpu(), cpu_rows.ce), c.tol);
+    EXPECT_LT(MaxRelError(rows_gpu.grad.to(at::kFloat).cpu(), cpu_rows.grad), c.tol);
+    EXPECT_TRUE(at::equal(rows_gpu.top_k, got.top_k)) << "the same pass, the same top-k";
+    EXPECT_TRUE(at::equal(rows_gpu.correct, got.correct));
+  }
   // In fp32, most rows have exactly the reference's candidates in its order (in bf16 the k-th and
   // the next logit are often within one rounding at a 151,936-token vocabulary).
   if (c.dtype == at::kFloat) {

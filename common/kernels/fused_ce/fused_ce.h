@@ -34,4 +34,14 @@ FusedCeResult FusedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tens
                                         int64_t chunk_rows, bool lm_head_grad = false,
                                         int64_t top_k = 0);
 
+// The same pass at weight 1 and outside autograd, for a loss whose weights depend on the rows'
+// cross-entropies (D-PACE, common/drafter/weighted_ce.h CrossEntropyRowsWithGrad): each row's CE
+// [N] fp32, `correct`, the top_k indices (top_k > 0) and d CE_i / d hidden_i [N, H] in hidden's
+// dtype, in one lm_head product per chunk and one back. TORCH_CHECKs as above.
+struct FusedCeRows {
+  at::Tensor ce, correct, top_k, grad;
+};
+FusedCeRows FusedCrossEntropyRows(const at::Tensor& hidden, const at::Tensor& lm_head,
+                                  const at::Tensor& labels, int64_t chunk_rows, int64_t top_k = 0);
+
 }  // namespace dflash::kernels
