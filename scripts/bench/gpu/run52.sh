@@ -4,7 +4,8 @@
 #      block_conv_gpu_test and drafter_gpu_test (DFlash2's fused block convolution, 0645b18);
 #      DFlash2's step against the compiled reference again (run 48 measured 210.3 ms against
 #      199.8 before both changes), then ours with DFLASH_FUSED_BLOCK_CONV=0 (the convolution's
-#      share), D-PACE's step against the reference (issue 29 D5: "the step time of each"), and
+#      share), D-PACE's step against the reference (issue 29 D5: "the step time of each"; one
+#      lm_head pass since 5ce521f), and
 #      DFlash2's step profiled (--profile 1). About 9 minutes.
 #   2: run49.sh (the Qwen3.5-27B-shaped drafter against the reference at 8192 / 512, its peaks at
 #      16384 / 1024 and 32768 / 2048 beside the plan's). About 9 minutes.
