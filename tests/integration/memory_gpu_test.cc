@@ -46,6 +46,7 @@ struct Geometry {
   std::string recompute = "none";
   std::string layer_ids = "auto";                                              // target.layer_ids
   std::string data = "{train: \"builtin:long-synthetic\", max_length: 2048}";  // run.yaml's data
+  std::string kind = "dflash";                                                 // drafter.kind
 };
 
 // What one run needed, measured.
@@ -103,7 +104,7 @@ class MemoryGpu : public TrainingCluster {
                         g.layer_ids,
                         "}\n"
                         "drafter: {layers: ",
-                        g.layers, ", block_size: 16, recompute: ", g.recompute,
+                        g.layers, ", block_size: 16, recompute: ", g.recompute, ", kind: ", g.kind,
                         "}\n"
                         "data: ",
                         g.data, "\nbatching: {token_budget: ", g.tokens,
@@ -329,10 +330,10 @@ class MemoryGpu : public TrainingCluster {
       const double planned = static_cast<double>(PlannedPeak(path, role));
       const double measured = static_cast<double>(m.peak.at(key));
       std::cerr << absl::StrFormat(
-          "[memory_gpu_test] plan | %lld | %lld | %lld | %s | %s | %.2f | %.2f | %+.1f%% |\n",
+          "[memory_gpu_test] plan | %lld | %lld | %lld | %s | %s | %s | %.2f | %.2f | %+.1f%% |\n",
           static_cast<long long>(g.tokens), static_cast<long long>(g.anchors),
-          static_cast<long long>(g.layers), g.recompute, role, planned / kGiB, measured / kGiB,
-          100.0 * (planned - measured) / measured);
+          static_cast<long long>(g.layers), g.recompute, g.kind, role, planned / kGiB,
+          measured / kGiB, 100.0 * (planned - measured) / measured);
       EXPECT_NEAR(planned, measured, 0.10 * measured)
           << role << " at " << g.tokens << " tokens, " << g.anchors << " anchors";
     }
@@ -525,7 +526,14 @@ TEST_F(MemoryGpu, TheTargetRunsOutOfMemoryForRealAndForwardsTheHalves) {
 
 // The memory planner against the allocator's peaks of the real workers (docs/memory.md).
 TEST_F(MemoryGpu, ThePlanIsWithinTenPercentOfTheMeasuredPeaks) {
-  const Geometry geometries[] = {{8192, 512, 5}, {16384, 1024, 5, "mlp"}, {4096, 256, 2, "layers"}};
+  // The last: a DFlash2 drafter (its convolutions and selector; at 0c18331, before the fused
+  // convolution, drafter_step measured a 25.58 GiB allocator peak where the plan said 20.42).
+  const Geometry geometries[] = {
+      {8192, 512, 5},
+      {16384, 1024, 5, "mlp"},
+      {4096, 256, 2, "layers"},
+      {8192, 512, 5, "none", "auto", "{train: \"builtin:long-synthetic\", max_length: 2048}",
+       "dflash2"}};
   int n = 0;
   for (const Geometry& g : geometries) {
     const std::string name = absl::StrCat("g", n++);

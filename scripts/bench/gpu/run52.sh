@@ -9,13 +9,15 @@
 #      DFlash2's step profiled (--profile 1). About 9 minutes.
 #   2: run49.sh (the Qwen3.5-27B-shaped drafter against the reference at 8192 / 512, its peaks at
 #      16384 / 1024 and 32768 / 2048 beside the plan's). About 9 minutes.
-# Pack: scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu'; carry .devdeps
-# .gpu/t.
+#   3: memory_gpu_test's ThePlan case, with its DFlash2 geometry since 2026-12-07 (the plan was
+#      20% under DFlash2's measured peak before the fused convolution). About 3 minutes.
+# Pack: scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu'; carry
+# .devdeps .gpu/t.
 # Results under $OUT (log, ds2/, dp/, prof/).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:?set OUT to the folder the results go to}
-case "${1:?stage 1 or 2}" in
+case "${1:?stage 1, 2 or 3}" in
   1)
     timeout 60 bash scripts/bench/gpu/gpu_tests.sh run 'fused_ce|block_conv|drafter_gpu'
     source scripts/bench/gpu/unpacked.sh run52
@@ -35,5 +37,9 @@ case "${1:?stage 1 or 2}" in
     tar -czf "$out/run52.tgz" -C "$out" log ds2 dp prof 2>/dev/null
     ;;
   2) bash scripts/bench/gpu/run49.sh ;;
-  *) echo "usage: run52.sh 1|2" >&2; exit 2 ;;
+  3)
+    GTEST_FILTER='MemoryGpu.ThePlan*' timeout 400 bash scripts/bench/gpu/gpu_tests.sh run memory_gpu
+    grep -h "memory_gpu_test\] plan" "$out/memory_gpu_test.log" | tee -a "$out/log"
+    ;;
+  *) echo "usage: run52.sh 1|2|3" >&2; exit 2 ;;
 esac
