@@ -34,6 +34,28 @@ at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& lm_head, int6
   return at::matmul(h, lm_head.t()).to(at::kFloat);
 }
 
+// d CE / d logits of rows whose fp32 logits and logsumexp are given: softmax - onehot(label),
+// [m, V] fp32 (written over a fresh exp of the logits).
+at::Tensor CeLogitGrad(const at::Tensor& logits, const at::Tensor& lse, const at::Tensor& label) {
+  at::Tensor probs = at::exp(logits - lse.unsqueeze(1));
+  probs.scatter_add_(1, label.unsqueeze(1), at::full({logits.size(0), 1}, -1.0, probs.options()));
+  return probs;
+}
+
+// The shapes every CE entry point takes (`what` names it in the message).
+void CheckCeInputs(const at::Tensor& hidden, const at::Tensor& lm_head, const at::Tensor& labels,
+                   int64_t chunk_rows, int64_t top_k, const char* what) {
+  TORCH_CHECK(hidden.dim() == 2 && lm_head.dim() == 2 && hidden.size(1) == lm_head.size(1), what,
+              ": hidden ", hidden.sizes(), " and lm_head ", lm_head.sizes(),
+              " must be [N, H] and [V, H]");
+  TORCH_CHECK(
+      labels.dim() == 1 && labels.size(0) == hidden.size(0) && labels.scalar_type() == at::kLong,
+      what, ": labels must be [", hidden.size(0), "] int64");
+  TORCH_CHECK(chunk_rows >= 1, what, ": chunk_rows must be at least 1, got ", chunk_rows);
+  TORCH_CHECK(top_k >= 0 && top_k <= lm_head.size(0), what, ": top_k must be in 0..",
+              lm_head.size(0), " (the vocabulary), got ", top_k);
+}
+
 // Outputs: numerator (0-dim fp32, differentiable), correct ([N] bool) and top ([N, top_k] int64),
 // not differentiable.
 struct WeightedCeFunction : public torch::autograd::Function<WeightedCeFunction> {
@@ -75,10 +97,8 @@ struct WeightedCeFunction : public torch::autograd::Function<WeightedCeFunction>
       grad_hidden = at::empty_like(hidden);
       for (int64_t s = 0; s < hidden.size(0); s += chunk_rows) {
         const int64_t m = std::min(chunk_rows, hidden.size(0) - s);
-        at::Tensor probs = at::exp(ChunkLogits(hidden, lm_head, s, m) -
-                                   lse.narrow(0, s, m).unsqueeze(1));  // [m, V]
-        probs.scatter_add_(1, labels.narrow(0, s, m).unsqueeze(1),
-                           at::full({m, 1}, -1.0, probs.options()));
+        at::Tensor probs = CeLogitGrad(ChunkLogits(hidden, lm_head, s, m), lse.narrow(0, s, m),
+                                       labels.narrow(0, s, m));  // [m, V]
         probs.mul_(scale.narrow(0, s, m).unsqueeze(1));
         grad_hidden.narrow(0, s, m).copy_(at::matmul(probs.to(lm_head.scalar_type()), lm_head));
       }
@@ -105,18 +125,10 @@ WeightedCeResult WeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor
 WeightedCeResult ChunkedWeightedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                              const at::Tensor& labels, const at::Tensor& weights,
                                              int64_t chunk_rows, int64_t top_k) {
-  TORCH_CHECK(hidden.dim() == 2 && lm_head.dim() == 2 && hidden.size(1) == lm_head.size(1),
-              "weighted CE: hidden ", hidden.sizes(), " and lm_head ", lm_head.sizes(),
-              " must be [N, H] and [V, H]");
-  TORCH_CHECK(
-      labels.dim() == 1 && labels.size(0) == hidden.size(0) && labels.scalar_type() == at::kLong,
-      "weighted CE: labels must be [", hidden.size(0), "] int64");
+  CheckCeInputs(hidden, lm_head, labels, chunk_rows, top_k, "weighted CE");
   TORCH_CHECK(weights.dim() == 1 && weights.size(0) == hidden.size(0) &&
                   weights.scalar_type() == at::kFloat,
               "weighted CE: weights must be [", hidden.size(0), "] fp32");
-  TORCH_CHECK(chunk_rows >= 1, "weighted CE: chunk_rows must be at least 1, got ", chunk_rows);
-  TORCH_CHECK(top_k >= 0 && top_k <= lm_head.size(0), "weighted CE: top_k must be in 0..",
-              lm_head.size(0), " (the vocabulary), got ", top_k);
   variable_list out =
       WeightedCeFunction::apply(hidden, lm_head.detach(), labels, weights, chunk_rows, top_k);
   return WeightedCeResult{out[0], out[1], top_k > 0 ? out[2] : at::Tensor()};
@@ -152,15 +164,7 @@ struct WeightedRowsFunction : public torch::autograd::Function<WeightedRowsFunct
 CrossEntropyRows CrossEntropyRowsWithGrad(const at::Tensor& hidden, const at::Tensor& lm_head,
                                           const at::Tensor& labels, int64_t chunk_rows,
                                           int64_t top_k) {
-  TORCH_CHECK(hidden.dim() == 2 && lm_head.dim() == 2 && hidden.size(1) == lm_head.size(1),
-              "CE rows: hidden ", hidden.sizes(), " and lm_head ", lm_head.sizes(),
-              " must be [N, H] and [V, H]");
-  TORCH_CHECK(
-      labels.dim() == 1 && labels.size(0) == hidden.size(0) && labels.scalar_type() == at::kLong,
-      "CE rows: labels must be [", hidden.size(0), "] int64");
-  TORCH_CHECK(chunk_rows >= 1, "CE rows: chunk_rows must be at least 1, got ", chunk_rows);
-  TORCH_CHECK(top_k >= 0 && top_k <= lm_head.size(0), "CE rows: top_k must be in 0..",
-              lm_head.size(0), " (the vocabulary), got ", top_k);
+  CheckCeInputs(hidden, lm_head, labels, chunk_rows, top_k, "CE rows");
 #ifdef DFLASH_HAVE_FUSED_CE
   if (hidden.is_cuda()) {
     kernels::FusedCeRows r =
@@ -184,9 +188,8 @@ CrossEntropyRows CrossEntropyRowsWithGrad(const at::Tensor& hidden, const at::Te
     const at::Tensor lse = at::logsumexp(logits, {1});
     r.ce.narrow(0, s, m).copy_(lse - logits.gather(1, label.unsqueeze(1)).squeeze(1));
     r.correct.narrow(0, s, m).copy_(at::argmax(logits, 1).eq(label));
-    at::Tensor probs = at::exp(logits - lse.unsqueeze(1));  // d CE / d logits
-    probs.scatter_add_(1, label.unsqueeze(1), at::full({m, 1}, -1.0, probs.options()));
-    r.grad.narrow(0, s, m).copy_(at::matmul(probs.to(head.scalar_type()), head));
+    const at::Tensor dlogits = CeLogitGrad(logits, lse, label);
+    r.grad.narrow(0, s, m).copy_(at::matmul(dlogits.to(head.scalar_type()), head));
   }
   return r;
 }
