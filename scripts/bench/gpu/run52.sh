@@ -21,7 +21,7 @@ case "${1:?stage 1, 2 or 3}" in
   1)
     timeout 60 bash scripts/bench/gpu/gpu_tests.sh run 'fused_ce|block_conv|drafter_gpu'
     source scripts/bench/gpu/unpacked.sh run52
-    GEOMS=8192:512 PYTHON=$py OURS_ARGS="--kind dflash2" timeout 290 \
+    GEOMS=8192:512 PYTHON=$py OURS_ARGS="--kind dflash2" timeout 240 \
       bash scripts/bench/drafter_step.sh build "$out/ds2" 2>&1 | tail -n 8 | tee -a "$out/log"
     mkdir -p "$out/prof"
     DFLASH_FUSED_BLOCK_CONV=0 timeout 60 build/scripts/bench/drafter_step --kind dflash2 \
