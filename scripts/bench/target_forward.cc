@@ -9,7 +9,12 @@
 // allocated bytes, reset before each case; "above weights" subtracts what was allocated before it.
 // Prints a markdown table, then a breakdown of each case's time into GEMMs, attention and
 // elementwise work. Usage: target_forward [--runs N] [--tokens T]
-// [--model qwen3-8b|qwen3-30b-a3b|qwen3.5-27b] [--scan_only 1]
+// [--model qwen3-8b|qwen3-30b-a3b|qwen3.5-27b] [--scan_only 1] [--profile 1]
+//
+// --profile 1: after each case's timed forwards, one more forward under the kernel profiler
+// (scripts/bench/kernel_profile.h): device ms by category (gemm, attention, elementwise/other,
+// copy), busy against wall (the host's share: wall minus busy) and the 15 longest kernels, as a
+// table on stderr. The profiled forward is not in the timed median.
 //
 // --model qwen3-30b-a3b: Qwen/Qwen3-30B-A3B's shape (48 layers, H=2048, 32/4 heads,
 // 128 experts of I=768, top 8 renormalized; layer ids [1, 12, 23, 34, 45], so layers 0..45 run)
@@ -57,6 +62,7 @@
 #include "common/nn/layers.h"
 #include "common/nn/target_model.h"
 #include "scripts/bench/bench_flags.h"
+#include "scripts/bench/kernel_profile.h"
 
 namespace dflash::nn {
 namespace {
@@ -236,7 +242,7 @@ int64_t AllocatedBytes(bool peak) {
 
 // One table row: median milliseconds per forward, tokens/s, model TFLOP/s, peak GiB (total and
 // above what was allocated before the case: weights, inputs and the features buffer).
-bool RunCase(const TargetModel& model, const Case& c, int runs) {
+bool RunCase(const TargetModel& model, const Case& c, int runs, bool profile) {
   const Batch batch = MakeBatch(c.lengths, model.config().vocab_size);
   at::Tensor features = at::empty({batch.input_ids.size(0), model.feature_dim()},
                                   at::TensorOptions().dtype(model.dtype()).device(model.device()));
@@ -262,6 +268,18 @@ bool RunCase(const TargetModel& model, const Case& c, int runs) {
               c.name.c_str(), c.lengths.size(), static_cast<long>(tokens), ms,
               tokens / (ms / 1000.0), tflops, peak / kGiB, (peak - base) / kGiB);
   std::fflush(stdout);
+  if (!profile) return true;
+  absl::StatusOr<bench::KernelProfile> p = bench::ProfileKernels([&] {
+    if (status.ok()) status = model.Forward(batch.input_ids, batch.positions, batch.cu_seqlens,
+                                            features);
+    c10::cuda::device_synchronize();
+  });
+  if (!p.ok() || !status.ok()) {
+    std::fprintf(stderr, "%s: profile: %s %s\n", c.name.c_str(), p.status().ToString().c_str(),
+                 status.ToString().c_str());
+    return false;
+  }
+  std::fprintf(stderr, "%s\n", bench::ProfileTable("target forward, " + c.name, *p, 15).c_str());
   return true;
 }
 
@@ -339,13 +357,14 @@ void ScanTime(const model::TransformerConfig& c, const Case& cs, int runs, int64
 }
 
 int Main(int argc, char** argv) {
-  bench::RequireKnownFlags(argc, argv, {"--runs", "--tokens", "--model", "--scan_only"},
+  bench::RequireKnownFlags(argc, argv, {"--runs", "--tokens", "--model", "--scan_only", "--profile"},
                            "target_forward");
   const int runs = static_cast<int>(bench::Flag(argc, argv, "--runs", 7));
   const int64_t tokens = bench::Flag(argc, argv, "--tokens", 8192);
   const std::string model_name = bench::StrFlag(argc, argv, "--model", "qwen3-8b");
   // qwen3.5-27b: only the delta-rule scan table (no weights drawn)
   const bool scan_only = bench::Flag(argc, argv, "--scan_only", 0) != 0;
+  const bool profile = bench::Flag(argc, argv, "--profile", 0) != 0;
   if (model_name != "qwen3-8b" && model_name != "qwen3-30b-a3b" && model_name != "qwen3.5-27b") {
     std::fprintf(stderr,
                  "target_forward: --model must be qwen3-8b, qwen3-30b-a3b or qwen3.5-27b\n");
@@ -403,7 +422,7 @@ int Main(int argc, char** argv) {
       "| impl | case | docs | tokens | median ms | tokens/s | model TFLOP/s | peak GiB | "
       "peak above weights GiB |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const Case& c : cases) {
-    if (!RunCase(**model, c, runs)) return 1;
+    if (!RunCase(**model, c, runs, profile)) return 1;
   }
   if (hybrid) scan_table();
   if (moe || hybrid) return 0;  // the breakdown times the dense layer's operations

@@ -10,7 +10,8 @@
 #   2: run49.sh (the Qwen3.5-27B-shaped drafter against the reference at 8192 / 512, its peaks at
 #      16384 / 1024 and 32768 / 2048 beside the plan's). About 9 minutes.
 #   3: memory_gpu_test's ThePlan case, with its DFlash2 geometry since 2026-12-07 (the plan was
-#      20% under DFlash2's measured peak before the fused convolution). About 3 minutes.
+#      20% under DFlash2's measured peak before the fused convolution). About 3 minutes. Then
+#      target_forward --profile 1 (issue 28 D3: the forward's device time by kernel; 2 minutes).
 # Pack: scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu'; carry
 # .devdeps .gpu/t.
 # Results under $OUT (log, ds2/, dp/, prof/).
@@ -40,6 +41,11 @@ case "${1:?stage 1, 2 or 3}" in
   3)
     GTEST_FILTER='MemoryGpu.ThePlan*' timeout 400 bash scripts/bench/gpu/gpu_tests.sh run memory_gpu
     grep -h "memory_gpu_test\] plan" "$out/memory_gpu_test.log" | tee -a "$out/log"
+    # Issue 28 D3: where the target forward's device time goes (one profiled forward per case).
+    mkdir -p "$out/tf"
+    timeout 150 build/scripts/bench/target_forward --runs 5 --profile 1 >"$out/tf/tf.md" \
+      2>"$out/tf/profile.txt"
+    echo "[run52 target_forward --profile 1] rc $?" | tee -a "$out/log"
     ;;
   *) echo "usage: run52.sh 1|2|3" >&2; exit 2 ;;
 esac
