@@ -42,6 +42,7 @@ case "${1:?stage 1, 2 or 3}" in
     GTEST_FILTER='MemoryGpu.ThePlan*' timeout 400 bash scripts/bench/gpu/gpu_tests.sh run memory_gpu
     grep -h "memory_gpu_test\] plan" "$out/memory_gpu_test.log" | tee -a "$out/log"
     # Issue 28 D3: where the target forward's device time goes (one profiled forward per case).
+    source scripts/bench/gpu/unpacked.sh run52-3  # the libraries' path for the benchmark
     mkdir -p "$out/tf"
     timeout 150 build/scripts/bench/target_forward --runs 5 --profile 1 >"$out/tf/tf.md" \
       2>"$out/tf/profile.txt"
