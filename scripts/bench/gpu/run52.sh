@@ -47,6 +47,7 @@ case "${1:?stage 1, 2 or 3}" in
     timeout 150 build/scripts/bench/target_forward --runs 5 --profile 1 >"$out/tf/tf.md" \
       2>"$out/tf/profile.txt"
     echo "[run52 target_forward --profile 1] rc $?" | tee -a "$out/log"
+    timeout 60 "$py" scripts/bench/target_gemms.py --json "$out/tf/gemms.json" | tee -a "$out/log"
     ;;
   *) echo "usage: run52.sh 1|2|3" >&2; exit 2 ;;
 esac
