@@ -41,7 +41,7 @@
 // docs/method.md §2.2); drafter_step_ref.py runs the same DFlash2 step from the dump.
 // --precision fp8: drafter.precision fp8 (the projections' GEMMs in e4m3, docs/method.md §4.1;
 // a GPU of compute capability 8.9 or later).
-// --profile 1 (CUDA only) adds where the device time goes (scripts/bench/kernel_profile.h): the
+// --profile 1 (CUDA only) adds where the device time goes (common/device/kernel_profile.h): the
 // kernels of the forward + loss, of the backward and of one trainer step by category, tables on
 // stderr and "profile" in the JSON.
 // --target builtin:tiny-qwen3 --device cpu --dtype float32 --tokens 512 --anchors 32 --doc-min 60
@@ -83,7 +83,7 @@
 #include "common/train/trainer.h"
 #include "scripts/bench/bench_device.h"
 #include "scripts/bench/bench_flags.h"
-#include "scripts/bench/kernel_profile.h"
+#include "common/device/kernel_profile.h"
 
 namespace {
 
@@ -398,11 +398,11 @@ int main(int argc, char** argv) {
       ResetPeak(device);
       std::string json;
       if (profile) {
-        absl::StatusOr<dflash::bench::KernelProfile> p =
-            dflash::bench::ProfileKernels(work, host_ops);
+        absl::StatusOr<dflash::device::KernelProfile> p =
+            dflash::device::ProfileKernels(work, host_ops);
         Check(p.status(), title);
-        std::fprintf(stderr, "%s\n", dflash::bench::ProfileTable(title, *p, 15).c_str());
-        json = dflash::bench::ProfileJson(*p, 15);
+        std::fprintf(stderr, "%s\n", dflash::device::ProfileTable(title, *p, 15).c_str());
+        json = dflash::device::ProfileJson(*p, 15);
       } else {
         work();
       }

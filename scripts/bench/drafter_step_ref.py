@@ -403,7 +403,7 @@ class ReferenceStep:
 
 
 def kernel_category(name):
-    """scripts/bench/kernel_profile.cc's KernelCategory, the same rules."""
+    """common/device/kernel_profile.cc's KernelCategory, the same rules."""
     s = name.lower()
     has = lambda *parts: any(p in s for p in parts)  # noqa: E731
     if has("memcpy", "memset"):

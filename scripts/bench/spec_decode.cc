@@ -41,7 +41,7 @@
 #include "common/spec/speculative.h"
 #include "nlohmann/json.hpp"
 #include "scripts/bench/bench_flags.h"
-#include "scripts/bench/kernel_profile.h"
+#include "common/device/kernel_profile.h"
 
 namespace {
 
@@ -164,12 +164,12 @@ int main(int argc, char** argv) {
   };
   std::string profile = "null";
   if (Flag(argc, argv, "--profile", 0) == 1 && device.is_cuda()) {
-    absl::StatusOr<dflash::bench::KernelProfile> p = dflash::bench::ProfileKernels(
+    absl::StatusOr<dflash::device::KernelProfile> p = dflash::device::ProfileKernels(
         [&] { Decode(**target, **draft, prompts, profile_new, true); }, /*host_ops=*/true);
     if (!p.ok()) Fail("--profile", p.status());
     std::fprintf(stderr, "%s\n",
-                 dflash::bench::ProfileTable("decode with the cache", *p, 15).c_str());
-    profile = dflash::bench::ProfileJson(*p, 15);
+                 dflash::device::ProfileTable("decode with the cache", *p, 15).c_str());
+    profile = dflash::device::ProfileJson(*p, 15);
   }
   nlohmann::json out = {{"target", target_name},
                         {"dtype", dtype_name},

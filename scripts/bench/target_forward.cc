@@ -12,7 +12,7 @@
 // [--model qwen3-8b|qwen3-30b-a3b|qwen3.5-27b] [--scan_only 1] [--profile 1]
 //
 // --profile 1: after each case's timed forwards, one more forward under the kernel profiler
-// (scripts/bench/kernel_profile.h): device ms by category (gemm, attention, elementwise/other,
+// (common/device/kernel_profile.h): device ms by category (gemm, attention, elementwise/other,
 // copy), busy against wall (the host's share: wall minus busy) and the 15 longest kernels, as a
 // table on stderr. The profiled forward is not in the timed median.
 //
@@ -62,7 +62,7 @@
 #include "common/nn/layers.h"
 #include "common/nn/target_model.h"
 #include "scripts/bench/bench_flags.h"
-#include "scripts/bench/kernel_profile.h"
+#include "common/device/kernel_profile.h"
 
 namespace dflash::nn {
 namespace {
@@ -269,7 +269,7 @@ bool RunCase(const TargetModel& model, const Case& c, int runs, bool profile) {
               tokens / (ms / 1000.0), tflops, peak / kGiB, (peak - base) / kGiB);
   std::fflush(stdout);
   if (!profile) return true;
-  absl::StatusOr<bench::KernelProfile> p = bench::ProfileKernels([&] {
+  absl::StatusOr<device::KernelProfile> p = device::ProfileKernels([&] {
     if (status.ok()) status = model.Forward(batch.input_ids, batch.positions, batch.cu_seqlens,
                                             features);
     c10::cuda::device_synchronize();
@@ -279,7 +279,7 @@ bool RunCase(const TargetModel& model, const Case& c, int runs, bool profile) {
                  status.ToString().c_str());
     return false;
   }
-  std::fprintf(stderr, "%s\n", bench::ProfileTable("target forward, " + c.name, *p, 15).c_str());
+  std::fprintf(stderr, "%s\n", device::ProfileTable("target forward, " + c.name, *p, 15).c_str());
   return true;
 }
 

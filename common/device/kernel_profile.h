@@ -1,10 +1,11 @@
-// Device time of the kernels a piece of work launches, by category (benchmarks only).
+// Device time of the kernels a piece of work launches, by category: the benchmarks' --profile
+// and the workers' --profile_steps (docs/operations.md).
 //
 // ProfileKernels runs `work` under LibTorch's Kineto profiler with the CUDA activity only and sums
 // the duration of every kernel, memcpy and memset it recorded; `busy_ms` is the union of their
 // intervals (kernels of several streams overlap), `wall_ms` the host time of `work` (which must
 // end with a device synchronization). The categories come from the kernel's name (KernelCategory):
-// drafter_step_ref.py's --profile applies the same rules to the PyTorch reference.
+// scripts/bench/drafter_step_ref.py's --profile applies the same rules to the PyTorch reference.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace dflash::bench {
+namespace dflash::device {
 
 struct KernelTotal {
   std::string name;
@@ -54,4 +55,4 @@ std::string ProfileJson(const KernelProfile& profile, int top);
 // A table for stderr: a row per category, then the `top` longest kernels.
 std::string ProfileTable(const std::string& title, const KernelProfile& profile, int top);
 
-}  // namespace dflash::bench
+}  // namespace dflash::device
