@@ -3,10 +3,12 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/base/file_mode.h"
 #include "common/base/status.h"
 #include "common/config/yaml_reader.h"
@@ -141,9 +143,27 @@ absl::Status LoadWorkerConfigFile(const std::string& path, WorkerConfig* c) {
   m.Get("log_level", &c->log_level);
   m.Get("log_file", &c->log_file);
   m.Get("umask", &c->umask);
+  m.Get("profile_steps", &c->profile_steps);
   ReadTls(&m, &c->tls);
   m.Finish();
   return e.ToStatus(path);
+}
+
+absl::StatusOr<ProfileSteps> ParseProfileSteps(const std::string& text) {
+  ProfileSteps out;
+  if (text.empty()) return out;
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &out.first) ||
+      !absl::SimpleAtoi(parts[1], &out.count)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must be FIRST:COUNT (e.g. 5:3, steps 5, 6 and 7), got '", text, "'"));
+  }
+  if (out.first < 0 || out.count < 1 || out.count > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FIRST must be at least 0 and COUNT in [1, 1000] (each profiled step is slower), got '",
+        text, "'"));
+  }
+  return out;
 }
 
 absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
@@ -197,6 +217,11 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
   CheckRange(&e, "gpu", c.gpu, -1, 1023);
   CheckLogLevel(&e, c.log_level);
   CheckUmask(&e, c.umask);
+  if (absl::StatusOr<ProfileSteps> p = ParseProfileSteps(c.profile_steps); !p.ok()) {
+    e.Add("profile_steps", p.status().message());
+  } else if (p->count > 0 && c.gpu < 0) {
+    e.Add("profile_steps", "profiles device kernels; this worker has no GPU (gpu is -1)");
+  }
   CheckTls(&e, c.tls);
   // The coordinator dials back over TLS when it serves TLS, so a worker that reaches it over TLS
   // serves its control port over TLS too.

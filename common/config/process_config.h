@@ -48,7 +48,17 @@ struct WorkerConfig {
   // gRPC transport security (TLS to the coordinator and on the control port; mutual: only
   // clients with a certificate signed by ca_file reach the control port).
   TlsOptions tls;
+  // "FIRST:COUNT": steps FIRST .. FIRST+COUNT-1 of each run run under the kernel profiler and
+  // log where their time went (docs/operations.md, "Where a step's time goes"); "" = never.
+  std::string profile_steps;
 };
+
+// profile_steps parsed: the first step and how many; {0, 0} for "".
+struct ProfileSteps {
+  int64_t first = 0, count = 0;
+  bool Covers(int64_t step) const { return count > 0 && step >= first && step < first + count; }
+};
+absl::StatusOr<ProfileSteps> ParseProfileSteps(const std::string& text);
 
 // Reads a config file into `out` (fields absent from the file keep their value).
 absl::Status LoadCoordinatorConfigFile(const std::string& path, CoordinatorConfig* out);

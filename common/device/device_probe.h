@@ -42,5 +42,8 @@ void ResetTorchPeak(int gpu);
 // cached would otherwise stay this process's). A no-op without CUDA or before the allocator
 // exists.
 void ReleaseCachedMemory();
+// Waits for every stream of `gpu` (a no-op for gpu < 0 or without CUDA): the end of a profiled
+// step (kernel_profile.h needs its work to end on the device too).
+void SynchronizeTorchDevice(int gpu);
 
 }  // namespace dflash::device

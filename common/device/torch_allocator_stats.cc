@@ -54,4 +54,13 @@ void ReleaseCachedMemory() {
 #endif
 }
 
+void SynchronizeTorchDevice(int gpu) {
+#ifdef DFLASH_HAVE_TORCH_CUDA
+  if (gpu < 0 || gpu >= static_cast<int>(c10::cuda::device_count())) return;
+  c10::cuda::device_synchronize();
+#else
+  (void)gpu;
+#endif
+}
+
 }  // namespace dflash::device

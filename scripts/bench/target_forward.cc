@@ -55,6 +55,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/device/kernel_profile.h"
 #include "common/model/hf_config.h"
 #include "common/nn/attention.h"
 #include "common/nn/builtin_target.h"
@@ -62,7 +63,6 @@
 #include "common/nn/layers.h"
 #include "common/nn/target_model.h"
 #include "scripts/bench/bench_flags.h"
-#include "common/device/kernel_profile.h"
 
 namespace dflash::nn {
 namespace {
@@ -270,8 +270,8 @@ bool RunCase(const TargetModel& model, const Case& c, int runs, bool profile) {
   std::fflush(stdout);
   if (!profile) return true;
   absl::StatusOr<device::KernelProfile> p = device::ProfileKernels([&] {
-    if (status.ok()) status = model.Forward(batch.input_ids, batch.positions, batch.cu_seqlens,
-                                            features);
+    if (status.ok())
+      status = model.Forward(batch.input_ids, batch.positions, batch.cu_seqlens, features);
     c10::cuda::device_synchronize();
   });
   if (!p.ok() || !status.ok()) {
@@ -357,8 +357,8 @@ void ScanTime(const model::TransformerConfig& c, const Case& cs, int runs, int64
 }
 
 int Main(int argc, char** argv) {
-  bench::RequireKnownFlags(argc, argv, {"--runs", "--tokens", "--model", "--scan_only", "--profile"},
-                           "target_forward");
+  bench::RequireKnownFlags(
+      argc, argv, {"--runs", "--tokens", "--model", "--scan_only", "--profile"}, "target_forward");
   const int runs = static_cast<int>(bench::Flag(argc, argv, "--runs", 7));
   const int64_t tokens = bench::Flag(argc, argv, "--tokens", 8192);
   const std::string model_name = bench::StrFlag(argc, argv, "--model", "qwen3-8b");

@@ -6,9 +6,11 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/device/device_probe.h"
+#include "common/device/kernel_profile.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "services/worker_common/kernel_overrides.h"
@@ -296,7 +298,7 @@ absl::StatusOr<v1::RunStepResponse> WorkerCore::RunStep(const v1::RunStepRequest
     process_peak_ = std::max(process_peak_, device::TorchAllocatorStats(gpu).peak_allocated_bytes);
   }
   device::ResetTorchPeak(gpu);  // the step's own peak, for dflash_worker_gpu_memory_step_peak_bytes
-  absl::StatusOr<StepReport> report = runner->RunStep(work);
+  absl::StatusOr<StepReport> report = RunStepProfiled(*runner, work, gpu, req.run_id());
   const uint64_t step_peak = device::TorchAllocatorStats(gpu).peak_allocated_bytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -335,6 +337,38 @@ absl::StatusOr<v1::RunStepResponse> WorkerCore::RunStep(const v1::RunStepRequest
   m->set_skipped_steps(report->skipped_steps);
   m->set_oom_splits(report->oom_splits);
   return resp;
+}
+
+absl::StatusOr<StepReport> WorkerCore::RunStepProfiled(StepRunner& runner, const StepWork& work,
+                                                       int gpu, const std::string& run_id) {
+  if (!profile_steps_.Covers(work.step)) return runner.RunStep(work);
+  absl::StatusOr<StepReport> report = absl::UnknownError("the profiled step did not run");
+  absl::StatusOr<device::KernelProfile> profile = device::ProfileKernels([&] {
+    report = runner.RunStep(work);
+    device::SynchronizeTorchDevice(gpu);
+  });
+  if (!profile.ok()) {
+    LOG_RUN(WARNING, run_id, work.step) << "step profile: " << profile.status();
+    return report;
+  }
+  // One line of key=value pairs (scripts/bench/pipeline.sh reads them), then the longest kernels.
+  std::string line =
+      absl::StrFormat("step profile: wall_ms=%.2f busy_ms=%.2f kernel_ms=%.2f launches=%d",
+                      profile->wall_ms, profile->busy_ms, profile->kernel_ms, profile->launches);
+  for (const auto& [category, ms] : profile->category_ms) {
+    std::string key = category;
+    std::replace(key.begin(), key.end(), ' ', '_');
+    std::replace(key.begin(), key.end(), '/', '_');
+    absl::StrAppendFormat(&line, " %s_ms=%.2f", key, ms);
+  }
+  LOG_RUN(INFO, run_id, work.step) << line;
+  std::string top = "step profile, longest kernels:";
+  for (size_t i = 0; i < profile->kernels.size() && i < 5; ++i) {
+    absl::StrAppendFormat(&top, " [%.2f ms x%d] %s;", profile->kernels[i].ms,
+                          profile->kernels[i].count, profile->kernels[i].name.substr(0, 90));
+  }
+  LOG_RUN(INFO, run_id, work.step) << top;
+  return report;
 }
 
 void WorkerCore::UpdateStepMetrics(const StepReport& report) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/config/process_config.h"
 #include "common/config/run_spec.h"
 #include "common/metrics/catalogue.h"
 #include "dflash/v1/registry.grpc.pb.h"
@@ -42,6 +43,9 @@ class WorkerCore {
   absl::StatusOr<v1::OpenDecodeGroupResponse> OpenDecodeGroup(
       const v1::OpenDecodeGroupRequest& req);
   void SetEvaluator(std::unique_ptr<Evaluator> evaluator) { evaluator_ = std::move(evaluator); }
+  // Steps of each run that run under the kernel profiler (worker config `profile_steps`); set
+  // before serving.
+  void SetProfileSteps(config::ProfileSteps steps) { profile_steps_ = steps; }
 
   // Coordinator says which run this worker holds (heartbeat reply); drops any other.
   void ReconcileAssignment(const std::string& assigned_run_id);
@@ -54,6 +58,10 @@ class WorkerCore {
 
  private:
   void UpdateStepMetrics(const StepReport& report);
+  // runner->RunStep(work), under the kernel profiler when profile_steps_ covers the step: then
+  // it waits for the device at the end and logs the step's wall and device time by category.
+  absl::StatusOr<StepReport> RunStepProfiled(StepRunner& runner, const StepWork& work, int gpu,
+                                             const std::string& run_id);
   // The request's decoding group, checked (INVALID_ARGUMENT naming the group field).
   static absl::StatusOr<DecodeGroupWork> GroupOf(const v1::DecodeGroup& g);
   int Gpu();  // this worker's device, -1 for the CPU
@@ -72,6 +80,7 @@ class WorkerCore {
   std::shared_ptr<StepRunner> runner_;
   std::mutex step_mu_;                    // one step at a time
   std::unique_ptr<Evaluator> evaluator_;  // set before serving; serializes its own calls
+  config::ProfileSteps profile_steps_;    // set before serving
 };
 
 // Registers with the coordinator (retrying with backoff until it answers) and heartbeats every

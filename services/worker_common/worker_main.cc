@@ -60,6 +60,9 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
   auto* o_mutual =
       app.add_flag("--tls_mutual", f.tls.mutual,
                    "the control port admits only certificates signed by --tls_ca_file");
+  auto* o_profile = app.add_option("--profile_steps", f.profile_steps,
+                                   "FIRST:COUNT: steps FIRST..FIRST+COUNT-1 of each run log their "
+                                   "device time by kernel category");
   std::string role_flag;
   app.add_option("--role", role_flag, "must be " + RoleName(role) + " if given");
   app.add_option("--ready_file", ready_file, "write ports as JSON here once serving");
@@ -91,6 +94,7 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
   if (*o_key) cfg.tls.key_file = f.tls.key_file;
   if (*o_ca) cfg.tls.ca_file = f.tls.ca_file;
   if (*o_mutual) cfg.tls.mutual = f.tls.mutual;
+  if (*o_profile) cfg.profile_steps = f.profile_steps;
   if (auto s = config::ValidateWorkerConfig(cfg); !s.ok()) return Fail(process, "config", s);
   // Before any thread or file: checkpoints, exports and logs are private by default.
   if (auto s = ApplyUmask(cfg.umask); !s.ok()) return Fail(process, "config", s);
@@ -132,6 +136,7 @@ int RunWorkerMain(int argc, char** argv, v1::WorkerRole role, StepRunnerFactory 
 
   WorkerCore core(self, std::move(runners), metrics->get());
   if (evaluators) core.SetEvaluator(evaluators());
+  core.SetProfileSteps(*config::ParseProfileSteps(cfg.profile_steps));  // validated above
   TargetWorkerService target_service(&core);
   WorkerControlService<v1::DrafterWorker::Service> drafter_service(&core);
   grpc::Service* service = role == v1::WORKER_ROLE_TARGET

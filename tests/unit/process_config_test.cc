@@ -165,9 +165,11 @@ TEST_F(ProcessConfigTest, WorkerFileSetsFieldsAndKeepsOthers) {
                            "role: drafter\n"
                            "coordinator: coord.example:7070\n"
                            "gpu: 3\n"
-                           "name: drafter-a\n");
+                           "name: drafter-a\n"
+                           "profile_steps: \"5:3\"\n");
   WorkerConfig w;
   ASSERT_TRUE(LoadWorkerConfigFile(path, &w).ok());
+  EXPECT_EQ(w.profile_steps, "5:3");
   EXPECT_EQ(w.role, "drafter");
   EXPECT_EQ(w.coordinator, "coord.example:7070");
   EXPECT_EQ(w.gpu, 3);
@@ -341,6 +343,31 @@ TEST(ValidateWorkerConfigTest, GpuBelowMinusOne) {
   WorkerConfig w = ValidWorker();
   w.gpu = -2;
   EXPECT_THAT(ValidateWorkerConfig(w).message(), HasSubstr("gpu: must be >= -1, got -2"));
+}
+
+TEST(ValidateWorkerConfigTest, ProfileStepsIsFirstColonCount) {
+  absl::StatusOr<ProfileSteps> p = ParseProfileSteps("5:3");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->first, 5);
+  EXPECT_EQ(p->count, 3);
+  EXPECT_FALSE(p->Covers(4));
+  EXPECT_TRUE(p->Covers(5));
+  EXPECT_TRUE(p->Covers(7));
+  EXPECT_FALSE(p->Covers(8));
+  absl::StatusOr<ProfileSteps> off = ParseProfileSteps("");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->Covers(0));
+  WorkerConfig w = ValidWorker();
+  w.profile_steps = "5:3";
+  EXPECT_TRUE(ValidateWorkerConfig(w).ok());
+  for (const char* bad : {"5", "5:", ":3", "a:3", "5:3:1", "-1:3", "5:0", "5:1001"}) {
+    w.profile_steps = bad;
+    EXPECT_THAT(ValidateWorkerConfig(w).message(), HasSubstr("profile_steps: ")) << bad;
+  }
+  w.profile_steps = "5:3";
+  w.gpu = -1;
+  EXPECT_THAT(ValidateWorkerConfig(w).message(),
+              HasSubstr("profile_steps: profiles device kernels; this worker has no GPU"));
 }
 
 TEST(ValidateWorkerConfigTest, GpuTooHigh) {
