@@ -41,6 +41,8 @@ case "${1:?usage: gpu_tests.sh pack|run [FILTER]}" in
     files=("${picked[@]}" "${benches[@]}")
     if printf '%s\n' "${picked[@]}" | grep -qE 'integration|worker'; then
       files+=(tests/integration/dflash-test-gpu-hog "${services[@]/#/services/}")
+    elif [ "${SERVICES:-0}" = 1 ]; then  # SERVICES=1: the product's binaries (pipeline.sh)
+      for b in "${services[@]:0:4}"; do files+=("services/$b"); done
     fi
     for f in "${files[@]}"; do
       mkdir -p "/tmp/gt/$(dirname "$f")"; strip -o "/tmp/gt/$f" "build/$f"
