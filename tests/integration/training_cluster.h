@@ -59,16 +59,17 @@ class TrainingCluster : public ::testing::Test {
 
   // test_hooks: start the -testhooks executable, which reads the DFLASH_TEST_* hooks from the
   // environment (services/worker_common/test_hooks.h); the product executable injects nothing.
+  // `extra`: more flags for the worker (e.g. --profile_steps).
   Process* StartWorker(const std::string& role, const std::string& name, int gpu = -1,
-                       bool test_hooks = false) {
+                       bool test_hooks = false, const std::vector<std::string>& extra = {}) {
     const std::string ready = dir_ + "/" + name + ".ready";
     std::filesystem::remove(ready);
-    workers_[name] = std::make_unique<Process>(
-        BinDir() + "/" + role + "_worker/dflash-" + role + "-worker" +
-            (test_hooks ? "-testhooks" : ""),
-        std::vector<std::string>{"--coordinator", address_, "--name", name, "--ready_file", ready,
-                                 "--gpu", std::to_string(gpu)},
-        dir_ + "/" + name + ".log");
+    std::vector<std::string> args = {"--coordinator", address_, "--name", name,
+                                     "--ready_file",  ready,    "--gpu",  std::to_string(gpu)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    workers_[name] = std::make_unique<Process>(BinDir() + "/" + role + "_worker/dflash-" + role +
+                                                   "-worker" + (test_hooks ? "-testhooks" : ""),
+                                               args, dir_ + "/" + name + ".log");
     EXPECT_GT(ReadReadyPort(ready, "grpc_port", std::chrono::milliseconds(30000)), 0)
         << ReadFile(dir_ + "/" + name + ".log");
     return workers_[name].get();

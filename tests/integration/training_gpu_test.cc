@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tests/integration/training_cluster.h"
@@ -74,6 +77,42 @@ TEST_F(TrainingCluster, GpuPairTrainsThroughCudaIpcWithTheLossCurveOfHost) {
   std::cerr << "[training_gpu_test] compared " << a.size() << " steps: cuda_ipc " << a.at(0)
             << " -> " << a.at(kSteps - 1) << ", host " << b.at(0) << " -> " << b.at(kSteps - 1)
             << "\n";
+}
+
+// Both workers started with --profile_steps 2:2 log, for steps 2 and 3 of the run and no other,
+// the device time of the step's kernels by category (docs/operations.md, "Where a step's time
+// goes"): CUPTI through LibTorch's profiler, in the product's own binaries.
+TEST_F(TrainingCluster, GpuPairProfilesTheStepsItIsAskedTo) {
+  if (!HaveNvidiaDevice()) GTEST_SKIP() << "no NVIDIA device on this machine";
+  const std::vector<std::string> profile = {"--profile_steps", "2:2"};
+  StartWorker("target", "t0", /*gpu=*/0, /*test_hooks=*/false, profile);
+  StartWorker("drafter", "d0", /*gpu=*/0, /*test_hooks=*/false, profile);
+  CtlResult run = RunCtl(address_, {"submit", WriteRunYaml("p.yaml", Yaml("p", "auto"))});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  for (const std::string name : {"t0", "d0"}) {
+    const std::string log = ReadFile(dir_ + "/" + name + ".log");
+    std::vector<int64_t> steps;
+    double busy_sum = 0, gemm_sum = 0;
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t at = line.find("step profile: wall_ms=");
+      if (at == std::string::npos) continue;
+      const size_t s = line.find(" step=");
+      ASSERT_NE(s, std::string::npos) << line;
+      steps.push_back(std::stoll(line.substr(s + 6)));
+      const size_t b = line.find("busy_ms="), g = line.find("gemm_ms=");
+      ASSERT_NE(b, std::string::npos) << line;
+      ASSERT_NE(g, std::string::npos) << line;  // both processes run projections
+      busy_sum += std::stod(line.substr(b + 8));
+      gemm_sum += std::stod(line.substr(g + 8));
+    }
+    EXPECT_EQ(steps, (std::vector<int64_t>{2, 3})) << name << ":\n" << log;
+    EXPECT_GT(busy_sum, 0) << name;
+    EXPECT_GT(gemm_sum, 0) << name;
+    EXPECT_THAT(log, HasSubstr("step profile, longest kernels: [")) << name;
+    std::cerr << "[training_gpu_test] " << name << ": steps 2-3 profiled, device busy " << busy_sum
+              << " ms, gemm " << gemm_sum << " ms\n";
+  }
 }
 
 // A bit of the fourth message's features flipped on the device after the target took their

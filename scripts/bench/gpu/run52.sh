@@ -13,7 +13,7 @@
 #      20% under DFlash2's measured peak before the fused convolution). About 3 minutes. Then
 #      target_forward --profile 1 (issue 28 D3: the forward's device time by kernel; 2 minutes),
 #      target_gemms.py, and pipeline.sh at 8192 / 512 with PROFILE=8:4 (issue 28 D4's table).
-# Pack: SERVICES=1 scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu'; carry
+# Pack: SERVICES=1 scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu|training_gpu'; carry
 # .devdeps .gpu/t.
 # Results under $OUT (log, ds2/, dp/, prof/).
 set -uo pipefail
@@ -49,6 +49,8 @@ case "${1:?stage 1, 2 or 3}" in
       2>"$out/tf/profile.txt"
     echo "[run52 target_forward --profile 1] rc $?" | tee -a "$out/log"
     timeout 60 "$py" scripts/bench/target_gemms.py --json "$out/tf/gemms.json" | tee -a "$out/log"
+    GTEST_FILTER='*Profiles*' timeout 120 bash scripts/bench/gpu/gpu_tests.sh run training_gpu
+    source scripts/bench/gpu/unpacked.sh run52-3b
     # Issue 28 D4: the one-GPU pipeline with steps 8-11 profiled in both workers (where a step's
     # time goes outside the two processes' kernels).
     PROFILE=8:4 GEOMS=8192:512 PYTHON=$py timeout 240 bash scripts/bench/pipeline.sh build 14 \
