@@ -9,16 +9,20 @@ The same drafter and loss as method.md §2-4, written the way a competent PyTorc
   - attention: FlexAttention with the DFlash BlockMask (method.md §3.3, the mask_mod of
     dflash_attn_flex.py), q [1, Hq, n*B, D], k/v [1, Hkv, T + n*B, D], enable_gqa;
   - loss: only rows with weight > 0 go to the lm_head (as ours); chunked cross-entropy over the
-    frozen bf16 lm_head, a torch.autograd.Function that keeps only the per-row logsumexp from the
-    forward and recomputes one chunk of logits at a time in the backward (at most one chunk of
-    logits, and its gradient, exists at once); decayed weights exp(-(k-1)/gamma); loss = numerator
-    / weight sum, backward;
+    frozen bf16 lm_head with the gradient computed in the forward, as Liger's fused linear
+    cross-entropy does (--loss fused, the default since 2026-12-08): per chunk of rows one logits
+    GEMM, softmax - onehot, one dHidden GEMM, the [rows, H] gradient kept for the backward, which
+    only scales it (at most one chunk of logits exists at once); --loss recompute is the earlier
+    reference, which keeps the per-row logsumexp and recomputes each chunk's logits in the
+    backward (three GEMMs per chunk against two); decayed weights exp(-(k-1)/gamma); loss =
+    numerator / weight sum, backward;
   - clip_grad_norm_(1.0), torch.optim.AdamW(fused=True), betas 0.9/0.999, eps 1e-8, wd 0,
     constant lr 6e-4 (ours runs the same schedule in this benchmark).
 DFlash2 (meta.json kind dflash2, from drafter_step --kind dflash2; method.md §2.2): each layer's
 grouped dynamic causal convolutions around its attention and its MLP (as tensor ops over the
 blocks' slots), and the selector loss beside the unary one: each supervised row's unary top-K (one
-more no-grad pass over the lm_head, chunked), the label replacing the K-th where absent, scored by
+no-grad pass over the lm_head with --loss recompute; read from the fused loss's own chunks of
+logits with --loss fused), the label replacing the K-th where absent, scored by
 the candidate's logit plus the codebooks' term; its K-way cross-entropy weighted as the unary
 loss, times loss.selector_alpha.
 --compile full (default): torch.compile (inductor, dynamic=False) of the decoder layer with
@@ -219,6 +223,49 @@ class ChunkedCE(torch.autograd.Function):
         return grad, None, None, None, None
 
 
+def ce_rows_chunk(h, lm_head, labels, top_k: int):
+    """One chunk of the fused loss: each row's cross-entropy, its gradient in h at weight 1
+    ((softmax - onehot) lm_head, in h's dtype) and, for DFlash2's selector, the row's top-k
+    (top_k 0: none)."""
+    logits = (h.to(lm_head.dtype) @ lm_head.t()).float()
+    lse = torch.logsumexp(logits, -1)
+    ce = lse - logits.gather(1, labels[:, None]).squeeze(1)
+    cand = torch.topk(logits, top_k, -1).indices if top_k else None
+    onehot = torch.arange(logits.shape[1], device=logits.device)[None, :] == labels[:, None]
+    g = (torch.exp(logits - lse[:, None]) - onehot.float()).to(lm_head.dtype)
+    return ce, (g @ lm_head).to(h.dtype), cand
+
+
+class FusedRowsCE(torch.autograd.Function):
+    """CE(h_i lm_head^T, label_i) for every row i, differentiable in hidden, with the gradient
+    computed in the forward one chunk at a time (Liger's fused linear cross-entropy): two GEMMs
+    per chunk; the backward scales the kept [rows, H] gradient by each row's incoming weight.
+    Returns (ce [rows] fp32, top-k [rows, top_k] int64, empty for top_k 0; no gradient)."""
+
+    fn = staticmethod(ce_rows_chunk)
+
+    @staticmethod
+    def forward(ctx, hidden, lm_head, labels, chunk, top_k):
+        rows = hidden.shape[0]
+        ce = torch.empty(rows, device=hidden.device, dtype=torch.float32)
+        dh = torch.empty_like(hidden)
+        cand = torch.empty((rows, top_k), device=hidden.device, dtype=torch.long)
+        for s in range(0, rows, chunk):
+            c, d, k = FusedRowsCE.fn(hidden[s:s + chunk], lm_head, labels[s:s + chunk], top_k)
+            ce[s:s + chunk] = c
+            dh[s:s + chunk] = d
+            if top_k:
+                cand[s:s + chunk] = k
+        ctx.save_for_backward(dh)
+        ctx.mark_non_differentiable(cand)
+        return ce, cand
+
+    @staticmethod
+    def backward(ctx, g_ce, g_cand):
+        (dh,) = ctx.saved_tensors
+        return (dh.float() * g_ce.float()[:, None]).to(dh.dtype), None, None, None, None
+
+
 CONV_NAMES = ["attention_conv.base_kernel", "attention_conv.kernel_projection.weight",
               "mlp_conv.base_kernel", "mlp_conv.kernel_projection.weight"]
 SELECTOR_NAMES = ["candidate_selector.predecessor_codebook",
@@ -234,15 +281,19 @@ def param_names(num_layers, dflash2=False):
             (SELECTOR_NAMES if dflash2 else []))
 
 
-def selector_numerator(hidden, lm_head, labels, predecessors, weights, sel, top_k, chunk):
+def selector_numerator(hidden, lm_head, labels, predecessors, weights, sel, top_k, chunk,
+                       cand=None):
     """DFlash2's selector loss (method.md §2.2) on the supervised rows: each row's unary top-K
-    (no gradient; the label replacing the K-th where absent), scored by its logit (differentiable
-    in hidden) plus <E_pred[predecessor] * (W h), E_succ[candidate]>; the K-way cross-entropy
-    toward the label, weighted as the unary loss."""
-    with torch.no_grad():
-        cand = torch.cat([torch.topk((hidden[s:s + chunk].to(lm_head.dtype) @ lm_head.t()).float(),
-                                     top_k, -1).indices
-                          for s in range(0, hidden.shape[0], chunk)])
+    (no gradient; `cand` when the loss's pass gave it, else one more chunked pass; the label
+    replacing the K-th where absent), scored by its logit (differentiable in hidden) plus
+    <E_pred[predecessor] * (W h), E_succ[candidate]>; the K-way cross-entropy toward the label,
+    weighted as the unary loss."""
+    if cand is None:
+        with torch.no_grad():
+            cand = torch.cat([
+                torch.topk((hidden[s:s + chunk].to(lm_head.dtype) @ lm_head.t()).float(), top_k,
+                           -1).indices for s in range(0, hidden.shape[0], chunk)])
+    cand = cand.clone()
     match = cand == labels[:, None]
     contains = match.any(1)
     cand[:, -1] = torch.where(contains, cand[:, -1], labels)
@@ -256,19 +307,24 @@ def selector_numerator(hidden, lm_head, labels, predecessors, weights, sel, top_
     return (ce * weights).sum()
 
 
-def dpace_weights(hidden, lm_head, labels, decay_weights, block, alpha, chunk):
+def dpace_weights(hidden, lm_head, labels, decay_weights, block, alpha, chunk, row_ce=None):
     """D-PACE's slot weights (method.md, "Loss weighting"; arXiv 2605.18810) in place of the decay:
     over the supervised slots m (decay weight > 0) of each block, c_k = exp(-CE_k) (no gradient),
     s_k = alpha + (1 - alpha) c_k, P_k = prod_{j <= k} s_j (s = 1 where m = 0), and
-    w_k = m_k * sum_{j >= k} m_j P_j."""
+    w_k = m_k * sum_{j >= k} m_j P_j. `row_ce`: the supervised rows' CE in row order when the
+    loss's own pass gave it; else one more chunked no-grad pass over the lm_head."""
     m = (decay_weights > 0).float()
     rows = torch.nonzero(m > 0).squeeze(1)
     ce = torch.zeros_like(m)
-    with torch.no_grad():
-        for s in range(0, rows.shape[0], chunk):
-            r = rows[s:s + chunk]
-            logits = (hidden[r].to(lm_head.dtype) @ lm_head.t()).float()
-            ce[r] = torch.logsumexp(logits, -1) - logits.gather(1, labels[r][:, None]).squeeze(1)
+    if row_ce is not None:
+        ce[rows] = row_ce.detach()
+    else:
+        with torch.no_grad():
+            for s in range(0, rows.shape[0], chunk):
+                r = rows[s:s + chunk]
+                logits = (hidden[r].to(lm_head.dtype) @ lm_head.t()).float()
+                ce[r] = (torch.logsumexp(logits, -1) -
+                         logits.gather(1, labels[r][:, None]).squeeze(1))
     m, ce = m.view(-1, block), ce.view(-1, block)
     smooth = torch.where(m > 0, alpha + (1 - alpha) * torch.exp(-ce), torch.ones_like(m))
     suffix = (torch.cumprod(smooth, 1) * m).flip(1).cumsum(1).flip(1)
@@ -282,7 +338,8 @@ class ReferenceStep:
     target tensors. A batch is a dict of tensors on `dev`: input_ids, positions, cu_seqlens,
     anchors (-1 = padding block), loss_mask, features."""
 
-    def __init__(self, geo, params, embed, lm_head, dev, use_flex, chunk_rows, all_rows=False):
+    def __init__(self, geo, params, embed, lm_head, dev, use_flex, chunk_rows, all_rows=False,
+                 loss="fused"):
         self.cfg = dict(hq=geo["hq"], hkv=geo["hkv"], d=geo["d"], eps=geo["eps"],
                         block=geo["block_size"], conv_group=geo.get("conv_group_size"))
         self.dflash2 = geo.get("kind") == "dflash2"
@@ -300,6 +357,7 @@ class ReferenceStep:
         # all_rows: the loss over every block row (weight 0 where there is none) rather than only
         # the weighted ones: the same sum, in a shape that does not change between batches.
         self.all_rows = all_rows
+        self.loss = loss  # "fused" (gradient in the forward) or "recompute" (module docstring)
         d = geo["d"]
         self.inv_freq = geo["rope_theta"] ** (
             -torch.arange(0, d, 2, dtype=torch.float32, device=dev) / d)
@@ -312,14 +370,15 @@ class ReferenceStep:
         ctx_fn = make_ctx(self.cfg["eps"])
         eps = self.cfg["eps"]
         norm_fn = lambda x, wn: rms_norm(x, wn.to(x.dtype), eps)  # noqa: E731
-        fwd, bwd = ce_chunk_forward, ce_chunk_backward
+        fwd, bwd, rows_fn = ce_chunk_forward, ce_chunk_backward, ce_rows_chunk
         if mode == "full":
             layer = torch.compile(layer, dynamic=False)
             ctx_fn = torch.compile(ctx_fn, dynamic=False)
             norm_fn = torch.compile(norm_fn, dynamic=False)
             fwd = torch.compile(fwd, dynamic=False)
             bwd = torch.compile(bwd, dynamic=False)
-        return layer, ctx_fn, norm_fn, fwd, bwd
+            rows_fn = torch.compile(rows_fn, dynamic=False)
+        return layer, ctx_fn, norm_fn, fwd, bwd, rows_fn
 
     def rope_tables(self, pos):
         ang = pos.float()[:, None] * self.inv_freq[None, :]
@@ -375,8 +434,9 @@ class ReferenceStep:
     def numerator(self, batch, fns):
         """(sum_i w_i CE_i, differentiable; sum_i w_i) of one micro-batch (the trainer's
         DrafterLoss numerator and denominator)."""
-        layer, ctx_fn, norm_fn, fwd, bwd = fns
+        layer, ctx_fn, norm_fn, fwd, bwd, rows_fn = fns
         ChunkedCE.fwd, ChunkedCE.bwd = staticmethod(fwd), staticmethod(bwd)
+        FusedRowsCE.fn = staticmethod(rows_fn)
         (tokens, q_cos, q_sin, k_cos, k_sin, mask, labels, weights,
          predecessors) = self.prepare(batch)
         x = self.embed[tokens].to(self.cdt)
@@ -385,6 +445,24 @@ class ReferenceStep:
         for i in range(self.L):
             x = layer(x, ctx, self.layer_w[i], q_cos, q_sin, k_cos, k_sin, mask, self.conv_w[i])
         hidden = norm_fn(x, self.params["norm.weight"])
+        if self.loss == "fused":
+            # D-PACE's weights live where the decay's do, so the rows are known before the CE.
+            rows = (torch.arange(weights.shape[0], device=weights.device) if self.all_rows
+                    else torch.nonzero(weights > 0).squeeze(1))
+            ce, cand = FusedRowsCE.apply(hidden[rows], self.lm_head, labels[rows],
+                                         self.chunk_rows, self.top_k if self.dflash2 else 0)
+            if self.dpace_alpha is not None:
+                sup = weights[rows] > 0  # all_rows: the CE of the unsupervised rows is not used
+                weights = dpace_weights(hidden, self.lm_head, labels, weights, self.B,
+                                        self.dpace_alpha, self.chunk_rows, row_ce=ce[sup])
+            num = (ce * weights[rows]).sum()
+            if self.dflash2:
+                sup = torch.nonzero(weights[rows] > 0).squeeze(1)
+                r = rows[sup]
+                num = num + self.selector_alpha * selector_numerator(
+                    hidden[r], self.lm_head, labels[r], predecessors[r], weights[r],
+                    self.selector_w, self.top_k, self.chunk_rows, cand=cand[sup])
+            return num, weights.sum()
         if self.dpace_alpha is not None:
             weights = dpace_weights(hidden, self.lm_head, labels, weights, self.B, self.dpace_alpha,
                                     max(1, self.chunk_rows // 2))
@@ -471,6 +549,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--chunk-rows", type=int, default=1024)
     ap.add_argument("--compile", choices=["full", "flex", "none"], default="full")
+    ap.add_argument("--loss", choices=["fused", "recompute"], default="fused",
+                    help="fused: the CE's gradient computed in the forward (two GEMMs per chunk); "
+                         "recompute: logits recomputed in the backward (three), the reference "
+                         "before 2026-12-08")
     ap.add_argument("--attention", choices=["flex", "dense"], default="flex")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--profile", type=int, default=0,
@@ -510,7 +592,7 @@ def main():
 
     compile_mode = args.compile
     ref = ReferenceStep(geo, params, embed, lm_head, dev, args.attention == "flex",
-                        args.chunk_rows)
+                        args.chunk_rows, loss=args.loss)
     build = ref.build
 
     def step(fns):
@@ -568,13 +650,13 @@ def main():
     prof = profile_kernels(lambda: step(fns)) if args.profile and cuda else None
     out = {
         "impl": f"pytorch{' dflash2' if geo['kind'] == 'dflash2' else ''}"
-        f"{' dpace' if geo['weighting'] == 'dpace' else ''} ({compile_mode})", "tokens": t, "anchors": batch["anchors"].shape[0],
+        f"{' dpace' if geo['weighting'] == 'dpace' else ''} ({compile_mode}, {args.loss} loss)", "tokens": t, "anchors": batch["anchors"].shape[0],
         "documents": batch["cu_seqlens"].shape[0] - 1, "steps_timed": len(ms),
         "ms_median": round(med, 3), "ms_min": round(srt[0], 3), "ms_max": round(srt[-1], 3),
         "ms_pipelined": round(pipelined, 3), "steps_per_s": 1e3 / med, "ctx_tok_per_s": t * 1e3 / med, "peak_bytes": peak,
         "param_elems": n_elem, "train_static_bytes": train_static, "frozen_bytes": frozen_b,
         "static_bytes": train_static + frozen_b, "beyond_bytes": peak - train_static - frozen_b,
-        "chunk_rows": args.chunk_rows, "torch": torch.__version__,
+        "chunk_rows": args.chunk_rows, "loss": args.loss, "torch": torch.__version__,
         "setup_s": round(time.perf_counter() - t_setup - (sum(ms) + pipelined * args.steps) / 1e3, 1),
         "grad_norm0": gn0,
         "first_loss": losses[0], "losses": losses, "note": note,
