@@ -99,6 +99,26 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables) {
   return x * tables.cos.unsqueeze(1) + rotated * tables.sin.unsqueeze(1);
 }
 
+at::Tensor NormRope(const at::Tensor& x, const at::Tensor& weight, double eps,
+                    const RopeTables& tables) {
+#ifdef DFLASH_HAVE_FUSED_ROPE
+  if (kernels::SupportsFusedNormRope(x, weight, tables.cos, tables.sin)) {
+    return kernels::FusedNormRope(x, weight, eps, tables.cos, tables.sin);
+  }
+#endif
+  return ApplyRope(RmsNorm(x, weight, eps), tables);
+}
+
+const char* NormRopeKernel(const c10::Device& device, c10::ScalarType dtype, int64_t d) {
+#ifdef DFLASH_HAVE_FUSED_ROPE
+  if (device.is_cuda() && kernels::FusedNormRopeEnabled() && (d == 64 || d == 128 || d == 256) &&
+      (dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat)) {
+    return "fused";
+  }
+#endif
+  return "rms_norm, then rope";
+}
+
 at::Tensor SwiGluHalves(const at::Tensor& gate_up) {
 #ifdef DFLASH_HAVE_FUSED_SWIGLU
   if (kernels::SupportsFusedSwiGluHalves(gate_up)) return kernels::FusedSwiGluHalves(gate_up);

@@ -44,6 +44,15 @@ RopeTables MakeRopeTables(const at::Tensor& positions, const at::Tensor& inv_fre
 // narrower than D (partial RoPE) rotate the first columns and pass the rest through.
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables);
 
+// ApplyRope(RmsNorm(x, weight, eps), tables): a target's per-head q / k norm and RoPE. On CUDA,
+// outside autograd, one pass of common/kernels/rope (FusedNormRope: reads x where it lies in the
+// qkv product; not with DFLASH_FUSED_QK_NORM_ROPE=0), else the two ops, its reference.
+at::Tensor NormRope(const at::Tensor& x, const at::Tensor& weight, double eps,
+                    const RopeTables& tables);
+// Which NormRope runs on `device` in `dtype` for head_dim `d`: "fused" or "rms_norm, then rope"
+// (a model's kernel report).
+const char* NormRopeKernel(const c10::Device& device, c10::ScalarType dtype, int64_t d);
+
 // SwiGLU over the two column halves of one fused [T, 2I] gate_up product: silu(gate_up[:, :I]) *
 // gate_up[:, I:], [T, I]. On CUDA one pass of common/kernels/swiglu (FusedSwiGluHalves; not with
 // DFLASH_FUSED_SWIGLU=0), else LibTorch's composition, its reference.

@@ -523,7 +523,14 @@ TargetModel::Qkv TargetModel::Project(const TargetLayerWeights& w, const at::Ten
   }
   out.k = qkv.narrow(1, qr, hkv * d).reshape({t, hkv, d});
   out.v = qkv.narrow(1, qr + hkv * d, hkv * d).reshape({t, hkv, d});
-  if (w.q_norm.defined()) {  // Qwen3: per-head RMSNorm over D, before RoPE
+  if (w.q_norm.defined() && !config_.zero_centered_norm) {
+    // Qwen3: per-head RMSNorm over D, then RoPE; on CUDA one pass each for q and k that reads
+    // them where they lie in the qkv product (NormRope).
+    out.q = NormRope(out.q, w.q_norm, config_.rms_norm_eps, rope);
+    out.k = NormRope(out.k, w.k_norm, config_.rms_norm_eps, rope);
+    return out;
+  }
+  if (w.q_norm.defined()) {  // zero-centered (1 + weight) norms, before RoPE
     out.q = Norm(out.q, w.q_norm);
     out.k = Norm(out.k, w.k_norm);
   }
@@ -593,6 +600,9 @@ std::string TargetModel::Kernels() const {
   }
   // Every MLP (dense, experts, shared expert) runs SwiGluHalves.
   out += std::string("; mlp activation: ") + SwiGluHalvesKernel(device_, dtype_);
+  if (config_.qk_norm && !config_.zero_centered_norm) {
+    out += std::string("; q/k norm and rope: ") + NormRopeKernel(device_, dtype_, config_.head_dim);
+  }
   return out;
 }
 

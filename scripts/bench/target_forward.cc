@@ -286,8 +286,9 @@ bool RunCase(const TargetModel& model, const Case& c, int runs, bool profile) {
 // Where a forward's time goes: the same operations as TargetModel::RunLayer, `layers` times, on
 // random tensors of the case's shapes, timed in three groups. GEMMs: the fused qkv, o_proj, fused
 // gate_up and down projections. Attention: VarlenCausalAttention over the case's documents.
-// Elementwise: the 4 RMSNorms (input, post-attention, per-head q and k), RoPE on q and k,
-// silu(gate) * up and the 2 residual adds.
+// Elementwise: the 2 RMSNorms (input, post-attention), the per-head q and k norms with RoPE
+// (NormRope: the model's path, on q and k inside a qkv-shaped buffer), silu(gate) * up and the 2
+// residual adds.
 void Breakdown(const model::TransformerConfig& c, int64_t layers, const Case& cs, int runs) {
   const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
@@ -301,6 +302,9 @@ void Breakdown(const model::TransformerConfig& c, int64_t layers, const Case& cs
   at::Tensor gate_up_w = at::randn({2 * inter, h}, opt), down_w = at::randn({h, inter}, opt);
   at::Tensor q = at::randn({t, hq, d}, opt), k = at::randn({t, hkv, d}, opt);
   at::Tensor v = at::randn({t, hkv, d}, opt), gate_up = at::randn({t, 2 * inter}, opt);
+  const at::Tensor qkv = at::randn({t, (hq + 2 * hkv) * d}, opt);
+  const at::Tensor q_in = qkv.narrow(1, 0, hq * d).view({t, hq, d});
+  const at::Tensor k_in = qkv.narrow(1, hq * d, hkv * d).view({t, hkv, d});
   at::Tensor norm_h = at::ones({h}, opt), norm_d = at::ones({d}, opt);
   const RopeTables rope =
       MakeRopeTables(batch.positions, RopeInvFreq(c).to(at::kCUDA), at::kBFloat16);
@@ -320,8 +324,8 @@ void Breakdown(const model::TransformerConfig& c, int64_t layers, const Case& cs
   const double elementwise = repeat([&] {
     RmsNorm(x, norm_h, c.rms_norm_eps);
     RmsNorm(x, norm_h, c.rms_norm_eps);
-    ApplyRope(RmsNorm(q, norm_d, c.rms_norm_eps), rope);
-    ApplyRope(RmsNorm(k, norm_d, c.rms_norm_eps), rope);
+    NormRope(q_in, norm_d, c.rms_norm_eps, rope);  // fused unless DFLASH_FUSED_QK_NORM_ROPE=0
+    NormRope(k_in, norm_d, c.rms_norm_eps, rope);
     SwiGluHalves(gate_up);  // the model's path (fused on CUDA unless DFLASH_FUSED_SWIGLU=0)
     x + x;
     x + x;

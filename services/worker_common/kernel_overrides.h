@@ -1,6 +1,7 @@
 // The environment switches that change which kernels a worker runs (for comparisons in
 // benchmarks; docs/models.md): DFLASH_FUSED_ROPE=0 (RoPE as the ATen composition instead of the
-// fused kernel), DFLASH_FUSED_SWIGLU=0 (the MLPs' silu(g) * u, the drafter's gradients too, as ATen
+// fused kernel), DFLASH_FUSED_QK_NORM_ROPE=0 (a target's q / k norm and RoPE as two ops),
+// DFLASH_FUSED_SWIGLU=0 (the MLPs' silu(g) * u, the drafter's gradients too, as ATen
 // kernels), DFLASH_FUSED_BLOCK_CONV=0 (DFlash2's block convolutions as ATen's composition),
 // DFLASH_ATTN_FWD_KERNEL=mma and DFLASH_ATTN_BWD_KERNEL=mma (the mma.sync attention
 // kernels instead of wgmma). A worker that runs a run with any of them set reports them with its
@@ -13,8 +14,8 @@
 namespace dflash::worker {
 
 inline constexpr const char* kKernelOverrideVariables[] = {
-    "DFLASH_FUSED_ROPE", "DFLASH_FUSED_SWIGLU", "DFLASH_FUSED_BLOCK_CONV", "DFLASH_ATTN_FWD_KERNEL",
-    "DFLASH_ATTN_BWD_KERNEL"};
+    "DFLASH_FUSED_ROPE",       "DFLASH_FUSED_QK_NORM_ROPE", "DFLASH_FUSED_SWIGLU",
+    "DFLASH_FUSED_BLOCK_CONV", "DFLASH_ATTN_FWD_KERNEL",    "DFLASH_ATTN_BWD_KERNEL"};
 
 // "NAME=value ..." of the switches set in this process's environment, "" when none is.
 std::string KernelOverrides();

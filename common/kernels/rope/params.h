@@ -28,4 +28,27 @@ struct RopeParams {
 // Queues the kernel on `stream` (a cudaStream_t); returns a cudaError_t.
 int LaunchRope(const RopeParams& p, void* stream);
 
+// A target's per-head q / k RMSNorm and RoPE in one pass (inference only): x [rows, heads, dim]
+// with rows `row_stride` elements apart, heads dim apart (the q or k columns of the fused qkv
+// product, read in place); weight [dim]; cos, sin [rows, dim] contiguous; out [rows, heads, dim]
+// contiguous; all of `dtype`; dim 64, 128 or 256. Per (row, head), in fp32:
+//   n = round(x * rsqrt(mean(x^2) + eps) * weight)       (at::rms_norm's arithmetic, rounded once)
+//   out = round(n cos + rotate_half(n) sin)              (LaunchRope's forward)
+// so the result is the composition's, the sum of squares in another order aside.
+struct NormRopeParams {
+  const void* x = nullptr;
+  const void* weight = nullptr;
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  void* out = nullptr;
+  int64_t rows = 0;
+  int64_t heads = 0;
+  int64_t dim = 0;
+  int64_t row_stride = 0;  // elements between consecutive rows of x
+  float eps = 1e-6f;
+  RopeDType dtype = RopeDType::kBFloat16;
+};
+
+int LaunchNormRope(const NormRopeParams& p, void* stream);
+
 }  // namespace dflash::kernels

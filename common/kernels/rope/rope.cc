@@ -1,6 +1,8 @@
 #include "common/kernels/rope/rope.h"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -79,7 +81,59 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
   }
 };
 
+bool NormRopeShapes(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos,
+                    const at::Tensor& sin) {
+  if (!x.defined() || !weight.defined() || !cos.defined() || !sin.defined()) return false;
+  if (x.dim() != 3 || !x.is_cuda()) return false;
+  const int64_t d = x.size(2);
+  const auto dt = x.scalar_type();
+  return (d == 64 || d == 128 || d == 256) && x.stride(2) == 1 && x.stride(1) == d &&
+         x.stride(0) >= x.size(1) * d && weight.dim() == 1 && weight.size(0) == d &&
+         weight.scalar_type() == dt && weight.device() == x.device() && Shapes(x, cos, sin) &&
+         (!at::GradMode::is_enabled() || !x.requires_grad());
+}
+
 }  // namespace
+
+bool FusedNormRopeEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DFLASH_FUSED_QK_NORM_ROPE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+bool SupportsFusedNormRope(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos,
+                           const at::Tensor& sin) {
+  return FusedNormRopeEnabled() && NormRopeShapes(x, weight, cos, sin);
+}
+
+at::Tensor FusedNormRope(const at::Tensor& x, const at::Tensor& weight, double eps,
+                         const at::Tensor& cos, const at::Tensor& sin) {
+  TORCH_CHECK(NormRopeShapes(x, weight, cos, sin),
+              "fused q/k norm and RoPE: x must be [T, H, D] on CUDA (D 64, 128 or 256, heads ",
+              "contiguous), weight [D] and cos, sin [T, D] of its dtype and device, outside ",
+              "autograd; got ", x.sizes(), " strides ", x.strides(), ", ", weight.sizes(), ", ",
+              cos.sizes(), ", ", sin.sizes());
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor wc = weight.contiguous(), cc = cos.contiguous(), sc = sin.contiguous();
+  at::Tensor out = at::empty({x.size(0), x.size(1), x.size(2)}, x.options());
+  NormRopeParams p;
+  p.x = x.data_ptr();
+  p.weight = wc.data_ptr();
+  p.cos = cc.data_ptr();
+  p.sin = sc.data_ptr();
+  p.out = out.data_ptr();
+  p.rows = x.size(0);
+  p.heads = x.size(1);
+  p.dim = x.size(2);
+  p.row_stride = x.stride(0);
+  p.eps = static_cast<float>(eps);
+  p.dtype = DTypeOf(x.scalar_type());
+  CheckLaunch(LaunchNormRope(p, at::cuda::getCurrentCUDAStream(x.device().index()).stream()),
+              "fused q/k norm and RoPE: launch failed");
+  return out;
+}
 
 bool SupportsFusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   return Enabled() && x.defined() && x.is_cuda() && cos.defined() && sin.defined() &&

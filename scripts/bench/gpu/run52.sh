@@ -3,6 +3,8 @@
 # less device time), calls of one warm machine, each in the order of what matters most:
 #   1: fused_ce_gpu_test (the fused loss's top-k, DFlash2's candidates since 648b36e),
 #      block_conv_gpu_test and drafter_gpu_test (DFlash2's fused block convolution, 0645b18),
+#      rope_gpu_test and nn_gpu_test (the target's fused q/k norm and RoPE, 2026-12-08; the
+#      target's bf16 parity with transformers through it),
 #      training_gpu_test's profile case (the workers' profile_steps); D-PACE's step against the
 #      compiled reference (issue 29 D5: "the step time of each"; one lm_head pass since 5ce521f);
 #      DFlash2's step against the reference again (run 48: 210.3 ms against 199.8 before both
@@ -10,11 +12,11 @@
 #   2: run49.sh (the Qwen3.5-27B-shaped drafter against the reference at 8192 / 512, its peaks at
 #      16384 / 1024 and 32768 / 2048 beside the plan's). About 9 minutes.
 #   3: pipeline.sh at 8192 / 512 with PROFILE=8:4 (issue 28 D4's table), target_forward
-#      --profile 1 and target_gemms.py (issue 28 D3: the forward's device time by kernel), DFlash2's
+#      --profile 1, without and with the fused q/k norm and RoPE, and target_gemms.py (issue 28 D3: the forward's device time by kernel), DFlash2's
 #      step profiled and with DFLASH_FUSED_BLOCK_CONV=0 (the convolution's share), then
 #      memory_gpu_test's ThePlan case with its DFlash2 geometry (the plan was 20% under DFlash2's
 #      measured peak before the fused convolution; about 3 minutes).
-# Pack: SERVICES=1 scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu|training_gpu'; carry
+# Pack: SERVICES=1 scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu|training_gpu|rope_gpu|nn_gpu'; carry
 # .devdeps .gpu/t.
 # Results under $OUT (log, ds2/, dp/, prof/, tf/, pipe/).
 set -uo pipefail
@@ -23,7 +25,7 @@ out=${OUT:?set OUT to the folder the results go to}
 case "${1:?stage 1, 2 or 3}" in
   1)
     # In the order of what matters most, should the call's limit cut it short.
-    timeout 60 bash scripts/bench/gpu/gpu_tests.sh run 'fused_ce|block_conv|drafter_gpu'
+    timeout 150 bash scripts/bench/gpu/gpu_tests.sh run 'fused_ce|block_conv|drafter_gpu|rope_gpu|nn_gpu'
     GTEST_FILTER='*Profiles*' timeout 120 bash scripts/bench/gpu/gpu_tests.sh run training_gpu
     source scripts/bench/gpu/unpacked.sh run52
     GEOMS=8192:512 PYTHON=$py OURS_ARGS="--weighting dpace" timeout 150 \
@@ -43,6 +45,12 @@ case "${1:?stage 1, 2 or 3}" in
     timeout 120 build/scripts/bench/target_forward --runs 5 --profile 1 >"$out/tf/tf.md" \
       2>"$out/tf/profile.txt"
     echo "[run52 target_forward --profile 1] rc $?" | tee -a "$out/log"
+    # The fused q/k norm and RoPE's saving: the forward without it, then with it again.
+    for f in 0 1; do
+      DFLASH_FUSED_QK_NORM_ROPE=$f timeout 90 build/scripts/bench/target_forward --runs 5 \
+        >"$out/tf/tf_qknr$f.md" 2>&1
+      echo "[run52 target_forward DFLASH_FUSED_QK_NORM_ROPE=$f] rc $?" | tee -a "$out/log"
+    done
     timeout 60 "$py" scripts/bench/target_gemms.py --json "$out/tf/gemms.json" | tee -a "$out/log"
     timeout 60 build/scripts/bench/drafter_step --kind dflash2 --tokens 8192 --anchors 512 \
       --steps 5 --profile 1 --json "$out/prof/dflash2.json" >"$out/prof/dflash2.log" 2>&1
