@@ -3,8 +3,7 @@
 # less device time), calls of one warm machine, each in the order of what matters most:
 #   1: fused_ce_gpu_test (the fused loss's top-k, DFlash2's candidates since 648b36e),
 #      block_conv_gpu_test and drafter_gpu_test (DFlash2's fused block convolution, 0645b18),
-#      rope_gpu_test and nn_gpu_test (the target's fused q/k norm and RoPE, 2026-12-08; the
-#      target's bf16 parity with transformers through it),
+#      rope_gpu_test (the target's fused q/k norm and RoPE, 2026-12-08),
 #      training_gpu_test's profile case (the workers' profile_steps); D-PACE's step against the
 #      compiled reference (issue 29 D5: "the step time of each"; one lm_head pass since 5ce521f);
 #      DFlash2's step against the reference again (run 48: 210.3 ms against 199.8 before both
@@ -16,16 +15,20 @@
 #      step profiled and with DFLASH_FUSED_BLOCK_CONV=0 (the convolution's share), then
 #      memory_gpu_test's ThePlan case with its DFlash2 geometry (the plan was 20% under DFlash2's
 #      measured peak before the fused convolution; about 3 minutes).
-# Pack: SERVICES=1 scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu|training_gpu|rope_gpu|nn_gpu'; carry
+#   4: nn_gpu_test (the target's bf16 parity with transformers, through the fused q/k norm and
+#      RoPE since 2026-12-08), from its own pack: gpu_tests.sh pack 'nn_gpu' (with the oracles'
+#      outputs it does not fit one call beside the others).
+# Pack: SERVICES=1 scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu|training_gpu|rope_gpu'
+# (26 MB; with .devdeps and the tree under a call's 64 MiB); carry
 # .devdeps .gpu/t.
 # Results under $OUT (log, ds2/, dp/, prof/, tf/, pipe/).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:?set OUT to the folder the results go to}
-case "${1:?stage 1, 2 or 3}" in
+case "${1:?stage 1, 2, 3 or 4}" in
   1)
     # In the order of what matters most, should the call's limit cut it short.
-    timeout 150 bash scripts/bench/gpu/gpu_tests.sh run 'fused_ce|block_conv|drafter_gpu|rope_gpu|nn_gpu'
+    timeout 120 bash scripts/bench/gpu/gpu_tests.sh run 'fused_ce|block_conv|drafter_gpu|rope_gpu'
     GTEST_FILTER='*Profiles*' timeout 120 bash scripts/bench/gpu/gpu_tests.sh run training_gpu
     source scripts/bench/gpu/unpacked.sh run52
     GEOMS=8192:512 PYTHON=$py OURS_ARGS="--weighting dpace" timeout 150 \
@@ -63,5 +66,6 @@ case "${1:?stage 1, 2 or 3}" in
     GTEST_FILTER='MemoryGpu.ThePlan*' timeout 400 bash scripts/bench/gpu/gpu_tests.sh run memory_gpu
     grep -h "memory_gpu_test\] plan" "$out/memory_gpu_test.log" | tee -a "$out/log"
     ;;
-  *) echo "usage: run52.sh 1|2|3" >&2; exit 2 ;;
+  4) timeout 300 bash scripts/bench/gpu/gpu_tests.sh run nn_gpu ;;
+  *) echo "usage: run52.sh 1|2|3|4" >&2; exit 2 ;;
 esac
