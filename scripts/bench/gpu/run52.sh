@@ -11,15 +11,15 @@
 #   2: run49.sh (the Qwen3.5-27B-shaped drafter against the reference at 8192 / 512, its peaks at
 #      16384 / 1024 and 32768 / 2048 beside the plan's). About 9 minutes.
 #   3: pipeline.sh at 8192 / 512 with PROFILE=8:4 (issue 28 D4's table), target_forward
-#      --profile 1, without and with the fused q/k norm and RoPE, and target_gemms.py (issue 28 D3: the forward's device time by kernel), DFlash2's
-#      step profiled and with DFLASH_FUSED_BLOCK_CONV=0 (the convolution's share), then
+#      --profile 1, without and with the fused q/k norm and RoPE, and target_gemms.py (issue 28
+#      D3: the forward's device time by kernel), DFlash2's step profiled and with DFLASH_FUSED_BLOCK_CONV=0 (the convolution's share), then
 #      memory_gpu_test's ThePlan case with its DFlash2 geometry (the plan was 20% under DFlash2's
 #      measured peak before the fused convolution; about 3 minutes).
 #   4: nn_gpu_test (the target's bf16 parity with transformers, through the fused q/k norm and
 #      RoPE since 2026-12-08), from its own pack: gpu_tests.sh pack 'nn_gpu' (with the oracles'
 #      outputs it does not fit one call beside the others).
 # Pack: SERVICES=1 scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu|training_gpu|rope_gpu'
-# (26 MB; with .devdeps and the tree under a call's 64 MiB); carry
+# (19 MB: with .devdeps and the tree under a call's 64 MiB); carry
 # .devdeps .gpu/t.
 # Results under $OUT (log, ds2/, dp/, prof/, tf/, pipe/).
 set -uo pipefail
