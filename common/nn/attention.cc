@@ -2,15 +2,22 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/_flash_attention_forward.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/repeat_interleave.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/softmax.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <optional>
+#include <string>
 
 namespace dflash::nn {
 namespace {
@@ -57,7 +64,76 @@ at::Tensor SdpaPerDocument(const at::Tensor& q, const at::Tensor& k, const at::T
   return out;
 }
 
+// Whether cuDNN may take a long document of this dtype and head dim.
+bool CudnnEligible(c10::ScalarType dtype, int64_t d) {
+  return (dtype == at::kHalf || dtype == at::kBFloat16) && (d == 64 || d == 128);
+}
+
+std::atomic<bool> cudnn_refused{false};  // a cuDNN call failed once: flash from then on
+
+// Flash-attention's varlen forward over documents first..first+count-1 (rows start..start+n-1).
+at::Tensor FlashRun(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const VarlenDocs& docs, size_t first, size_t count, double scale) {
+  const int64_t start = docs.offsets[first], n = docs.offsets[first + count] - start;
+  int64_t max_len = 0;
+  for (size_t d = first; d < first + count; ++d) {
+    max_len = std::max(max_len, docs.offsets[d + 1] - docs.offsets[d]);
+  }
+  const bool whole = first == 0 && count + 1 == docs.offsets.size();
+  const at::Tensor cu = whole ? docs.cu_seqlens
+                              : docs.cu_seqlens.narrow(0, static_cast<int64_t>(first),
+                                                       static_cast<int64_t>(count) + 1) -
+                                    static_cast<int32_t>(start);
+  // Returns (out [n, Hq, D], logsumexp, philox seed, philox offset, debug mask).
+  auto result = at::_flash_attention_forward(
+      q.narrow(0, start, n).contiguous(), k.narrow(0, start, n).contiguous(),
+      v.narrow(0, start, n).contiguous(), cu, cu, max_len, max_len, /*dropout_p=*/0.0,
+      /*is_causal=*/true, /*return_debug_mask=*/false, scale);
+  return std::get<0>(result);
+}
+
+// cuDNN's fused attention over one document (rows start..start+n-1), kv heads repeated to the
+// query heads (the op takes no GQA); an empty tensor when cuDNN refuses the call.
+at::Tensor CudnnDocument(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         int64_t start, int64_t n, double scale) {
+  const int64_t group = q.size(1) / k.size(1);
+  auto heads_first = [&](const at::Tensor& x) {  // [1, H, n, D] over [n, H, D] rows
+    return x.narrow(0, start, n).unsqueeze(0).transpose(1, 2);
+  };
+  auto repeated = [&](const at::Tensor& x) {
+    return group == 1 ? x.narrow(0, start, n)
+                      : at::repeat_interleave(x.narrow(0, start, n), group, /*dim=*/1);
+  };
+  try {
+    const at::Tensor kr = repeated(k), vr = repeated(v);
+    auto result = at::_scaled_dot_product_cudnn_attention(
+        heads_first(q), kr.unsqueeze(0).transpose(1, 2), vr.unsqueeze(0).transpose(1, 2),
+        /*attn_bias=*/std::nullopt, /*compute_log_sumexp=*/false, /*dropout_p=*/0.0,
+        /*is_causal=*/true, /*return_debug_mask=*/false, scale);
+    return std::get<0>(result).squeeze(0).transpose(0, 1);  // [n, Hq, D]
+  } catch (const c10::Error& e) {
+    if (!cudnn_refused.exchange(true)) {
+      std::fprintf(stderr,
+                   "dflash: cuDNN attention refused a %lld-token document (%s); long documents "
+                   "run through flash varlen from now on\n",
+                   static_cast<long long>(n), e.what_without_backtrace());
+    }
+    return at::Tensor();
+  }
+}
+
 }  // namespace
+
+int64_t CudnnAttentionMinTokens() {
+  static const int64_t min_tokens = [] {
+    const char* v = std::getenv("DFLASH_CUDNN_ATTN_MIN_TOKENS");
+    if (v == nullptr || *v == '\0') return int64_t{4096};
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    return (end != nullptr && *end == '\0' && n >= 0) ? static_cast<int64_t>(n) : int64_t{4096};
+  }();
+  return min_tokens;
+}
 
 VarlenDocs VarlenDocs::FromCuSeqlens(const at::Tensor& cu_seqlens, c10::Device device) {
   TORCH_CHECK(
@@ -123,24 +199,52 @@ at::Tensor CachedCausalAttention(const at::Tensor& q, const at::Tensor& k, const
 
 std::string VarlenAttentionKernel(c10::Device device, c10::ScalarType dtype, int64_t head_dim) {
   if (!device.is_cuda()) return "reference (the CPU)";
-  if (FlashEligible(device, dtype, head_dim)) return "flash varlen";
+  if (FlashEligible(device, dtype, head_dim)) {
+    const int64_t min_tokens = CudnnAttentionMinTokens();
+    if (min_tokens > 0 && CudnnEligible(dtype, head_dim)) {
+      return "flash varlen; documents of " + std::to_string(min_tokens) + "+ tokens: cuDNN";
+    }
+    return "flash varlen";
+  }
   return std::string("SDPA per document (") + c10::toString(dtype) + ", head_dim " +
          std::to_string(head_dim) + ")";
 }
 
 at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const VarlenDocs& docs, double scale) {
+  return VarlenCausalAttention(q, k, v, docs, scale, CudnnAttentionMinTokens());
+}
+
+at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const VarlenDocs& docs, double scale, int64_t cudnn_min_tokens) {
   if (!q.is_cuda()) return VarlenCausalAttentionReference(q, k, v, docs, scale);
   CheckShapes(q, k, v, docs);
   if (!FlashEligible(q)) return SdpaPerDocument(q, k, v, docs, scale);
   TORCH_CHECK(docs.cu_seqlens.device() == q.device(), "attention: cu_seqlens on ",
               docs.cu_seqlens.device(), ", q on ", q.device());
-  // Returns (out [T, Hq, D], logsumexp, philox seed, philox offset, debug mask).
-  auto result = at::_flash_attention_forward(q.contiguous(), k.contiguous(), v.contiguous(),
-                                             docs.cu_seqlens, docs.cu_seqlens, docs.max_len,
-                                             docs.max_len, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                             /*return_debug_mask=*/false, scale);
-  return std::get<0>(result);
+  const size_t num_docs = docs.offsets.size() - 1;
+  const bool cudnn = cudnn_min_tokens > 0 && docs.max_len >= cudnn_min_tokens &&
+                     CudnnEligible(q.scalar_type(), q.size(2)) && !cudnn_refused.load();
+  if (!cudnn) return FlashRun(q, k, v, docs, 0, num_docs, scale);
+  // Each long document through cuDNN, each run of shorter ones through one flash call.
+  at::Tensor out = at::empty_like(q);
+  size_t run = 0;  // first document of the current run of short ones
+  auto flush = [&](size_t end) {
+    if (end > run && docs.offsets[end] > docs.offsets[run]) {
+      out.narrow(0, docs.offsets[run], docs.offsets[end] - docs.offsets[run])
+          .copy_(FlashRun(q, k, v, docs, run, end - run, scale));
+    }
+  };
+  for (size_t d = 0; d < num_docs; ++d) {
+    const int64_t start = docs.offsets[d], n = docs.offsets[d + 1] - start;
+    if (n < cudnn_min_tokens) continue;
+    flush(d);
+    run = d + 1;
+    at::Tensor o = cudnn_refused.load() ? at::Tensor() : CudnnDocument(q, k, v, start, n, scale);
+    out.narrow(0, start, n).copy_(o.defined() ? o : FlashRun(q, k, v, docs, d, 1, scale));
+  }
+  flush(num_docs);
+  return out;
 }
 
 at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -28,11 +28,25 @@ struct VarlenDocs {
 };
 
 // Which kernel VarlenCausalAttention runs for inputs on `device` in `dtype` with `head_dim`, for
-// the run's start event: "flash varlen", "SDPA per document (<why>)" or "reference (the CPU)".
+// the run's start event: "flash varlen" (with "; documents of N+ tokens: cuDNN" where long
+// documents take cuDNN), "SDPA per document (<why>)" or "reference (the CPU)".
 std::string VarlenAttentionKernel(c10::Device device, c10::ScalarType dtype, int64_t head_dim);
+
+// Documents at least this long run through cuDNN's fused attention, one call each, where the
+// flash varlen kernel would run them (bf16 / fp16, head_dim 64 or 128): 4096 by default,
+// DFLASH_CUDNN_ATTN_MIN_TOKENS in the environment (0: never). On one H200 the two kernels took
+// 1.761 (flash varlen) and 0.942 ms (cuDNN) per Qwen3-8B layer on one 8192-token document
+// (docs/benchmarks.md, "Target model forward").
+int64_t CudnnAttentionMinTokens();
 
 // q [T, Hq, D], k and v [T, Hkv, D] with Hq % Hkv == 0 (query head h reads kv head h / (Hq/Hkv),
 // as HF repeat_kv does); returns [T, Hq, D] in q's dtype. scale multiplies q k^T (usually D^-0.5).
+// On CUDA in bf16 / fp16: flash-attention's varlen kernel over the documents, each run of
+// consecutive documents shorter than `cudnn_min_tokens` in one call, and each longer one through
+// cuDNN (0: flash for all; a cuDNN that refuses the call falls back to flash for the rest of the
+// process, with a warning on stderr).
+at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const VarlenDocs& docs, double scale, int64_t cudnn_min_tokens);
 at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const VarlenDocs& docs, double scale);
 at::Tensor VarlenCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -11,7 +11,8 @@
 #   2: run49.sh (the Qwen3.5-27B-shaped drafter against the reference at 8192 / 512, its peaks at
 #      16384 / 1024 and 32768 / 2048 beside the plan's). About 9 minutes.
 #   3: pipeline.sh at 8192 / 512 with PROFILE=8:4 (issue 28 D4's table), target_forward
-#      --profile 1, without and with the fused q/k norm and RoPE, and target_gemms.py (issue 28
+#      --profile 1, without the fused q/k norm and RoPE, without cuDNN for long documents and with
+#      both, target_gemms.py (issue 28
 #      D3: the forward's device time by kernel), DFlash2's step profiled and with DFLASH_FUSED_BLOCK_CONV=0 (the convolution's share), then
 #      memory_gpu_test's ThePlan case with its DFlash2 geometry (the plan was 20% under DFlash2's
 #      measured peak before the fused convolution; about 3 minutes).
@@ -48,11 +49,11 @@ case "${1:?stage 1, 2, 3 or 4}" in
     timeout 120 build/scripts/bench/target_forward --runs 5 --profile 1 >"$out/tf/tf.md" \
       2>"$out/tf/profile.txt"
     echo "[run52 target_forward --profile 1] rc $?" | tee -a "$out/log"
-    # The fused q/k norm and RoPE's saving: the forward without it, then with it again.
-    for f in 0 1; do
-      DFLASH_FUSED_QK_NORM_ROPE=$f timeout 90 build/scripts/bench/target_forward --runs 5 \
-        >"$out/tf/tf_qknr$f.md" 2>&1
-      echo "[run52 target_forward DFLASH_FUSED_QK_NORM_ROPE=$f] rc $?" | tee -a "$out/log"
+    # The fused q/k norm and RoPE's saving and cuDNN's for long documents: the forward without
+    # each, then with both again.
+    for f in "DFLASH_FUSED_QK_NORM_ROPE=0" "DFLASH_CUDNN_ATTN_MIN_TOKENS=0" "DFLASH_NONE=1"; do
+      env "$f" timeout 90 build/scripts/bench/target_forward --runs 5 >"$out/tf/tf_$f.md" 2>&1
+      echo "[run52 target_forward $f] rc $?" | tee -a "$out/log"
     done
     timeout 60 "$py" scripts/bench/target_gemms.py --json "$out/tf/gemms.json" | tee -a "$out/log"
     timeout 60 build/scripts/bench/drafter_step --kind dflash2 --tokens 8192 --anchors 512 \
