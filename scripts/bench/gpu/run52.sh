@@ -17,7 +17,7 @@
 #      memory_gpu_test's ThePlan case with its DFlash2 geometry (the plan was 20% under DFlash2's
 #      measured peak before the fused convolution; about 3 minutes).
 #   4: nn_gpu_test (the target's bf16 parity with transformers, through the fused q/k norm and
-#      RoPE since 2026-12-08), from its own pack: gpu_tests.sh pack 'nn_gpu' (with the oracles'
+#      RoPE since 2026-12-08; VarlenAttentionGpu's long documents through cuDNN), from its own pack: gpu_tests.sh pack 'nn_gpu' (with the oracles'
 #      outputs it does not fit one call beside the others).
 # Pack: SERVICES=1 scripts/bench/gpu/gpu_tests.sh pack 'fused_ce|block_conv|drafter_gpu|memory_gpu|training_gpu|rope_gpu'
 # (19 MB: with .devdeps and the tree under a call's 64 MiB); carry
