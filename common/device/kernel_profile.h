@@ -46,6 +46,8 @@ std::string KernelCategory(const std::string& name);
 
 // `host_ops`: also records the host's ATen ops (the CPU activity), to name what the host was doing
 // in each device gap.
+// An error when the profiler could not start (then `work` has not run) or recorded nothing; an
+// exception out of `work` passes through, the profiler stopped.
 absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work,
                                              bool host_ops = false);
 

@@ -48,16 +48,28 @@ absl::StatusOr<KernelProfile> ProfileKernels(const std::function<void()>& work, 
   using torch::profiler::impl::ProfilerState;
   KernelProfile out;
   std::unique_ptr<prof::ProfilerResult> result;
+  const ProfilerConfig config(ProfilerState::KINETO);
+  std::set<ActivityType> activities{ActivityType::CUDA};
+  if (host_ops) activities.insert(ActivityType::CPU);
   try {
-    const ProfilerConfig config(ProfilerState::KINETO);
-    std::set<ActivityType> activities{ActivityType::CUDA};
-    if (host_ops) activities.insert(ActivityType::CPU);
     prof::prepareProfiler(config, activities);
     prof::enableProfiler(config, activities);
-    const auto t0 = std::chrono::steady_clock::now();
+  } catch (const std::exception& e) {  // `work` has not run
+    return absl::InternalError(absl::StrCat("kineto profiler: ", e.what()));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
     work();
-    out.wall_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  } catch (...) {  // the profiler off again, then the work's own exception, as unprofiled
+    try {
+      prof::disableProfiler();
+    } catch (...) {
+    }
+    throw;
+  }
+  out.wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  try {
     result = prof::disableProfiler();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("kineto profiler: ", e.what()));

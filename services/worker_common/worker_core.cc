@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -342,14 +343,15 @@ absl::StatusOr<v1::RunStepResponse> WorkerCore::RunStep(const v1::RunStepRequest
 absl::StatusOr<StepReport> WorkerCore::RunStepProfiled(StepRunner& runner, const StepWork& work,
                                                        int gpu, const std::string& run_id) {
   if (!profile_steps_.Covers(work.step)) return runner.RunStep(work);
-  absl::StatusOr<StepReport> report = absl::UnknownError("the profiled step did not run");
+  std::optional<absl::StatusOr<StepReport>> report;
   absl::StatusOr<device::KernelProfile> profile = device::ProfileKernels([&] {
     report = runner.RunStep(work);
     device::SynchronizeTorchDevice(gpu);
   });
   if (!profile.ok()) {
     LOG_RUN(WARNING, run_id, work.step) << "step profile: " << profile.status();
-    return report;
+    // The profiler could not start: the step runs unprofiled; a profiling failure fails no step.
+    return report.has_value() ? *std::move(report) : runner.RunStep(work);
   }
   // One line of key=value pairs (scripts/bench/pipeline.sh reads them), then the longest kernels.
   std::string line =
@@ -368,7 +370,7 @@ absl::StatusOr<StepReport> WorkerCore::RunStepProfiled(StepRunner& runner, const
                           profile->kernels[i].count, profile->kernels[i].name.substr(0, 90));
   }
   LOG_RUN(INFO, run_id, work.step) << top;
-  return report;
+  return *std::move(report);
 }
 
 void WorkerCore::UpdateStepMetrics(const StepReport& report) {
