@@ -7,26 +7,13 @@
 
 #include <cstdint>
 
+#include "common/kernels/float_convert.cuh"
 #include "common/kernels/rope/params.h"
 
 namespace dflash::kernels {
 namespace {
 
 constexpr int kWarps = 8;
-
-__device__ __forceinline__ float Load(const float* p) { return *p; }
-__device__ __forceinline__ float Load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float Load(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ void Store(float* p, float v) { *p = v; }
-__device__ __forceinline__ void Store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
-__device__ __forceinline__ void Store(__half* p, float v) { *p = __float2half(v); }
-// v rounded to T and back: the normalized value as at::rms_norm hands it to RoPE.
-template <typename T>
-__device__ __forceinline__ float Round(float v) {
-  T t;
-  Store(&t, v);
-  return Load(&t);
-}
 
 // kPairs = dim / 64 rotated pairs per lane.
 template <typename T, int kPairs>
@@ -45,8 +32,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     float ss = 0.f;
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
-      a[p] = Load(xr + lane + 32 * p);
-      b[p] = Load(xr + kHalf + lane + 32 * p);
+      a[p] = ToFloat(xr[lane + 32 * p]);
+      b[p] = ToFloat(xr[kHalf + lane + 32 * p]);
       ss += a[p] * a[p] + b[p] * b[p];
     }
 #pragma unroll
@@ -58,10 +45,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
       const int e = lane + 32 * p;
-      const float n1 = Round<T>(a[p] * r * Load(weight + e));
-      const float n2 = Round<T>(b[p] * r * Load(weight + e + kHalf));
-      Store(o + e, n1 * Load(c + e) - n2 * Load(s + e));
-      Store(o + e + kHalf, n2 * Load(c + e + kHalf) + n1 * Load(s + e + kHalf));
+      // The normed value rounded as at::rms_norm hands it to RoPE.
+      const float n1 = ToFloat(FromFloat<T>(a[p] * r * ToFloat(weight[e])));
+      const float n2 = ToFloat(FromFloat<T>(b[p] * r * ToFloat(weight[e + kHalf])));
+      o[e] = FromFloat<T>(n1 * ToFloat(c[e]) - n2 * ToFloat(s[e]));
+      o[e + kHalf] = FromFloat<T>(n2 * ToFloat(c[e + kHalf]) + n1 * ToFloat(s[e + kHalf]));
     }
   }
 }
