@@ -401,8 +401,8 @@ int main(int argc, char** argv) {
         absl::StatusOr<dflash::device::KernelProfile> p =
             dflash::device::ProfileKernels(work, host_ops);
         Check(p.status(), title);
-        std::fprintf(stderr, "%s\n", dflash::device::ProfileTable(title, *p, 15).c_str());
-        json = dflash::device::ProfileJson(*p, 15);
+        std::fprintf(stderr, "%s\n", dflash::device::ProfileTable(title, *p, 40).c_str());
+        json = dflash::device::ProfileJson(*p, 40);
       } else {
         work();
       }

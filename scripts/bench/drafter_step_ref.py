@@ -497,7 +497,7 @@ def kernel_category(name):
     return "elementwise/other"
 
 
-def profile_kernels(work, top=15):
+def profile_kernels(work, top=40):
     """Device time of the kernels, memcpys and memsets `work` launches (as ProfileKernels)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile

@@ -13,7 +13,7 @@
 //
 // --profile 1: after each case's timed forwards, one more forward under the kernel profiler
 // (common/device/kernel_profile.h): device ms by category (gemm, attention, elementwise/other,
-// copy), busy against wall (the host's share: wall minus busy) and the 15 longest kernels, as a
+// copy), busy against wall (the host's share: wall minus busy) and the 40 longest kernels, as a
 // table on stderr. The profiled forward is not in the timed median.
 //
 // --model qwen3-30b-a3b: Qwen/Qwen3-30B-A3B's shape (48 layers, H=2048, 32/4 heads,
@@ -279,7 +279,7 @@ bool RunCase(const TargetModel& model, const Case& c, int runs, bool profile) {
                  status.ToString().c_str());
     return false;
   }
-  std::fprintf(stderr, "%s\n", device::ProfileTable("target forward, " + c.name, *p, 15).c_str());
+  std::fprintf(stderr, "%s\n", device::ProfileTable("target forward, " + c.name, *p, 40).c_str());
   return true;
 }
 
