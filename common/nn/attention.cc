@@ -111,6 +111,8 @@ at::Tensor CudnnDocument(const at::Tensor& q, const at::Tensor& k, const at::Ten
         /*attn_bias=*/std::nullopt, /*compute_log_sumexp=*/false, /*dropout_p=*/0.0,
         /*is_causal=*/true, /*return_debug_mask=*/false, scale);
     return std::get<0>(result).squeeze(0).transpose(0, 1);  // [n, Hq, D]
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // not a refusal: the caller's out-of-memory recovery handles it
   } catch (const c10::Error& e) {
     if (!cudnn_refused.exchange(true)) {
       std::fprintf(stderr,
