@@ -9,10 +9,8 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "common/kernels/block_conv/params.h"
+#include "common/kernels/env_switch.h"
 #include "common/kernels/launch_check.h"
 
 namespace dflash::kernels {
@@ -24,10 +22,7 @@ using torch::autograd::variable_list;
 constexpr int64_t kTileRows = 64;
 
 bool Enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DFLASH_FUSED_BLOCK_CONV");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("DFLASH_FUSED_BLOCK_CONV");
   return enabled;
 }
 

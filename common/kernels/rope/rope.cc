@@ -9,9 +9,7 @@
 #include <cuda_runtime.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <cstdlib>
-#include <cstring>
-
+#include "common/kernels/env_switch.h"
 #include "common/kernels/launch_check.h"
 #include "common/kernels/rope/params.h"
 
@@ -22,10 +20,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 bool Enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DFLASH_FUSED_ROPE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("DFLASH_FUSED_ROPE");
   return enabled;
 }
 
@@ -96,10 +91,7 @@ bool NormRopeShapes(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 }  // namespace
 
 bool FusedNormRopeEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DFLASH_FUSED_QK_NORM_ROPE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("DFLASH_FUSED_QK_NORM_ROPE");
   return enabled;
 }
 

@@ -6,9 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
-#include <cstdlib>
-#include <cstring>
-
+#include "common/kernels/env_switch.h"
 #include "common/kernels/launch_check.h"
 #include "common/kernels/swiglu/params.h"
 
@@ -16,10 +14,7 @@ namespace dflash::kernels {
 namespace {
 
 bool Enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DFLASH_FUSED_SWIGLU");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("DFLASH_FUSED_SWIGLU");
   return enabled;
 }
 
